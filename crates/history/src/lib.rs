@@ -1,0 +1,11 @@
+//! The history model that the proxy and the verifier share (DESIGN.md §3), its codecs, and the durable log
+//! between them.
+
+mod builder;
+mod model;
+
+pub use builder::{HistoryBuilder, TxnBuilder};
+pub use model::{
+    CollectorId, History, HistoryStats, Key, KeyName, KeyTable, LogGap, Observed, Op, Outcome, SessionId,
+    StmtRef, Transaction, TxnId, WriteId,
+};

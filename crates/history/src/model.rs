@@ -1,0 +1,343 @@
+//! The data model of a history (DESIGN.md §3): sessions of transactions, each an ordered list of reads and
+//! writes on interned keys, with the identity of every version read and written.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Identifies one transaction within a history. Unique across sessions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TxnId(pub u64);
+
+/// Identifies one client session (one connection, or one Cobra client log file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SessionId(pub u64);
+
+/// Identifies one version of one key. Unique across the whole history: two writes never share a write id,
+/// and the verifier reports it when they do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct WriteId(pub u64);
+
+/// Identifies the proxy instance (or importer) that recorded a transaction's timestamps; clocks of different
+/// collectors may drift apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CollectorId(pub u32);
+
+/// An interned key: an index into the history's [`KeyTable`]. Cheap to copy, hash and compare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Key(pub u32);
+
+/// An index into the history's statement texts, so that reports can show the SQL an op came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StmtRef(pub u32);
+
+impl fmt::Display for TxnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "T{}", self.0)
+    }
+}
+
+impl fmt::Display for WriteId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "w{}", self.0)
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "S{}", self.0)
+    }
+}
+
+/// The full name of a key: a namespace (for SQL, the table) and the key's bytes (for SQL, the encoded
+/// primary key).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct KeyName {
+    /// The table, or `""` where the source has a flat key space.
+    pub namespace: String,
+    /// The key itself.
+    pub bytes: Vec<u8>,
+}
+
+impl fmt::Display for KeyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = match std::str::from_utf8(&self.bytes) {
+            Ok(s) if s.chars().all(|c| !c.is_control()) => s.to_owned(),
+            _ => self.bytes.iter().map(|b| format!("{b:02x}")).collect(),
+        };
+        if self.namespace.is_empty() { write!(f, "{shown}") } else { write!(f, "{}:{shown}", self.namespace) }
+    }
+}
+
+/// Interns key names, so that the rest of the system handles a `Key` (four bytes) instead of strings.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyTable {
+    names: Vec<KeyName>,
+    index: HashMap<KeyName, Key>,
+}
+
+impl KeyTable {
+    /// Returns the key for `name`, adding it if it is new.
+    pub fn intern(&mut self, name: KeyName) -> Key {
+        if let Some(&key) = self.index.get(&name) {
+            return key;
+        }
+        let key = Key(u32::try_from(self.names.len()).expect("more than 2^32 distinct keys"));
+        self.names.push(name.clone());
+        self.index.insert(name, key);
+        key
+    }
+
+    /// Interns a key with an empty namespace, named by a string.
+    pub fn intern_str(&mut self, name: &str) -> Key {
+        self.intern(KeyName { namespace: String::new(), bytes: name.as_bytes().to_vec() })
+    }
+
+    /// The key for `name`, if it was interned.
+    pub fn get(&self, name: &KeyName) -> Option<Key> {
+        self.index.get(name).copied()
+    }
+
+    /// The name of an interned key. Keys come from this table, so the lookup cannot miss for them.
+    pub fn name(&self, key: Key) -> Option<&KeyName> {
+        self.names.get(key.0 as usize)
+    }
+
+    /// How many distinct keys are interned.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether no key is interned.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// All key names, in `Key` order.
+    pub fn names(&self) -> &[KeyName] {
+        &self.names
+    }
+}
+
+/// Which version a read observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Observed {
+    /// A version written by a recorded transaction.
+    Version(WriteId),
+    /// The row did not exist.
+    Absent,
+    /// A version written before recording began; treated like Cobra's INIT transaction. The tag tells
+    /// different pre-history versions of one key apart (Cobra's initial state uses tag 0).
+    PreHistory(u64),
+}
+
+/// One read or write, in the order the transaction issued it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "op")]
+pub enum Op {
+    /// A read of `key` that observed one version.
+    Read {
+        /// The key read.
+        key: Key,
+        /// The version it returned.
+        observed: Observed,
+        /// The statement the read came from, if known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stmt: Option<StmtRef>,
+    },
+    /// A write of a new version of `key`.
+    Write {
+        /// The key written.
+        key: Key,
+        /// The identity of the new version.
+        write: WriteId,
+        /// The statement the write came from, if known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stmt: Option<StmtRef>,
+    },
+}
+
+impl Op {
+    /// The key this op touches.
+    pub fn key(&self) -> Key {
+        match *self {
+            Op::Read { key, .. } | Op::Write { key, .. } => key,
+        }
+    }
+
+    /// The statement this op came from, if known.
+    pub fn stmt(&self) -> Option<StmtRef> {
+        match *self {
+            Op::Read { stmt, .. } | Op::Write { stmt, .. } => stmt,
+        }
+    }
+}
+
+/// How a transaction ended, as far as the collector knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The database acknowledged the commit.
+    Committed,
+    /// The transaction rolled back, or its commit failed.
+    Aborted,
+    /// The collector never learned the outcome (a crash or a lost connection while COMMIT was in flight).
+    /// A read from it proves it committed; the verifier never rejects because of one alone.
+    Indeterminate,
+}
+
+/// One transaction, as a client observed it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transaction {
+    /// Unique within the history.
+    pub id: TxnId,
+    /// The session that ran it.
+    pub session: SessionId,
+    /// Its position within the session, counting from 0; session order follows it.
+    pub seq: u64,
+    /// Reads and writes, in the order issued.
+    pub ops: Vec<Op>,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// When it started, in nanoseconds since the Unix epoch, by the collector's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ns: Option<u64>,
+    /// When its commit was acknowledged, in nanoseconds since the Unix epoch, by the collector's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_ns: Option<u64>,
+    /// The collector whose clock took the timestamps.
+    #[serde(default)]
+    pub collector: CollectorId,
+    /// Whether this is a fence transaction (Cobra §4.2), injected to cut the history into epochs.
+    #[serde(default)]
+    pub fence: bool,
+}
+
+impl Transaction {
+    /// An empty committed transaction with no timestamps.
+    pub fn new(id: TxnId, session: SessionId, seq: u64) -> Self {
+        Transaction {
+            id,
+            session,
+            seq,
+            ops: Vec::new(),
+            outcome: Outcome::Committed,
+            start_ns: None,
+            commit_ns: None,
+            collector: CollectorId::default(),
+            fence: false,
+        }
+    }
+
+    /// Whether the transaction has no write.
+    pub fn is_read_only(&self) -> bool {
+        !self.ops.iter().any(|op| matches!(op, Op::Write { .. }))
+    }
+}
+
+/// A point in the log where transactions may have been lost (a crash under `group` or `none` durability).
+/// After a gap, a read of an unknown version is unverifiable rather than a violation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogGap {
+    /// The number of transactions recorded before the gap.
+    pub after_txns: u64,
+}
+
+/// A whole history: what the clients observed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    /// The interned key names.
+    pub keys: KeyTable,
+    /// Statement texts that ops refer to through [`StmtRef`].
+    pub statements: Vec<String>,
+    /// Every transaction, committed or not, in the order recorded. Session order is given by
+    /// `(session, seq)`, not by position here.
+    pub transactions: Vec<Transaction>,
+    /// Places where the log may have lost transactions.
+    pub gaps: Vec<LogGap>,
+}
+
+impl History {
+    /// Adds a statement text and returns its reference.
+    pub fn add_statement(&mut self, text: impl Into<String>) -> StmtRef {
+        let r = StmtRef(u32::try_from(self.statements.len()).expect("more than 2^32 statements"));
+        self.statements.push(text.into());
+        r
+    }
+
+    /// The text of a statement.
+    pub fn statement(&self, stmt: StmtRef) -> Option<&str> {
+        self.statements.get(stmt.0 as usize).map(String::as_str)
+    }
+
+    /// The transactions of each session, in session order, keyed by session.
+    pub fn sessions(&self) -> std::collections::BTreeMap<SessionId, Vec<&Transaction>> {
+        let mut sessions: std::collections::BTreeMap<SessionId, Vec<&Transaction>> = Default::default();
+        for txn in &self.transactions {
+            sessions.entry(txn.session).or_default().push(txn);
+        }
+        for txns in sessions.values_mut() {
+            txns.sort_by_key(|t| t.seq);
+        }
+        sessions
+    }
+
+    /// Counts of what the history holds, as `krait history stats` prints them.
+    pub fn stats(&self) -> HistoryStats {
+        let mut stats = HistoryStats { transactions: self.transactions.len() as u64, ..Default::default() };
+        let mut sessions = std::collections::HashSet::new();
+        let mut keys = std::collections::HashSet::new();
+        for txn in &self.transactions {
+            sessions.insert(txn.session);
+            match txn.outcome {
+                Outcome::Committed => stats.committed += 1,
+                Outcome::Aborted => stats.aborted += 1,
+                Outcome::Indeterminate => stats.indeterminate += 1,
+            }
+            for op in &txn.ops {
+                keys.insert(op.key());
+                match op {
+                    Op::Read { .. } => stats.reads += 1,
+                    Op::Write { .. } => stats.writes += 1,
+                }
+                if txn.fence {
+                    stats.fence_ops += 1;
+                }
+            }
+        }
+        stats.sessions = sessions.len() as u64;
+        stats.keys = keys.len() as u64;
+        stats
+    }
+}
+
+/// Counts of a history's contents.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryStats {
+    /// Distinct sessions.
+    pub sessions: u64,
+    /// All transactions, whatever their outcome.
+    pub transactions: u64,
+    /// Committed transactions.
+    pub committed: u64,
+    /// Aborted transactions.
+    pub aborted: u64,
+    /// Transactions whose outcome is unknown.
+    pub indeterminate: u64,
+    /// Read ops.
+    pub reads: u64,
+    /// Write ops.
+    pub writes: u64,
+    /// Distinct keys touched by any op.
+    pub keys: u64,
+    /// Ops inside fence transactions.
+    pub fence_ops: u64,
+}

@@ -1,0 +1,99 @@
+//! SAT modulo graph acyclicity: does some choice of one side of every constraint leave the graph acyclic?
+//!
+//! This crate knows nothing about databases. Its input is a [`Polygraph`]: `n` vertices, known edges, and
+//! constraints ⟨A, B⟩, each a choice between two edge sets (Cobra §2.3). Its output is a [`Solution`]:
+//! either a model (the chosen side of every constraint, re-checkable as a DAG) or a minimal core of
+//! constraints for which no choice is acyclic.
+
+use thiserror::Error;
+
+/// A directed edge between two vertices, numbered `0..n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Edge {
+    /// The tail.
+    pub from: u32,
+    /// The head.
+    pub to: u32,
+}
+
+impl Edge {
+    /// The edge `from → to`.
+    pub const fn new(from: u32, to: u32) -> Self {
+        Edge { from, to }
+    }
+}
+
+/// A choice between two edge sets: either every edge of `side_a` holds, or every edge of `side_b` does.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Constraint {
+    /// The first alternative.
+    pub side_a: Vec<Edge>,
+    /// The second alternative.
+    pub side_b: Vec<Edge>,
+}
+
+/// The solver's input: vertices, edges that must exist, and constraints.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Polygraph {
+    /// The number of vertices; every edge's endpoints are below it.
+    pub vertices: u32,
+    /// Edges that exist whatever the choices.
+    pub known: Vec<Edge>,
+    /// The choices to make.
+    pub constraints: Vec<Constraint>,
+}
+
+/// Which side of a constraint was chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// `side_a` holds.
+    A,
+    /// `side_b` holds.
+    B,
+}
+
+/// An acyclic choice: `choices[i]` is the side chosen for constraint `i`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Model {
+    /// One side per constraint, in input order.
+    pub choices: Vec<Side>,
+}
+
+/// A proof that no choice is acyclic: a minimal set of constraints that, with the known edges, always
+/// closes a cycle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Core {
+    /// Indices into the input's constraints. Empty when the known graph alone is cyclic.
+    pub constraints: Vec<usize>,
+    /// The known edges involved in the conflicts.
+    pub known: Vec<Edge>,
+    /// Explicit cycles found while refuting the core; when `constraints` is empty, one cycle of known edges.
+    pub cycles: Vec<Vec<Edge>>,
+}
+
+/// The answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Solution {
+    /// Some choice leaves the graph acyclic.
+    Acyclic(Model),
+    /// No choice does.
+    Cyclic(Core),
+}
+
+/// Why the solver could not answer.
+#[derive(Debug, Error)]
+pub enum SolverError {
+    /// An edge names a vertex outside `0..vertices`.
+    #[error("edge {from} -> {to} names a vertex outside 0..{vertices}")]
+    VertexOutOfRange {
+        /// The edge's tail.
+        from: u32,
+        /// The edge's head.
+        to: u32,
+        /// The number of vertices.
+        vertices: u32,
+    },
+    /// The SAT engine gave up or failed.
+    #[error("SAT engine failed: {0}")]
+    Engine(String),
+}

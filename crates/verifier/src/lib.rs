@@ -1,0 +1,1 @@
+//! Checks a history for serializability. Being built in the verifier issue.

@@ -1,0 +1,1 @@
+//! End-to-end tests against a real PostgreSQL with real drivers; the tests live in `tests/`.
