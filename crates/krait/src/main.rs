@@ -1,6 +1,71 @@
-//! The `krait` binary. Subcommands are wired in as their crates land.
+//! `krait`: the one binary. It only parses the command line, wires the crates together, and formats output;
+//! every piece of real work lives in a library crate.
 
-fn main() {
-    eprintln!("krait: not implemented yet");
-    std::process::exit(2);
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+/// Krait checks whether your database really gives you the serializable transactions it promises.
+///
+/// It records every transaction your clients run (as a transparent PostgreSQL proxy) and verifies that the
+/// history is serializable, or strictly serializable within a clock-drift threshold. It can also verify
+/// histories recorded elsewhere (Cobra logs, PolySI text).
+#[derive(Debug, Parser)]
+#[command(name = "krait", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Verify a recorded history: exit 0 if it is accepted, 1 if it is rejected, 2 on error.
+    Verify(cmd::verify::VerifyArgs),
+    /// Inspect and convert histories.
+    #[command(subcommand)]
+    History(cmd::history::HistoryCommand),
+    /// Run the proxy and the co-located verifier in one process (not implemented yet).
+    #[command(hide = true)]
+    Serve(cmd::NotYet),
+    /// Run the recording proxy alone (not implemented yet).
+    #[command(hide = true)]
+    Proxy(cmd::NotYet),
+    /// List and show reject reports (not implemented yet).
+    #[command(hide = true)]
+    Report(cmd::NotYet),
+    /// Run a workload through Krait into a database, verifying as it goes (not implemented yet).
+    #[command(hide = true)]
+    Demo(cmd::NotYet),
+    /// Reproduce the shape of the Cobra evaluation (not implemented yet).
+    #[command(hide = true)]
+    Bench(cmd::NotYet),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KRAIT_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Verify(args) => cmd::verify::run(args),
+        Command::History(command) => cmd::history::run(command),
+        Command::Serve(_) => cmd::not_yet("serve", "online verification"),
+        Command::Proxy(_) => cmd::not_yet("proxy", "proxy core"),
+        Command::Report(_) => cmd::not_yet("report", "online verification"),
+        Command::Demo(_) => cmd::not_yet("demo", "reference store and demo"),
+        Command::Bench(_) => cmd::not_yet("bench", "workloads and benchmarks"),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("krait: error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
 }
