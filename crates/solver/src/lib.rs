@@ -7,6 +7,13 @@
 
 use thiserror::Error;
 
+mod graph;
+mod oracle;
+mod solve;
+
+pub use oracle::{CORE_CHECK_LIMIT, brute_force, check_core_brute_force, check_model};
+pub use solve::{Engine, SolveOptions, Stats, solve, solve_with, solve_with_stats};
+
 /// A directed edge between two vertices, numbered `0..n`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Edge {
