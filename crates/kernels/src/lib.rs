@@ -1,1 +1,163 @@
-//! Reachability backends for pruning (Cobra §3.3). Being built in the verifier issue.
+//! Reachability backends for pruning (Cobra §3.3, §5).
+//!
+//! Pruning asks one question many times: in the known graph, does `v` reach `u`? Cobra answers it with the
+//! transitive closure, computed on a GPU by repeated squaring of the adjacency matrix (§5). Krait's CPU
+//! backends exploit the shape of real histories instead (DESIGN.md §4): transactions lie on a few *chains*
+//! (sessions, RMW chains), so a node's reachable set is described by, for each chain, the first position on
+//! it that the node reaches ([`Backend::ChainClocks`]). When there are many chains, one bit per node pair is
+//! cheaper ([`Backend::BitsetRows`]). Both fill their rows level by level (all successors of a level lie on
+//! lower levels), so each level is computed in parallel with rayon. [`Backend::Dfs`] answers each query with
+//! a plain depth-first search; it exists to test the others.
+//!
+//! ```
+//! use kernels::{Backend, Graph, reachability};
+//!
+//! let g = Graph::from_edges(3, &[(0, 1), (1, 2)]).unwrap();
+//! let r = reachability(&g, None, Backend::Auto).unwrap();
+//! assert!(r.reaches(0, 2));
+//! assert!(!r.reaches(2, 0));
+//! ```
+
+mod bitset;
+mod clocks;
+mod dfs;
+mod graph;
+
+use thiserror::Error;
+
+pub use bitset::BitsetRows;
+pub use clocks::ChainClocks;
+pub use dfs::Dfs;
+pub use graph::Graph;
+
+/// Which reachability backend to use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// Choose by memory: chain clocks when `nodes × chains` words are fewer than `nodes²` bits.
+    #[default]
+    Auto,
+    /// Per-chain clocks: for each node and chain, the first position on the chain the node reaches.
+    ChainClocks,
+    /// One bitset row per node, OR-ed over its successors.
+    BitsetRows,
+    /// A depth-first search per query; for tests.
+    Dfs,
+}
+
+impl Backend {
+    /// The backend's name, as reports print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::ChainClocks => "chain-clocks",
+            Backend::BitsetRows => "bitset-rows",
+            Backend::Dfs => "dfs",
+        }
+    }
+}
+
+/// Why reachability could not be computed.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum KernelError {
+    /// An edge names a node outside `0..nodes`.
+    #[error("edge {from} -> {to} names a node outside 0..{nodes}")]
+    NodeOutOfRange {
+        /// The edge's tail.
+        from: u32,
+        /// The edge's head.
+        to: u32,
+        /// The number of nodes.
+        nodes: u32,
+    },
+    /// The graph has a cycle; these nodes form one, in order (the last has an edge to the first).
+    #[error("the graph has a cycle through {} nodes", cycle.len())]
+    Cyclic {
+        /// The nodes of one cycle, in edge order.
+        cycle: Vec<u32>,
+    },
+    /// A chain hint lists two consecutive nodes without an edge between them, or a node twice.
+    #[error("chain hint is not a path of the graph at node {node}")]
+    BadChainHint {
+        /// The offending node.
+        node: u32,
+    },
+    /// The closure would not fit in memory.
+    #[error("the closure needs {bytes} bytes, more than the limit")]
+    TooLarge {
+        /// The bytes it would take.
+        bytes: u64,
+    },
+}
+
+/// The answer to "does `from` reach `to`?" for every pair of nodes of one acyclic graph. Reachability is
+/// reflexive: every node reaches itself.
+pub trait Reachability: Send + Sync {
+    /// Whether a path (possibly empty) leads from `from` to `to`.
+    fn reaches(&self, from: u32, to: u32) -> bool;
+    /// The backend that computed it.
+    fn backend(&self) -> Backend;
+}
+
+/// The most memory a closure may take (8 GiB), so that a huge history fails cleanly instead of thrashing.
+const MAX_CLOSURE_BYTES: u64 = 8 << 30;
+
+/// Computes reachability for the acyclic graph `graph` with the chosen backend.
+///
+/// `chains` optionally lists paths of the graph (each consecutive pair joined by an edge), such as sessions;
+/// the chain-clock backend uses them as its chains and covers the remaining nodes greedily. A good hint keeps
+/// the number of chains near the number of sessions.
+pub fn reachability(
+    graph: &Graph,
+    chains: Option<&[Vec<u32>]>,
+    backend: Backend,
+) -> Result<Box<dyn Reachability>, KernelError> {
+    let order = graph.topo_order()?;
+    let choice = match backend {
+        Backend::Auto => {
+            let cover = clocks::ChainCover::new(graph, &order, chains)?;
+            let n = u64::from(graph.nodes());
+            let clock_bytes = n * cover.len() as u64 * 4;
+            let bit_bytes = n * n.div_ceil(64) * 8;
+            if clock_bytes <= bit_bytes {
+                return Ok(Box::new(ChainClocks::with_cover(graph, &order, cover)?));
+            }
+            Backend::BitsetRows
+        }
+        b => b,
+    };
+    Ok(match choice {
+        Backend::ChainClocks | Backend::Auto => {
+            let cover = clocks::ChainCover::new(graph, &order, chains)?;
+            Box::new(ChainClocks::with_cover(graph, &order, cover)?)
+        }
+        Backend::BitsetRows => Box::new(BitsetRows::new(graph, &order)?),
+        Backend::Dfs => Box::new(Dfs::new(graph.clone())),
+    })
+}
+
+/// Groups nodes by height (the longest path to a sink), lowest first, so that every successor of a node lies
+/// in an earlier group. Returns the nodes in that order and the start of each group.
+pub(crate) fn levels(graph: &Graph, order: &[u32]) -> (Vec<u32>, Vec<usize>) {
+    let n = graph.nodes() as usize;
+    let mut height = vec![0u32; n];
+    for &v in order.iter().rev() {
+        let h = graph.successors(v).iter().map(|&s| height[s as usize] + 1).max().unwrap_or(0);
+        height[v as usize] = h;
+    }
+    let max = height.iter().copied().max().unwrap_or(0) as usize;
+    let mut count = vec![0usize; max + 2];
+    for &h in &height {
+        count[h as usize + 1] += 1;
+    }
+    for i in 1..count.len() {
+        count[i] += count[i - 1];
+    }
+    let starts = count.clone();
+    let mut next = count;
+    let mut by_level = vec![0u32; n];
+    for (v, &h) in height.iter().enumerate() {
+        by_level[next[h as usize]] = v as u32;
+        next[h as usize] += 1;
+    }
+    (by_level, starts)
+}
