@@ -60,7 +60,6 @@ pub(crate) fn is_acyclic(n: usize, edges: impl Iterator<Item = Edge> + Clone) ->
 }
 
 /// A topological order of an acyclic graph: `order[v]` is the position of `v`. `None` if it has a cycle.
-#[allow(dead_code)] // Used by the propagator engine.
 pub(crate) fn topological_positions(n: usize, edges: &[Edge]) -> Option<Vec<u32>> {
     let csr = Csr::out_edges(n, edges.iter().copied());
     let mut indeg = vec![0u32; n];

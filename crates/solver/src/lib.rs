@@ -7,11 +7,16 @@
 
 use thiserror::Error;
 
+mod encode;
+mod engine;
 mod graph;
 mod oracle;
+mod propagator;
 mod solve;
 
+pub use engine::{Cadical, SatEngine, SatResult};
 pub use oracle::{CORE_CHECK_LIMIT, brute_force, check_core_brute_force, check_model};
+pub use propagator::{AcyclicityPropagator, Theory, TheoryStats};
 pub use solve::{Engine, SolveOptions, Stats, solve, solve_with, solve_with_stats};
 
 /// A directed edge between two vertices, numbered `0..n`.
@@ -103,4 +108,12 @@ pub enum SolverError {
     /// The SAT engine gave up or failed.
     #[error("SAT engine failed: {0}")]
     Engine(String),
+    /// The plain encoding would exceed its clause limit (see `SolveOptions::plain_clause_limit`).
+    #[error("plain encoding too large: {clauses} clauses (limit {limit})")]
+    TooLarge {
+        /// The clauses the encoding would need.
+        clauses: u64,
+        /// The limit it was given.
+        limit: u64,
+    },
 }

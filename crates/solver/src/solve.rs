@@ -1,23 +1,31 @@
-//! The entry points: validate, take the known-graph shortcut, then search.
+//! The entry points: validate, take the known-graph shortcut, solve, then shrink a core by deletion.
 
 use std::collections::HashSet;
+use std::time::Instant;
 
+use crate::encode::{Layout, build_plain, build_propagator, plain_clause_count};
+use crate::engine::{SatEngine, SatResult};
 use crate::graph::find_cycle;
-use crate::oracle::{brute_force, edges_in_range, refutes};
-use crate::{Core, Edge, Polygraph, Solution, SolverError};
+use crate::oracle::{brute_force, check_model, edges_in_range, refutes};
+use crate::{Core, Edge, Model, Polygraph, Side, Solution, SolverError};
 
 /// Which search answers the question.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Engine {
-    /// Exhaustive backtracking; exponential, for tiny inputs and as a cross-check.
+    /// CaDiCaL with the acyclicity propagator (IPASIR-UP). The default, and the one that scales.
     #[default]
+    Propagator,
+    /// CaDiCaL on a plain CNF with transitive-closure clauses and no propagator: the baseline of Cobra §6.
+    /// Its size grows as edges × vertices, so it is refused above [`SolveOptions::plain_clause_limit`].
+    Plain,
+    /// Exhaustive backtracking; exponential, for tiny inputs and as a cross-check.
     Backtracking,
 }
 
 impl Engine {
     /// Every engine, for tests that compare them.
     pub fn all() -> &'static [Engine] {
-        &[Engine::Backtracking]
+        &[Engine::Propagator, Engine::Plain, Engine::Backtracking]
     }
 }
 
@@ -29,19 +37,41 @@ pub struct SolveOptions {
     /// Shrink an unsatisfiable core by deletion until it is minimal. When false, the first core found is
     /// returned as it is (still a valid refutation, but possibly not minimal).
     pub shrink_core: bool,
+    /// How many vertices each propagation search of the propagator may visit; 0 turns edge-level propagation
+    /// off (conflicts are still detected).
+    pub propagation_budget: usize,
+    /// The most clauses the plain encoding may have; larger instances get [`SolverError::TooLarge`].
+    pub plain_clause_limit: u64,
 }
 
 impl Default for SolveOptions {
     fn default() -> Self {
-        SolveOptions { engine: Engine::default(), shrink_core: true }
+        SolveOptions {
+            engine: Engine::default(),
+            shrink_core: true,
+            propagation_budget: 2048,
+            plain_clause_limit: 5_000_000,
+        }
     }
 }
 
 /// What a solve cost.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Stats {
-    /// Calls to the search (one for the answer, more while shrinking a core).
+    /// Calls to the search: one for the answer, more while shrinking a core and collecting its cycles.
     pub solve_calls: u64,
+    /// CDCL conflicts over all calls.
+    pub conflicts: u64,
+    /// Cycles the propagator closed (conflict lemmas), over all calls.
+    pub theory_conflicts: u64,
+    /// Edge variables the propagator set false, over all calls.
+    pub theory_propagations: u64,
+    /// Clauses of the plain encoding (0 for the other engines).
+    pub plain_clauses: u64,
+    /// Seconds for the first answer (SAT or UNSAT), excluding core shrinking.
+    pub first_answer_secs: f64,
+    /// Seconds in total.
+    pub total_secs: f64,
 }
 
 /// Solves `p` with the default options.
@@ -56,35 +86,179 @@ pub fn solve_with(p: &Polygraph, opts: &SolveOptions) -> Result<Solution, Solver
 
 /// Solves `p` with `opts`, and reports what it cost.
 pub fn solve_with_stats(p: &Polygraph, opts: &SolveOptions) -> Result<(Solution, Stats), SolverError> {
+    let start = Instant::now();
     validate(p)?;
     let mut stats = Stats::default();
+    // Known-graph shortcut: a cyclic known graph needs no SAT call.
     if let Some(cycle) = find_cycle(p.vertices as usize, &p.known) {
+        stats.total_secs = start.elapsed().as_secs_f64();
         return Ok((Solution::Cyclic(known_cycle_core(cycle)), stats));
     }
-    match opts.engine {
-        Engine::Backtracking => {
-            stats.solve_calls += 1;
-            if let Some(m) = brute_force(p) {
-                return Ok((Solution::Acyclic(m), stats));
-            }
-            let mut core: Vec<usize> = (0..p.constraints.len()).collect();
-            let mut i = 0;
-            while opts.shrink_core && i < core.len() {
-                let mut rest = core.clone();
-                rest.remove(i);
-                stats.solve_calls += 1;
-                if refutes(p, &rest, &p.known).is_some() {
-                    core = rest;
-                } else {
-                    i += 1;
-                }
-            }
-            stats.solve_calls += 1;
-            let cycles = refutes(p, &core, &p.known)
-                .ok_or_else(|| SolverError::Engine("core became satisfiable while shrinking".into()))?;
-            Ok((Solution::Cyclic(core_from_cycles(p, core, cycles)), stats))
+    let solution = match opts.engine {
+        Engine::Backtracking => solve_backtracking(p, opts, &mut stats, start)?,
+        Engine::Propagator | Engine::Plain => solve_cdcl(p, opts, &mut stats, start)?,
+    };
+    stats.total_secs = start.elapsed().as_secs_f64();
+    Ok((solution, stats))
+}
+
+fn solve_backtracking(
+    p: &Polygraph,
+    opts: &SolveOptions,
+    stats: &mut Stats,
+    start: Instant,
+) -> Result<Solution, SolverError> {
+    stats.solve_calls += 1;
+    let found = brute_force(p);
+    stats.first_answer_secs = start.elapsed().as_secs_f64();
+    if let Some(m) = found {
+        return Ok(Solution::Acyclic(m));
+    }
+    let mut core: Vec<usize> = (0..p.constraints.len()).collect();
+    let mut i = 0;
+    while opts.shrink_core && i < core.len() {
+        let mut rest = core.clone();
+        rest.remove(i);
+        stats.solve_calls += 1;
+        if refutes(p, &rest, &p.known).is_some() {
+            core = rest;
+        } else {
+            i += 1;
         }
     }
+    stats.solve_calls += 1;
+    let cycles = refutes(p, &core, &p.known)
+        .ok_or_else(|| SolverError::Engine("core became satisfiable while shrinking".into()))?;
+    Ok(Solution::Cyclic(core_from_cycles(p, core, cycles)))
+}
+
+/// One CaDiCaL solver over all constraints, in the chosen flavour.
+enum Cdcl {
+    Propagator(crate::engine::Cadical, Layout, std::rc::Rc<std::cell::RefCell<crate::AcyclicityPropagator>>),
+    Plain(crate::engine::Cadical, Layout),
+}
+
+impl Cdcl {
+    fn parts(&mut self) -> (&mut crate::engine::Cadical, &Layout) {
+        match self {
+            Cdcl::Propagator(e, l, _) => (e, l),
+            Cdcl::Plain(e, l) => (e, l),
+        }
+    }
+}
+
+fn solve_cdcl(
+    p: &Polygraph,
+    opts: &SolveOptions,
+    stats: &mut Stats,
+    start: Instant,
+) -> Result<Solution, SolverError> {
+    let all: Vec<usize> = (0..p.constraints.len()).collect();
+    let mut cdcl = match opts.engine {
+        Engine::Plain => {
+            let clauses = plain_clause_count(p, &all, &p.known);
+            if clauses > opts.plain_clause_limit {
+                return Err(SolverError::TooLarge { clauses, limit: opts.plain_clause_limit });
+            }
+            stats.plain_clauses = clauses;
+            let (e, l) = build_plain(p, &all, &p.known);
+            Cdcl::Plain(e, l)
+        }
+        _ => {
+            let (e, l, t) = build_propagator(p, &all, &p.known, opts.propagation_budget, false)?;
+            Cdcl::Propagator(e, l, t)
+        }
+    };
+    let (engine, layout) = cdcl.parts();
+    stats.solve_calls += 1;
+    let result = engine.solve(&layout.act)?;
+    stats.first_answer_secs = start.elapsed().as_secs_f64();
+    let solution = match result {
+        SatResult::Sat => {
+            let choices: Vec<Side> =
+                layout.choice.iter().map(|&c| if engine.value(c) { Side::A } else { Side::B }).collect();
+            let model = Model { choices };
+            // Re-check every model from scratch: a wrong "acyclic" must never leave this crate.
+            if !check_model(p, &model) {
+                return Err(SolverError::Engine("the engine's model is not acyclic".into()));
+            }
+            Solution::Acyclic(model)
+        }
+        SatResult::Unsat => {
+            let mut core: Vec<usize> =
+                (0..layout.act.len()).filter(|&k| engine.failed(layout.act[k])).collect();
+            if core.is_empty() {
+                return Err(SolverError::Engine("UNSAT without any failed assumption".into()));
+            }
+            if opts.shrink_core {
+                core = shrink_by_deletion(engine, layout, core, stats)?;
+            }
+            let core: Vec<usize> = core.iter().map(|&k| layout.subset[k]).collect();
+            let cycles = core_cycles(p, &core, opts, stats)?;
+            Solution::Cyclic(core_from_cycles(p, core, cycles))
+        }
+    };
+    stats.conflicts += cdcl.parts().0.conflicts();
+    if let Cdcl::Propagator(_, _, t) = &cdcl {
+        let ts = t.borrow().stats();
+        stats.theory_conflicts += ts.conflicts;
+        stats.theory_propagations += ts.propagations;
+    }
+    Ok(solution)
+}
+
+/// Deletion-based core minimisation: drop each constraint in turn and keep it out if the rest is still
+/// unsatisfiable (then also keep only the failed assumptions of that answer). At the end, dropping any one
+/// constraint makes the core satisfiable, so it is minimal.
+fn shrink_by_deletion<E: SatEngine>(
+    engine: &mut E,
+    layout: &Layout,
+    mut core: Vec<usize>,
+    stats: &mut Stats,
+) -> Result<Vec<usize>, SolverError> {
+    let mut confirmed: HashSet<usize> = HashSet::new();
+    while let Some(&k) = core.iter().find(|k| !confirmed.contains(k)) {
+        let assumptions: Vec<i32> = core.iter().filter(|&&j| j != k).map(|&j| layout.act[j]).collect();
+        stats.solve_calls += 1;
+        match engine.solve(&assumptions)? {
+            SatResult::Sat => {
+                confirmed.insert(k);
+            }
+            SatResult::Unsat => {
+                core.retain(|&j| j != k && engine.failed(layout.act[j]));
+            }
+        }
+    }
+    Ok(core)
+}
+
+/// The cycles that refute `core`: a fresh propagator solver over only those constraints, recording every
+/// cycle its lemmas and reasons stand for. The plain engine uses this too, since it has no cycles of its own.
+fn core_cycles(
+    p: &Polygraph,
+    core: &[usize],
+    opts: &SolveOptions,
+    stats: &mut Stats,
+) -> Result<Vec<Vec<Edge>>, SolverError> {
+    let (mut engine, layout, theory) = build_propagator(p, core, &p.known, opts.propagation_budget, true)?;
+    stats.solve_calls += 1;
+    if engine.solve(&layout.act)? != SatResult::Unsat {
+        return Err(SolverError::Engine("the core is satisfiable on its own".into()));
+    }
+    stats.conflicts += engine.conflicts();
+    let mut cycles: Vec<Vec<Edge>> = theory.borrow().cycles().to_vec();
+    // Self-loops are refuted by unit clauses, not by the propagator; name them as cycles too.
+    for &i in core {
+        let c = &p.constraints[i];
+        for &e in c.side_a.iter().chain(&c.side_b) {
+            if e.from == e.to {
+                cycles.push(vec![e]);
+            }
+        }
+    }
+    cycles.sort();
+    cycles.dedup();
+    Ok(cycles)
 }
 
 /// Rejects edges that name a vertex outside `0..vertices`.

@@ -1,0 +1,532 @@
+//! The acyclicity theory: an incremental cycle detector that a CDCL search drives through callbacks.
+//!
+//! Each edge of a constraint side that is not a known edge is a SAT variable ("edge variable"). The
+//! propagator keeps the graph `G` of the known edges plus the edge variables assigned true, and maintains these
+//! invariants between callbacks:
+//!
+//! 1. **Topological order.** `ord` is a topological order of `G` (Pearce–Kelly, "A dynamic topological sort
+//!    algorithm for directed acyclic graphs", JEA 2006). Inserting `u → v` with `ord[u] < ord[v]` costs O(1);
+//!    otherwise only the affected region `ord[v]..=ord[u]` is searched and renumbered.
+//! 2. **No stale edges.** Every edge in `G` is assigned true in the SAT solver. An edge is recorded at the
+//!    propagator's own decision level, which is never below the solver's level for it, so backtracking removes
+//!    it no later than the solver unassigns it. Every reason and lemma is therefore built from literals that are
+//!    really false, as IPASIR-UP requires. (The converse may lag: an edge the solver reassigns out of order may
+//!    be missing from `G` for a while; that only weakens propagation, and the model check catches the rest.)
+//! 3. **Conflicts.** An edge variable assigned true whose insertion would close a cycle is *not* inserted; it
+//!    is kept as pending, and the cycle is returned as a lemma `¬e₁ ∨ … ∨ ¬eₖ` over the cycle's edge variables
+//!    (known edges are always true and drop out). Pending edges are retried after backtracking.
+//! 4. **Propagation.** After inserting `u → v`, an unassigned edge variable `x → y` with `x` reachable from `v`
+//!    and `y` reaching `u` would close a cycle, so it is propagated false. Its reason is the path
+//!    `y ⇝ u → v ⇝ x` plus the edge itself. The searches are bounded by a work budget, so propagation may be
+//!    incomplete (never unsound); conflicts are always detected on insertion.
+//! 5. **Final check.** A complete model is re-checked from scratch (Kahn's algorithm over the known edges and the
+//!    model's true edges); a cycle found there becomes one more lemma. So a model the search accepts is acyclic
+//!    even if the incremental state were wrong.
+//!
+//! Every lemma and reason is a real cycle of the polygraph's edges, so every clause the theory adds is valid.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::Edge;
+use crate::graph::{find_cycle, is_acyclic, topological_positions};
+
+/// A theory that a CDCL SAT engine drives, in the shape of IPASIR-UP (Fazekas et al., SAT 2023). Literals
+/// are DIMACS integers. Implementations must not panic; the engine adapter still catches panics as a last line
+/// of defence.
+pub trait Theory {
+    /// The engine assigned `lit`. The same assignment may be reported more than once.
+    fn notify_assignment(&mut self, lit: i32);
+    /// The engine opened a new decision level.
+    fn notify_new_decision_level(&mut self);
+    /// The engine backtracked to `new_level`; every assignment above it is undone.
+    fn notify_backtrack(&mut self, new_level: usize);
+    /// A literal implied by the theory under the current assignment, if any.
+    fn propagate(&mut self) -> Option<i32>;
+    /// The reason clause for a literal that [`Theory::propagate`] returned: it contains `lit`, and all its
+    /// other literals are false. `None` if the theory has no such reason (an internal error).
+    fn reason(&mut self, lit: i32) -> Option<Vec<i32>>;
+    /// A clause the theory wants added now (a conflict lemma), if any.
+    fn next_lemma(&mut self) -> Option<Vec<i32>>;
+    /// Whether the complete assignment `model` (one literal per observed variable) is consistent with the
+    /// theory. When it is not, a lemma excluding it must be available from [`Theory::next_lemma`].
+    fn check_model(&mut self, model: &[i32]) -> bool;
+}
+
+/// Counters of what the theory did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TheoryStats {
+    /// Cycles closed by an insertion (conflict lemmas).
+    pub conflicts: u64,
+    /// Edge variables propagated false.
+    pub propagations: u64,
+    /// Insertions that needed a Pearce–Kelly reordering.
+    pub reorders: u64,
+    /// Complete models checked, and of those rejected.
+    pub model_checks: u64,
+    /// Complete models that the final check rejected.
+    pub model_rejections: u64,
+}
+
+const NONE: u32 = u32::MAX;
+
+/// An arc of the current graph: the other endpoint, and the edge variable's index (`NONE` for known edges).
+#[derive(Clone, Copy, Debug)]
+struct Arc {
+    other: u32,
+    edge: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EdgeState {
+    Unassigned,
+    False,
+    /// True and in the graph.
+    Inserted,
+    /// True, but its insertion would close a cycle; a lemma was issued.
+    Pending,
+}
+
+/// The acyclicity propagator over a fixed set of vertices, known edges and edge variables.
+pub struct AcyclicityPropagator {
+    known: Vec<Edge>,
+    /// Edge variables: the edge and its (positive) SAT variable.
+    edges: Vec<(Edge, i32)>,
+    edge_of_var: HashMap<i32, u32>,
+    edge_index: HashMap<Edge, u32>,
+    state: Vec<EdgeState>,
+    /// Whether the edge's negation is queued for propagation.
+    queued: Vec<bool>,
+    ord: Vec<u32>,
+    out: Vec<Vec<Arc>>,
+    inn: Vec<Vec<Arc>>,
+    /// Every edge variable by its tail, for propagation.
+    out_vars: Vec<Vec<u32>>,
+    trail: Vec<u32>,
+    levels: Vec<usize>,
+    pending: Vec<u32>,
+    lemmas: VecDeque<Vec<i32>>,
+    props: VecDeque<i32>,
+    /// For each propagated variable, its cycle as (tail, edge tag) steps, the propagated edge first.
+    reasons: HashMap<i32, Vec<(u32, u32)>>,
+    record: bool,
+    cycles: Vec<Vec<Edge>>,
+    budget: usize,
+    stats: TheoryStats,
+    // Search scratch space, stamped by epoch so it is never cleared.
+    epoch: u32,
+    fstamp: Vec<u32>,
+    fparent: Vec<(u32, u32)>,
+    bstamp: Vec<u32>,
+    bparent: Vec<(u32, u32)>,
+    stack: Vec<u32>,
+}
+
+impl AcyclicityPropagator {
+    /// A propagator over `n` vertices whose known edges are `known` (which must form a DAG) and whose edge
+    /// variables are `edges`, each a distinct, non-known edge with its positive variable. `budget` bounds the
+    /// vertices each propagation search visits (0 turns propagation off). Returns `None` if `known` is cyclic.
+    pub fn new(n: usize, known: &[Edge], edges: Vec<(Edge, i32)>, budget: usize) -> Option<Self> {
+        let ord = topological_positions(n, known)?;
+        let mut out = vec![Vec::new(); n];
+        let mut inn = vec![Vec::new(); n];
+        for e in known {
+            out[e.from as usize].push(Arc { other: e.to, edge: NONE });
+            inn[e.to as usize].push(Arc { other: e.from, edge: NONE });
+        }
+        let mut out_vars = vec![Vec::new(); n];
+        let mut edge_of_var = HashMap::with_capacity(edges.len());
+        let mut edge_index = HashMap::with_capacity(edges.len());
+        for (i, &(e, var)) in edges.iter().enumerate() {
+            out_vars[e.from as usize].push(i as u32);
+            edge_of_var.insert(var, i as u32);
+            edge_index.insert(e, i as u32);
+        }
+        let m = edges.len();
+        Some(AcyclicityPropagator {
+            known: known.to_vec(),
+            edges,
+            edge_of_var,
+            edge_index,
+            state: vec![EdgeState::Unassigned; m],
+            queued: vec![false; m],
+            ord,
+            out,
+            inn,
+            out_vars,
+            trail: Vec::new(),
+            levels: Vec::new(),
+            pending: Vec::new(),
+            lemmas: VecDeque::new(),
+            props: VecDeque::new(),
+            reasons: HashMap::new(),
+            record: false,
+            cycles: Vec::new(),
+            budget,
+            stats: TheoryStats::default(),
+            epoch: 0,
+            fstamp: vec![0; n],
+            fparent: vec![(NONE, NONE); n],
+            bstamp: vec![0; n],
+            bparent: vec![(NONE, NONE); n],
+            stack: Vec::new(),
+        })
+    }
+
+    /// Record every cycle that a lemma or a requested reason stands for (see [`Self::cycles`]).
+    pub fn set_recording(&mut self, record: bool) {
+        self.record = record;
+    }
+
+    /// The cycles recorded so far: each lemma and each reason the engine asked for, as edges.
+    pub fn cycles(&self) -> &[Vec<Edge>] {
+        &self.cycles
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> TheoryStats {
+        self.stats
+    }
+
+    fn next_epoch(&mut self) -> u32 {
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.fstamp.fill(0);
+            self.bstamp.fill(0);
+            self.epoch = 1;
+        }
+        self.epoch
+    }
+
+    fn lit_of(&self, edge: u32) -> i32 {
+        self.edges[edge as usize].1
+    }
+
+    /// The clause `¬e₁ ∨ … ∨ ¬eₖ` over the edge variables among `edges`.
+    fn clause_of(&self, edges: &[u32]) -> Vec<i32> {
+        edges.iter().filter(|&&e| e != NONE).map(|&e| -self.lit_of(e)).collect()
+    }
+
+    fn record_cycle(&mut self, cycle: Vec<Edge>) {
+        if self.record {
+            self.cycles.push(cycle);
+        }
+    }
+
+    /// Inserts edge variable `ei` (assigned true) into the graph, or issues a cycle lemma and keeps it
+    /// pending.
+    fn insert(&mut self, ei: u32) {
+        let (e, _) = self.edges[ei as usize];
+        let (u, v) = (e.from, e.to);
+        if u == v {
+            self.conflict(vec![(u, ei)], ei);
+            return;
+        }
+        if self.ord[u as usize] > self.ord[v as usize] {
+            // Pearce–Kelly: forward from v within ord < ord[u]; reaching u closes a cycle.
+            let ub = self.ord[u as usize];
+            let epoch = self.next_epoch();
+            self.fstamp[v as usize] = epoch;
+            self.stack.clear();
+            self.stack.push(v);
+            let mut delta_f = vec![v];
+            while let Some(w) = self.stack.pop() {
+                for k in 0..self.out[w as usize].len() {
+                    let a = self.out[w as usize][k];
+                    let x = a.other;
+                    if x == u {
+                        // The cycle u → v ⇝ w → u, as (tail, edge tag) steps.
+                        let mut steps = vec![(w, a.edge)];
+                        let mut y = w;
+                        while y != v {
+                            let (p, tag) = self.fparent[y as usize];
+                            steps.push((p, tag));
+                            y = p;
+                        }
+                        steps.push((u, ei));
+                        steps.reverse();
+                        self.conflict(steps, ei);
+                        return;
+                    }
+                    if self.fstamp[x as usize] != epoch && self.ord[x as usize] < ub {
+                        self.fstamp[x as usize] = epoch;
+                        self.fparent[x as usize] = (w, a.edge);
+                        self.stack.push(x);
+                        delta_f.push(x);
+                    }
+                }
+            }
+            // Backward from u within ord > ord[v].
+            let lb = self.ord[v as usize];
+            self.bstamp[u as usize] = epoch;
+            self.stack.push(u);
+            let mut delta_b = vec![u];
+            while let Some(w) = self.stack.pop() {
+                for k in 0..self.inn[w as usize].len() {
+                    let x = self.inn[w as usize][k].other;
+                    if self.bstamp[x as usize] != epoch && self.ord[x as usize] > lb {
+                        self.bstamp[x as usize] = epoch;
+                        self.stack.push(x);
+                        delta_b.push(x);
+                    }
+                }
+            }
+            // Renumber: the backward region keeps its relative order and goes first, then the forward one.
+            delta_b.sort_unstable_by_key(|&x| self.ord[x as usize]);
+            delta_f.sort_unstable_by_key(|&x| self.ord[x as usize]);
+            let mut pool: Vec<u32> = delta_b.iter().chain(&delta_f).map(|&x| self.ord[x as usize]).collect();
+            pool.sort_unstable();
+            for (&x, &o) in delta_b.iter().chain(&delta_f).zip(&pool) {
+                self.ord[x as usize] = o;
+            }
+            self.stats.reorders += 1;
+        }
+        self.out[u as usize].push(Arc { other: v, edge: ei });
+        self.inn[v as usize].push(Arc { other: u, edge: ei });
+        self.state[ei as usize] = EdgeState::Inserted;
+        if self.budget > 0 {
+            self.propagate_after(u, v, ei);
+        }
+    }
+
+    /// Issues the lemma for a cycle given as (tail, edge tag) steps, and leaves `ei` pending.
+    fn conflict(&mut self, steps: Vec<(u32, u32)>, ei: u32) {
+        self.stats.conflicts += 1;
+        let tags: Vec<u32> = steps.iter().map(|&(_, t)| t).collect();
+        self.lemmas.push_back(self.clause_of(&tags));
+        if self.record {
+            let cycle = self.steps_to_edges(&steps);
+            self.record_cycle(cycle);
+        }
+        self.state[ei as usize] = EdgeState::Pending;
+        self.pending.push(ei);
+    }
+
+    /// Turns (tail, tag) steps of a closed walk into edges: each step's head is the next step's tail.
+    fn steps_to_edges(&self, steps: &[(u32, u32)]) -> Vec<Edge> {
+        (0..steps.len())
+            .map(|i| {
+                let (from, tag) = steps[i];
+                if tag == NONE {
+                    Edge::new(from, steps[(i + 1) % steps.len()].0)
+                } else {
+                    self.edges[tag as usize].0
+                }
+            })
+            .collect()
+    }
+
+    /// Propagates false every unassigned edge variable that would now close a cycle through `u → v`, within
+    /// the work budget.
+    fn propagate_after(&mut self, u: u32, v: u32, ei: u32) {
+        let ord_u = self.ord[u as usize];
+        let epoch = self.next_epoch();
+        let mut candidates: Vec<u32> = Vec::new();
+        let mut min_y = u32::MAX;
+        self.fstamp[v as usize] = epoch;
+        self.fparent[v as usize] = (NONE, NONE);
+        self.stack.clear();
+        self.stack.push(v);
+        let mut visited = 1usize;
+        'forward: while let Some(w) = self.stack.pop() {
+            for &c in &self.out_vars[w as usize] {
+                if self.state[c as usize] == EdgeState::Unassigned && !self.queued[c as usize] {
+                    let y = self.edges[c as usize].0.to;
+                    if self.ord[y as usize] <= ord_u {
+                        candidates.push(c);
+                        min_y = min_y.min(self.ord[y as usize]);
+                    }
+                }
+            }
+            for k in 0..self.out[w as usize].len() {
+                let a = self.out[w as usize][k];
+                let x = a.other;
+                if self.fstamp[x as usize] != epoch {
+                    self.fstamp[x as usize] = epoch;
+                    self.fparent[x as usize] = (w, a.edge);
+                    self.stack.push(x);
+                    visited += 1;
+                    if visited > self.budget {
+                        break 'forward;
+                    }
+                }
+            }
+        }
+        self.stack.clear();
+        if candidates.is_empty() {
+            return;
+        }
+        // Backward from u, only through vertices ordered at or after the earliest candidate head: a path
+        // y ⇝ u only passes through such vertices.
+        self.bstamp[u as usize] = epoch;
+        self.bparent[u as usize] = (NONE, NONE);
+        self.stack.push(u);
+        let mut visited = 1usize;
+        'backward: while let Some(w) = self.stack.pop() {
+            for k in 0..self.inn[w as usize].len() {
+                let a = self.inn[w as usize][k];
+                let x = a.other;
+                if self.bstamp[x as usize] != epoch && self.ord[x as usize] >= min_y {
+                    self.bstamp[x as usize] = epoch;
+                    self.bparent[x as usize] = (w, a.edge);
+                    self.stack.push(x);
+                    visited += 1;
+                    if visited > self.budget {
+                        break 'backward;
+                    }
+                }
+            }
+        }
+        self.stack.clear();
+        for c in candidates {
+            let (ce, var) = self.edges[c as usize];
+            if self.bstamp[ce.to as usize] != epoch || self.queued[c as usize] {
+                continue;
+            }
+            // The cycle x → y ⇝ u → v ⇝ x, as (tail, edge tag) steps.
+            let mut steps = vec![(ce.from, c)];
+            let mut y = ce.to;
+            while y != u {
+                let (next, tag) = self.bparent[y as usize];
+                steps.push((y, tag));
+                y = next;
+            }
+            steps.push((u, ei));
+            let mut back = Vec::new();
+            let mut x = ce.from;
+            while x != v {
+                let (p, tag) = self.fparent[x as usize];
+                back.push((p, tag));
+                x = p;
+            }
+            back.reverse();
+            steps.extend(back);
+            self.queued[c as usize] = true;
+            self.props.push_back(-var);
+            self.reasons.insert(var, steps);
+            self.stats.propagations += 1;
+        }
+    }
+
+    fn undo(&mut self, ei: u32) {
+        let (e, _) = self.edges[ei as usize];
+        match self.state[ei as usize] {
+            EdgeState::Inserted => {
+                remove_arc(&mut self.out[e.from as usize], ei);
+                remove_arc(&mut self.inn[e.to as usize], ei);
+            }
+            EdgeState::Pending => {
+                if let Some(p) = self.pending.iter().rposition(|&x| x == ei) {
+                    self.pending.swap_remove(p);
+                }
+            }
+            EdgeState::False | EdgeState::Unassigned => {}
+        }
+        self.state[ei as usize] = EdgeState::Unassigned;
+    }
+
+    /// Retries pending edges whose cycle may have been broken by backtracking.
+    fn retry_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        for ei in pending {
+            if self.state[ei as usize] == EdgeState::Pending {
+                self.state[ei as usize] = EdgeState::Unassigned;
+                self.insert(ei);
+            }
+        }
+    }
+}
+
+fn remove_arc(list: &mut Vec<Arc>, ei: u32) {
+    if let Some(p) = list.iter().rposition(|a| a.edge == ei) {
+        list.swap_remove(p);
+    }
+}
+
+impl Theory for AcyclicityPropagator {
+    fn notify_assignment(&mut self, lit: i32) {
+        let Some(&ei) = self.edge_of_var.get(&lit.abs()) else { return };
+        if self.state[ei as usize] != EdgeState::Unassigned {
+            return;
+        }
+        self.trail.push(ei);
+        if lit < 0 {
+            self.state[ei as usize] = EdgeState::False;
+        } else {
+            self.insert(ei);
+        }
+    }
+
+    fn notify_new_decision_level(&mut self) {
+        self.levels.push(self.trail.len());
+    }
+
+    fn notify_backtrack(&mut self, new_level: usize) {
+        while self.levels.len() > new_level {
+            let Some(start) = self.levels.pop() else { break };
+            while self.trail.len() > start {
+                if let Some(ei) = self.trail.pop() {
+                    self.undo(ei);
+                }
+            }
+        }
+        for lit in self.props.drain(..) {
+            if let Some(&ei) = self.edge_of_var.get(&lit.abs()) {
+                self.queued[ei as usize] = false;
+            }
+        }
+    }
+
+    fn propagate(&mut self) -> Option<i32> {
+        self.retry_pending();
+        while let Some(lit) = self.props.pop_front() {
+            let ei = *self.edge_of_var.get(&lit.abs())?;
+            self.queued[ei as usize] = false;
+            if self.state[ei as usize] == EdgeState::Unassigned {
+                return Some(lit);
+            }
+        }
+        None
+    }
+
+    fn reason(&mut self, lit: i32) -> Option<Vec<i32>> {
+        let steps = self.reasons.get(&lit.abs())?;
+        let tags: Vec<u32> = steps.iter().skip(1).map(|&(_, t)| t).collect();
+        if self.record {
+            let cycle = self.steps_to_edges(steps);
+            self.record_cycle(cycle);
+        }
+        let mut clause = vec![lit];
+        clause.extend(self.clause_of(&tags));
+        Some(clause)
+    }
+
+    fn next_lemma(&mut self) -> Option<Vec<i32>> {
+        self.lemmas.pop_front()
+    }
+
+    fn check_model(&mut self, model: &[i32]) -> bool {
+        self.stats.model_checks += 1;
+        let mut graph = self.known.clone();
+        for &lit in model {
+            if lit > 0
+                && let Some(&ei) = self.edge_of_var.get(&lit)
+            {
+                graph.push(self.edges[ei as usize].0);
+            }
+        }
+        let n = self.ord.len();
+        if is_acyclic(n, graph.iter().copied()) {
+            return true;
+        }
+        self.stats.model_rejections += 1;
+        let Some(cycle) = find_cycle(n, &graph) else { return true };
+        let clause: Vec<i32> =
+            cycle.iter().filter_map(|e| self.edge_index.get(e).map(|&ei| -self.lit_of(ei))).collect();
+        self.lemmas.push_back(clause);
+        self.record_cycle(cycle);
+        false
+    }
+}
