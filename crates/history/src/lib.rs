@@ -2,9 +2,11 @@
 //! between them.
 
 mod builder;
+pub mod codec;
 mod model;
 
 pub use builder::{HistoryBuilder, TxnBuilder};
+pub use codec::{CodecError, Format, read_history, write_history};
 pub use model::{
     CollectorId, History, HistoryStats, Key, KeyName, KeyTable, LogGap, Observed, Op, Outcome, SessionId,
     StmtRef, Transaction, TxnId, WriteId,

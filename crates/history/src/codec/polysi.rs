@@ -1,0 +1,176 @@
+//! Importer for the text histories of PolySI and IsoVista: one op a line, `r(key,value,session,txn)` or
+//! `w(key,value,session,txn)`.
+//!
+//! How lines map to the model:
+//! - Ops join their transaction in file order; transaction ids are global, so a transaction's lines need
+//!   not be adjacent (PolySI's loader reads them the same way). A transaction belongs to the session of its
+//!   first line; a later line that puts it in another session is an error. Within a session, transactions
+//!   are in order of first appearance, which is session order. The PolySI txn number is the [`TxnId`].
+//! - Key `k` becomes the key named by the decimal text of `k`, in namespace `""`.
+//! - Values are unique per key in these histories, so each `(key, value)` pair is interned to its own
+//!   [`WriteId`] (1, 2, … in order of first appearance). Value 0 is the initial value: a read of it
+//!   observed [`Observed::PreHistory`]`(0)`, and a write of it is an error.
+//! - Txn number -1 marks an aborted transaction (IsoVista). Its lines carry no txn id, so each run of
+//!   adjacent -1 lines of one session becomes one Aborted transaction, with a fresh id above every id in
+//!   the file. Only its writes matter to a verifier (reads of them are aborted reads, G1a).
+//!
+//! Errors name the line, counting from 1.
+
+use std::collections::HashMap;
+
+use thiserror::Error;
+
+use crate::model::{History, Key, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId};
+
+/// A PolySI text history could not be imported.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("PolySI history, line {line}: {message}")]
+pub struct PolysiError {
+    /// The line, counting from 1.
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn parse_line(text: &str) -> Result<(bool, u64, u64, u64, i64), String> {
+    let text = text.trim();
+    let is_read = match text.as_bytes().first() {
+        Some(b'r') => true,
+        Some(b'w') => false,
+        _ => return Err(format!("expected r(key,value,session,txn) or w(...), found \"{}\"", excerpt(text))),
+    };
+    let inner = text[1..]
+        .strip_prefix('(')
+        .and_then(|t| t.strip_suffix(')'))
+        .ok_or_else(|| format!("expected r(key,value,session,txn) or w(...), found \"{}\"", excerpt(text)))?;
+    let fields: Vec<&str> = inner.split(',').collect();
+    if fields.len() != 4 {
+        return Err(format!("expected 4 comma-separated numbers, found {}", fields.len()));
+    }
+    let num = |name: &str, s: &str| -> Result<u64, String> {
+        let s = s.trim();
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("{name} \"{}\" is not a non-negative integer", excerpt(s)));
+        }
+        s.parse().map_err(|_| format!("{name} {s} does not fit 64 bits"))
+    };
+    let txn_text = fields[3].trim();
+    let txn = if txn_text == "-1" {
+        -1
+    } else {
+        let t = num("txn", txn_text)?;
+        i64::try_from(t).map_err(|_| format!("txn {t} does not fit 63 bits"))?
+    };
+    Ok((is_read, num("key", fields[0])?, num("value", fields[1])?, num("session", fields[2])?, txn))
+}
+
+fn excerpt(s: &str) -> String {
+    s.chars().take(60).collect()
+}
+
+/// Imports a PolySI/IsoVista text history from raw bytes, which must be UTF-8.
+pub fn import_bytes(data: &[u8]) -> Result<History, PolysiError> {
+    match std::str::from_utf8(data) {
+        Ok(s) => import(s),
+        Err(e) => {
+            let line = data[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
+            Err(PolysiError { line, message: format!("not UTF-8 (byte offset {})", e.valid_up_to()) })
+        }
+    }
+}
+
+/// Imports a PolySI/IsoVista text history.
+pub fn import(text: &str) -> Result<History, PolysiError> {
+    let mut history = History::default();
+    let mut keys: HashMap<u64, Key> = HashMap::new();
+    let mut writes: HashMap<(u64, u64), WriteId> = HashMap::new();
+    // Transaction number -> index in history.transactions.
+    let mut txn_index: HashMap<i64, usize> = HashMap::new();
+    let mut next_seq: HashMap<u64, u64> = HashMap::new();
+    let mut aborted: Vec<usize> = Vec::new();
+    // The aborted transaction the previous line went to, if the previous line was aborted.
+    let mut open_aborted: Option<(u64, usize)> = None;
+    let mut max_id: i64 = -1;
+    let mut lines = 0;
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        lines = line;
+        if raw.trim().is_empty() {
+            return Err(PolysiError { line, message: "an empty line".to_owned() });
+        }
+        let (is_read, k, value, session, txn) =
+            parse_line(raw).map_err(|message| PolysiError { line, message })?;
+        let key = *keys.entry(k).or_insert_with(|| history.keys.intern_str(&k.to_string()));
+        let new_txn = |history: &mut History, next_seq: &mut HashMap<u64, u64>, id: u64| {
+            let seq = next_seq.entry(session).or_insert(0);
+            let mut t = Transaction::new(TxnId(id), SessionId(session), *seq);
+            *seq += 1;
+            if txn < 0 {
+                t.outcome = Outcome::Aborted;
+            }
+            history.transactions.push(t);
+            history.transactions.len() - 1
+        };
+        let index = if txn < 0 {
+            match open_aborted {
+                Some((s, idx)) if s == session => idx,
+                _ => {
+                    let idx = new_txn(&mut history, &mut next_seq, 0);
+                    aborted.push(idx);
+                    idx
+                }
+            }
+        } else {
+            max_id = max_id.max(txn);
+            match txn_index.get(&txn) {
+                Some(&idx) => {
+                    let owner = history.transactions[idx].session.0;
+                    if owner != session {
+                        return Err(PolysiError {
+                            line,
+                            message: format!(
+                                "txn {txn} is in session {owner}, but this line puts it in session {session}"
+                            ),
+                        });
+                    }
+                    idx
+                }
+                None => {
+                    let idx = new_txn(&mut history, &mut next_seq, txn as u64);
+                    txn_index.insert(txn, idx);
+                    idx
+                }
+            }
+        };
+        open_aborted = (txn < 0).then_some((session, index));
+        let next_write = WriteId(writes.len() as u64 + 1);
+        let op = if is_read {
+            let observed = if value == 0 {
+                Observed::PreHistory(0)
+            } else {
+                Observed::Version(*writes.entry((k, value)).or_insert(next_write))
+            };
+            Op::Read { key, observed, stmt: None }
+        } else {
+            if value == 0 {
+                return Err(PolysiError {
+                    line,
+                    message: format!(
+                        "a write of value 0 to key {k}; value 0 is reserved for the initial value"
+                    ),
+                });
+            }
+            Op::Write { key, write: *writes.entry((k, value)).or_insert(next_write), stmt: None }
+        };
+        history.transactions[index].ops.push(op);
+    }
+    if lines == 0 {
+        return Err(PolysiError { line: 1, message: "the file is empty".to_owned() });
+    }
+    // Aborted transactions get ids above every id in the file, in order of appearance.
+    let base = (max_id + 1) as u64;
+    for (n, idx) in aborted.into_iter().enumerate() {
+        history.transactions[idx].id = TxnId(base + n as u64);
+    }
+    Ok(history)
+}
