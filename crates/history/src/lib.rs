@@ -3,10 +3,12 @@
 
 mod builder;
 pub mod codec;
+pub mod log;
 mod model;
 
 pub use builder::{HistoryBuilder, TxnBuilder};
 pub use codec::{CodecError, Format, read_history, write_history};
+pub use log::{Durability, HistoryLog, LogError, LogRecord, LoggedOp, LoggedTxn, SledLog};
 pub use model::{
     CollectorId, History, HistoryStats, Key, KeyName, KeyTable, LogGap, Observed, Op, Outcome, SessionId,
     StmtRef, Transaction, TxnId, WriteId,

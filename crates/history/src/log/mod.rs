@@ -1,0 +1,254 @@
+//! The durable history log between the proxy and the verifier (DESIGN.md §3 "Durability").
+//!
+//! # What is written, and when
+//!
+//! For every transaction that reaches COMMIT, the proxy appends two records:
+//! 1. an **intent** ([`LogRecord::Intent`], "commit pending": the transaction's ops, with key names and
+//!    statement texts) before it forwards COMMIT to the database, and
+//! 2. an **outcome** ([`LogRecord::Outcome`]: Committed or Aborted, and the commit timestamp) when the
+//!    reply arrives. It forwards the reply to the client only after the outcome's [`DurabilityTicket`]
+//!    resolves.
+//!
+//! A transaction with no commit phase (rolled back, or read-only and ended without COMMIT) is one
+//! [`LogRecord::Finished`] record. Every record gets the next sequence number; the storage key is that
+//! number as 8 big-endian bytes, so key order is append order and [`HistoryLog::tail`] reads in append
+//! order.
+//!
+//! # Durability settings
+//!
+//! - [`Durability::Strict`]: an outcome's ticket resolves only after an fsync that covers it. Concurrent
+//!   sessions share fsyncs through group commit (see [`group_commit`]): a flusher thread covers every
+//!   request that arrived during the previous fsync with the next one. Because the engine's fsync covers
+//!   everything appended before it, an acknowledged outcome also makes every earlier intent durable, in
+//!   particular the intent of any transaction whose writes the acknowledged one could have read.
+//! - [`Durability::Group`]: tickets resolve at once; the flusher fsyncs at least every
+//!   [`LogOptions::group_interval`] (10 ms by default).
+//! - [`Durability::None`]: the log never fsyncs on its own (only on [`HistoryLog::sync`] and at close).
+//!   For benchmarks only.
+//!
+//! # Recovery
+//!
+//! The log keeps a "run state" in a metadata tree: `running <durability>` from open until a clean
+//! [`HistoryLog::close`], then `clean`. If `open` finds `running`, the previous run crashed, and `open`
+//! appends one explicit [`LogRecord::Recovery`] record at the crash point, before anything new:
+//! - it lists every intent without an outcome; they replay as Indeterminate, and the record tells a
+//!   tailing verifier that no outcome will ever come for them;
+//! - if the crashed run used `group` or `none`, it sets `gap`, and replay adds a [`crate::LogGap`], because
+//!   acknowledged transactions may be missing after that point.
+//!
+//! Finding the pending intents scans the records appended since the previous open (the metadata tree
+//! remembers where that run started), not the whole log. A clean close with intents still pending writes a
+//! Recovery record for them too (without a gap).
+//!
+//! # Integrity
+//!
+//! Each record value carries a format version and a CRC-32 (see [`record`]). A value that fails either
+//! check is reported as [`LogError::Corrupt`] with its sequence number, by `tail`, `replay` and the
+//! recovery scan in `open`; nothing is skipped.
+//!
+//! # What the engine guarantees (and what it does not)
+//!
+//! [`SledLog`] uses sled 0.34. Its `flush` writes the dirty buffers and syncs them with
+//! `sync_file_range(2)` on Linux, and its recovery restores a prefix of its own log. So a process crash
+//! (tested here with SIGKILL) loses nothing acknowledged under `strict`. Whether a power loss does depends
+//! on sled's use of `sync_file_range`, which does not flush file metadata or the drive's write cache; that
+//! is sled's guarantee, not ours, and the [`HistoryLog`] trait exists so another engine can replace it.
+
+pub mod group_commit;
+pub mod record;
+pub mod replay;
+mod sled_log;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+pub use group_commit::{DurabilityTicket, DurableFuture, FSYNC_BUCKETS_US, LogStats};
+pub use record::{FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError};
+pub use replay::Replayer;
+pub use sled_log::SledLog;
+
+use crate::{History, Outcome, TxnId};
+
+/// How hard the log works to keep acknowledged transactions across a crash (DESIGN.md §3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// A commit reply waits for the fsync of its outcome; concurrent sessions share each fsync.
+    #[default]
+    Strict,
+    /// Replies go out at once; the log is fsynced within a bounded delay.
+    Group,
+    /// No fsync at all. For benchmarks only: a crash can lose anything.
+    None,
+}
+
+impl Durability {
+    /// The setting's name as configuration files spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Strict => "strict",
+            Durability::Group => "group",
+            Durability::None => "none",
+        }
+    }
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A durability setting that is not `strict`, `group` or `none`.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("unknown durability {0:?}: expected strict, group or none")]
+pub struct ParseDurabilityError(pub String);
+
+impl FromStr for Durability {
+    type Err = ParseDurabilityError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "strict" => Ok(Durability::Strict),
+            "group" => Ok(Durability::Group),
+            "none" => Ok(Durability::None),
+            other => Err(ParseDurabilityError(other.to_owned())),
+        }
+    }
+}
+
+/// Settings for opening a log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogOptions {
+    /// The durability setting.
+    pub durability: Durability,
+    /// Under `group`, the longest time between an append and the fsync that covers it (plus the fsync's
+    /// own duration).
+    pub group_interval: Duration,
+    /// The storage engine's page cache size, in bytes.
+    pub cache_bytes: u64,
+}
+
+impl LogOptions {
+    /// Defaults for `durability`: a 10 ms group interval and a 64 MiB cache.
+    pub fn new(durability: Durability) -> Self {
+        LogOptions { durability, group_interval: Duration::from_millis(10), cache_bytes: 64 << 20 }
+    }
+}
+
+/// Why a log operation failed.
+#[derive(Debug, Error)]
+pub enum LogError {
+    /// The storage engine failed.
+    #[error("history log storage error: {0}")]
+    Storage(String),
+    /// A record failed its integrity checks.
+    #[error("history log record {seq} is corrupt: {source}")]
+    Corrupt {
+        /// The record's sequence number.
+        seq: u64,
+        /// What is wrong with it.
+        source: RecordError,
+    },
+    /// A storage key is not an 8-byte sequence number.
+    #[error("history log key {key_hex} is not a sequence number (after record {after:?})")]
+    BadKey {
+        /// The key's bytes, in hex.
+        key_hex: String,
+        /// The last good sequence number before it, if any.
+        after: Option<u64>,
+    },
+    /// The metadata the log keeps about itself is unreadable.
+    #[error("history log metadata {key:?} is unreadable: {reason}")]
+    Meta {
+        /// The metadata key.
+        key: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A record contradicts the records before it.
+    #[error("history log record {seq}: {reason}")]
+    Inconsistent {
+        /// The record's sequence number.
+        seq: u64,
+        /// What it contradicts.
+        reason: String,
+    },
+    /// An append that the log refused because it would make the log inconsistent.
+    #[error("history log append refused: {0}")]
+    Refused(String),
+    /// An fsync failed. The log stops: nothing later can be acknowledged.
+    #[error("history log fsync failed; the log accepts no more appends: {0}")]
+    FsyncFailed(String),
+    /// The log was closed.
+    #[error("history log is closed")]
+    Closed,
+}
+
+impl From<sled::Error> for LogError {
+    fn from(e: sled::Error) -> Self {
+        LogError::Storage(e.to_string())
+    }
+}
+
+/// Records in append order, with their sequence numbers; an item is an error where a record is unreadable.
+pub type Tail<'a> = Box<dyn Iterator<Item = Result<(u64, LogRecord), LogError>> + Send + 'a>;
+
+/// A durable, append-only log of transaction intents and outcomes. [`SledLog`] is the implementation; the
+/// trait lets another engine replace it (DESIGN.md §4).
+pub trait HistoryLog: Send + Sync {
+    /// Appends a transaction's "commit pending" intent. Call before forwarding COMMIT; the ticket need not
+    /// be waited on (the outcome's fsync covers the intent too).
+    fn append_intent(&self, txn: LoggedTxn) -> Result<DurabilityTicket, LogError>;
+
+    /// Appends the outcome of an earlier intent. Under `strict`, wait on the ticket before forwarding the
+    /// reply. Refused if `txn` has no pending intent from this run.
+    fn append_outcome(
+        &self,
+        txn: TxnId,
+        outcome: Outcome,
+        commit_ns: Option<u64>,
+    ) -> Result<DurabilityTicket, LogError>;
+
+    /// Appends a transaction that is already over, in one record.
+    fn append_finished(
+        &self,
+        txn: LoggedTxn,
+        outcome: Outcome,
+        commit_ns: Option<u64>,
+    ) -> Result<DurabilityTicket, LogError>;
+
+    /// The records from sequence number `from_seq` on, in append order. Under `group` and `none` it may
+    /// return records not yet fsynced.
+    fn tail(&self, from_seq: u64) -> Tail<'_>;
+
+    /// The whole log as a history (see [`Replayer`]).
+    fn replay(&self) -> Result<History, LogError> {
+        let mut replayer = Replayer::new();
+        for item in self.tail(0) {
+            let (seq, record) = item?;
+            replayer.apply(seq, record)?;
+        }
+        Ok(replayer.finish())
+    }
+
+    /// Blocks until everything appended so far is fsynced, whatever the durability setting.
+    fn sync(&self) -> Result<(), LogError>;
+
+    /// The sequence number the next append will get.
+    fn next_seq(&self) -> u64;
+
+    /// The durability setting the log was opened with.
+    fn durability(&self) -> Durability;
+
+    /// Fsync and append counters, for `/metrics`.
+    fn stats(&self) -> LogStats;
+
+    /// Makes everything durable and marks the log cleanly closed, so the next open records no crash.
+    /// Later appends fail with [`LogError::Closed`]. Idempotent.
+    fn close(&self) -> Result<(), LogError>;
+}

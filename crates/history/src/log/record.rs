@@ -1,0 +1,246 @@
+//! The records of the durable log and their byte format.
+//!
+//! The proxy interns nothing, so records carry key *names* ([`KeyName`]) and statement *texts*; replay
+//! interns them (see [`super::replay`]).
+//!
+//! # Byte format of one record value
+//!
+//! ```text
+//! offset 0      1                5
+//!        ┌──────┬────────────────┬──────────────────────────────┐
+//!        │ ver  │ crc32 (LE)     │ postcard payload (LogRecord) │
+//!        └──────┴────────────────┴──────────────────────────────┘
+//! ```
+//!
+//! - `ver` is [`FORMAT_VERSION`]. The header layout (one version byte, then a CRC-32 over the version byte
+//!   and the payload) is frozen for every future version, so an old reader can always tell "corrupt" from
+//!   "written by a newer Krait".
+//! - The checksum is checked before the version, so a flipped version byte is reported as corruption.
+//! - The payload is [postcard](https://docs.rs/postcard): serde with varint integers and no field names. It
+//!   is compact (a typical one-row intent is well under 100 bytes), its format is specified and stable
+//!   across postcard 1.x, and it decodes without `deserialize_any`, so every type here must be a plain
+//!   struct or an externally tagged enum (no `#[serde(tag = ...)]`). That is why [`LoggedOp`] exists
+//!   beside the model's [`crate::Op`].
+//! - A payload must be consumed exactly; trailing bytes are an error, not ignored.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::Durability;
+use crate::{CollectorId, KeyName, Observed, Outcome, SessionId, TxnId, WriteId};
+
+/// The version byte written at the start of every record value.
+pub const FORMAT_VERSION: u8 = 1;
+
+/// Bytes before the payload: the version byte and the CRC-32.
+pub const HEADER_LEN: usize = 5;
+
+/// One op as the proxy logs it: like [`crate::Op`], but naming its key instead of interning it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LoggedOp {
+    /// A read of `key` that observed one version.
+    Read {
+        /// The key read.
+        key: KeyName,
+        /// The version it returned.
+        observed: Observed,
+        /// Index into [`LoggedTxn::statements`] of the statement the read came from.
+        stmt: Option<u32>,
+    },
+    /// A write of a new version of `key`.
+    Write {
+        /// The key written.
+        key: KeyName,
+        /// The identity of the new version.
+        write: WriteId,
+        /// Index into [`LoggedTxn::statements`] of the statement the write came from.
+        stmt: Option<u32>,
+    },
+}
+
+impl LoggedOp {
+    /// The statement index this op refers to, if any.
+    pub fn stmt(&self) -> Option<u32> {
+        match self {
+            LoggedOp::Read { stmt, .. } | LoggedOp::Write { stmt, .. } => *stmt,
+        }
+    }
+}
+
+/// A transaction as the proxy logs it, before its outcome is known: everything of a
+/// [`crate::Transaction`] except the outcome and the commit timestamp.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoggedTxn {
+    /// Unique within the history.
+    pub id: TxnId,
+    /// The session that ran it.
+    pub session: SessionId,
+    /// Its position within the session, counting from 0.
+    pub seq: u64,
+    /// Reads and writes, in the order issued.
+    pub ops: Vec<LoggedOp>,
+    /// The statement texts the ops refer to by index. Local to this transaction; replay adds them to the
+    /// history (once per distinct text) and rewrites the indices into [`crate::StmtRef`]s.
+    pub statements: Vec<String>,
+    /// When it started, in nanoseconds since the Unix epoch, by the collector's clock.
+    pub start_ns: Option<u64>,
+    /// The collector whose clock took the timestamps.
+    pub collector: CollectorId,
+    /// Whether this is a fence transaction (Cobra §4.2).
+    pub fence: bool,
+}
+
+impl LoggedTxn {
+    /// An empty transaction with no ops, statements or timestamps.
+    pub fn new(id: TxnId, session: SessionId, seq: u64) -> Self {
+        LoggedTxn {
+            id,
+            session,
+            seq,
+            ops: Vec::new(),
+            statements: Vec::new(),
+            start_ns: None,
+            collector: CollectorId::default(),
+            fence: false,
+        }
+    }
+}
+
+/// One entry of the durable log. Sequence numbers are not part of the record; they are its key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogRecord {
+    /// "Commit pending": written before the proxy forwards COMMIT. An outcome record follows when the
+    /// reply arrives; if none ever does, the transaction is Indeterminate.
+    Intent(LoggedTxn),
+    /// The outcome of an earlier [`LogRecord::Intent`].
+    Outcome {
+        /// The transaction whose intent this resolves.
+        txn: TxnId,
+        /// How it ended. `Indeterminate` is allowed: the proxy may lose the upstream connection while
+        /// COMMIT is in flight.
+        outcome: Outcome,
+        /// When the commit was acknowledged, by the collector's clock.
+        commit_ns: Option<u64>,
+    },
+    /// A transaction logged in one append, with no commit phase to wait for: one that rolled back, or a
+    /// read-only one that ended without COMMIT.
+    Finished {
+        /// The transaction.
+        txn: LoggedTxn,
+        /// How it ended.
+        outcome: Outcome,
+        /// When it ended, by the collector's clock.
+        commit_ns: Option<u64>,
+    },
+    /// Written when the log is opened after a crash (or closed with intents still pending): it marks the
+    /// crash point. Listed intents will never get an outcome and replay as Indeterminate.
+    Recovery {
+        /// Intents that had no outcome when the previous run ended.
+        indeterminate: Vec<TxnId>,
+        /// Whether acknowledged appends may have been lost: the previous run crashed under `group` or
+        /// `none` durability. Replay turns it into a [`crate::LogGap`].
+        gap: bool,
+        /// The durability setting of the run that ended here, if it was known.
+        previous: Option<Durability>,
+    },
+}
+
+/// Why a record value could not be decoded.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum RecordError {
+    /// The value is shorter than the fixed header.
+    #[error("record is truncated: {len} bytes, the header alone needs {HEADER_LEN}")]
+    Truncated {
+        /// The value's length.
+        len: usize,
+    },
+    /// The stored checksum does not match the bytes.
+    #[error("record checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    Checksum {
+        /// The checksum in the header.
+        stored: u32,
+        /// The checksum of the bytes as read.
+        computed: u32,
+    },
+    /// The record was written in a format this build does not read.
+    #[error("record format version {found} is not supported (this build reads version {FORMAT_VERSION})")]
+    Version {
+        /// The version byte found.
+        found: u8,
+    },
+    /// The payload does not decode as a record.
+    #[error("record payload is malformed: {reason}")]
+    Malformed {
+        /// The decoder's explanation.
+        reason: String,
+    },
+    /// The payload decoded but bytes were left over.
+    #[error("record payload has {count} trailing bytes")]
+    Trailing {
+        /// How many bytes were left.
+        count: usize,
+    },
+    /// The record could not be serialized (does not happen for well-formed values; kept as an error rather
+    /// than a panic).
+    #[error("record could not be encoded: {reason}")]
+    Encode {
+        /// The encoder's explanation.
+        reason: String,
+    },
+}
+
+fn checksum(version: u8, payload: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&[version]);
+    hasher.update(payload);
+    hasher.finalize()
+}
+
+/// Puts the header (version byte and checksum) in front of `payload`. [`LogRecord::encode`] uses it; tests
+/// and fuzzers use it to wrap arbitrary payloads, so that the decoder gets past the checksum.
+pub fn frame(version: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
+    out.push(version);
+    out.extend_from_slice(&checksum(version, payload).to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+impl LogRecord {
+    /// Serializes the record with its header (see the module doc).
+    pub fn encode(&self) -> Result<Vec<u8>, RecordError> {
+        let payload =
+            postcard::to_allocvec(self).map_err(|e| RecordError::Encode { reason: e.to_string() })?;
+        Ok(frame(FORMAT_VERSION, &payload))
+    }
+
+    /// Decodes a record value. Never panics, whatever the bytes.
+    pub fn decode(bytes: &[u8]) -> Result<LogRecord, RecordError> {
+        let (header, payload) =
+            bytes.split_at_checked(HEADER_LEN).ok_or(RecordError::Truncated { len: bytes.len() })?;
+        let version = header[0];
+        let stored = u32::from_le_bytes([header[1], header[2], header[3], header[4]]);
+        let computed = checksum(version, payload);
+        if stored != computed {
+            return Err(RecordError::Checksum { stored, computed });
+        }
+        if version != FORMAT_VERSION {
+            return Err(RecordError::Version { found: version });
+        }
+        let (record, rest) = postcard::take_from_bytes::<LogRecord>(payload)
+            .map_err(|e| RecordError::Malformed { reason: e.to_string() })?;
+        if !rest.is_empty() {
+            return Err(RecordError::Trailing { count: rest.len() });
+        }
+        Ok(record)
+    }
+
+    /// The transaction this record is about, if it is about one.
+    pub fn txn_id(&self) -> Option<TxnId> {
+        match self {
+            LogRecord::Intent(txn) | LogRecord::Finished { txn, .. } => Some(txn.id),
+            LogRecord::Outcome { txn, .. } => Some(*txn),
+            LogRecord::Recovery { .. } => None,
+        }
+    }
+}

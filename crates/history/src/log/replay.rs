@@ -1,0 +1,177 @@
+//! Replay: turns a stream of log records back into a [`History`], interning key names and statement texts.
+//!
+//! Replay is strict. A record that contradicts the ones before it (a second intent for one transaction, an
+//! outcome with no intent, an op pointing at a statement that is not there) is an error that names the
+//! record's sequence number, never a skipped record.
+//!
+//! An intent with no outcome replays as Indeterminate. That covers both the intents a [`LogRecord::Recovery`]
+//! record lists (the previous run crashed before their outcome) and, when replaying a log that is still
+//! being written, intents whose COMMIT is in flight right now.
+
+use std::collections::HashMap;
+
+use super::LogError;
+use super::record::{LogRecord, LoggedOp, LoggedTxn};
+use crate::{History, LogGap, Op, Outcome, StmtRef, Transaction, TxnId};
+
+/// Builds a [`History`] from log records fed in sequence order. Usable incrementally: a verifier that
+/// tails the log can feed records as they arrive and look at [`Replayer::history`] between rounds.
+#[derive(Debug, Default)]
+pub struct Replayer {
+    history: History,
+    /// Where each transaction seen so far sits in `history.transactions`.
+    index: HashMap<TxnId, usize>,
+    /// Intents still waiting for an outcome.
+    pending: HashMap<TxnId, usize>,
+    /// Statement texts already added, so a statement repeated by many transactions is stored once.
+    statements: HashMap<String, StmtRef>,
+    /// The sequence number the next record must have, once one was seen.
+    next_seq: Option<u64>,
+}
+
+impl Replayer {
+    /// An empty replayer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The history assembled so far. Pending intents show as Indeterminate.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// Transactions whose intent has no outcome yet.
+    pub fn pending(&self) -> impl Iterator<Item = TxnId> + '_ {
+        self.pending.keys().copied()
+    }
+
+    /// Consumes the replayer; pending intents stay Indeterminate.
+    pub fn finish(self) -> History {
+        self.history
+    }
+
+    /// Applies one record. Records must come in increasing sequence order; a hole in the sequence numbers is
+    /// reported, since appends never leave one.
+    pub fn apply(&mut self, seq: u64, record: LogRecord) -> Result<(), LogError> {
+        if let Some(expected) = self.next_seq
+            && seq != expected
+        {
+            return Err(inconsistent(seq, format!("expected record {expected} next; the log has a hole")));
+        }
+        self.next_seq = Some(seq.saturating_add(1));
+        match record {
+            LogRecord::Intent(txn) => {
+                let at = self.add_txn(seq, txn, Outcome::Indeterminate, None)?;
+                if let Some(&id) = self.history.transactions.get(at).map(|t| &t.id) {
+                    self.pending.insert(id, at);
+                }
+            }
+            LogRecord::Finished { txn, outcome, commit_ns } => {
+                self.add_txn(seq, txn, outcome, commit_ns)?;
+            }
+            LogRecord::Outcome { txn, outcome, commit_ns } => {
+                let at = self.pending.remove(&txn).ok_or_else(|| {
+                    let why = if self.index.contains_key(&txn) {
+                        format!("outcome for {txn}, which already has one")
+                    } else {
+                        format!("outcome for {txn}, which has no intent")
+                    };
+                    inconsistent(seq, why)
+                })?;
+                if let Some(t) = self.history.transactions.get_mut(at) {
+                    t.outcome = outcome;
+                    t.commit_ns = commit_ns;
+                }
+            }
+            LogRecord::Recovery { indeterminate, gap, previous: _ } => {
+                for txn in indeterminate {
+                    // Already Indeterminate in the history; the record only promises no outcome will come.
+                    if self.pending.remove(&txn).is_none() {
+                        return Err(inconsistent(
+                            seq,
+                            format!("recovery lists {txn} as pending, but it has no pending intent"),
+                        ));
+                    }
+                }
+                if gap {
+                    let after_txns = self.history.transactions.len() as u64;
+                    self.history.gaps.push(LogGap { after_txns });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn add_txn(
+        &mut self,
+        seq: u64,
+        logged: LoggedTxn,
+        outcome: Outcome,
+        commit_ns: Option<u64>,
+    ) -> Result<usize, LogError> {
+        if self.index.contains_key(&logged.id) {
+            return Err(inconsistent(seq, format!("a second record for {}", logged.id)));
+        }
+        // Intern the statements this transaction's ops use, in op order.
+        let mut refs: Vec<Option<StmtRef>> = vec![None; logged.statements.len()];
+        let mut ops = Vec::with_capacity(logged.ops.len());
+        for op in logged.ops {
+            let stmt = match op.stmt() {
+                None => None,
+                Some(i) => {
+                    let slot = refs.get_mut(i as usize).ok_or_else(|| {
+                        inconsistent(
+                            seq,
+                            format!(
+                                "{} has an op citing statement {i}, but logs only {} statements",
+                                logged.id,
+                                logged.statements.len()
+                            ),
+                        )
+                    })?;
+                    if slot.is_none() {
+                        let text = logged.statements.get(i as usize).map(String::as_str).unwrap_or_default();
+                        *slot = Some(self.intern_statement(text));
+                    }
+                    *slot
+                }
+            };
+            ops.push(match op {
+                LoggedOp::Read { key, observed, .. } => {
+                    Op::Read { key: self.history.keys.intern(key), observed, stmt }
+                }
+                LoggedOp::Write { key, write, .. } => {
+                    Op::Write { key: self.history.keys.intern(key), write, stmt }
+                }
+            });
+        }
+        let txn = Transaction {
+            id: logged.id,
+            session: logged.session,
+            seq: logged.seq,
+            ops,
+            outcome,
+            start_ns: logged.start_ns,
+            commit_ns,
+            collector: logged.collector,
+            fence: logged.fence,
+        };
+        let at = self.history.transactions.len();
+        self.index.insert(txn.id, at);
+        self.history.transactions.push(txn);
+        Ok(at)
+    }
+
+    fn intern_statement(&mut self, text: &str) -> StmtRef {
+        if let Some(&r) = self.statements.get(text) {
+            return r;
+        }
+        let r = self.history.add_statement(text);
+        self.statements.insert(text.to_owned(), r);
+        r
+    }
+}
+
+fn inconsistent(seq: u64, reason: String) -> LogError {
+    LogError::Inconsistent { seq, reason }
+}
