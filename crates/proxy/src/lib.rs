@@ -1,1 +1,4 @@
-//! The Krait middlebox: listener, TLS, auth relay, session state machine and recorder. Not implemented yet: see the proxy core issue.
+//! The Krait middlebox: listener, TLS, auth relay, session state machine and recorder.
+
+pub mod machine;
+pub mod sql;

@@ -1,0 +1,615 @@
+//! The session state machine: a queue of expected replies that matches every backend message to the frontend
+//! request that caused it, and the transaction tracking built on top of it. Pure code, no I/O: the session
+//! task feeds it each message in the order it forwards them and acts on what it returns.
+//!
+//! # Reply matching
+//!
+//! Every forwarded request that the server answers pushes an [`Expect`] entry; every reply is checked against
+//! the head of the queue, and pops it when it is the request's last reply. This copies the server's own rules
+//! (PostgreSQL docs, "Message Flow"):
+//! - Simple Query: any number of result sets, CommandComplete per statement, then ReadyForQuery.
+//! - Parse/Bind/Close: one completion message each. Describe: ParameterDescription (statements only), then
+//!   RowDescription or NoData. Execute: DataRows, then CommandComplete, EmptyQueryResponse or PortalSuspended.
+//!   Sync: ReadyForQuery. Flush: nothing.
+//! - An ErrorResponse in the extended protocol makes the server discard every message until the next Sync:
+//!   the entries up to the queued Sync are dropped, and if the client has not sent that Sync yet, later
+//!   requests are not queued until it does ("skip until Sync").
+//! - COPY FROM STDIN: after CopyInResponse the server ignores Sync and Flush until CopyDone or CopyFail, so
+//!   queued Syncs sent in that window are dropped.
+//! - NoticeResponse, ParameterStatus and NotificationResponse can arrive at any time and match nothing.
+//!
+//! A reply that fits nothing means the proxy misunderstood the stream: the machine then stops tracking
+//! ([`Desync`]), the session keeps relaying bytes, and the open transaction is recorded as indeterminate.
+//!
+//! # Transactions
+//!
+//! Boundaries and outcomes come from the server: the ReadyForQuery status byte (`I` idle, `T` in a block,
+//! `E` failed block) and the CommandComplete tags `COMMIT`, `ROLLBACK` and `PREPARE TRANSACTION`. A statement
+//! run while idle is an implicit transaction that ends at the next ReadyForQuery `I` (Sync in the extended
+//! protocol) and commits unless an error came first.
+//!
+//! Two things must be known *before* the server answers, and for those the machine reads the statements'
+//! leading keywords ([`crate::sql`]), erring on the safe side:
+//! - whether forwarding a message may commit, because the write-ahead intent must reach the log first
+//!   (DESIGN.md §3);
+//! - whether it may end the transaction. While such a message is unanswered, the next statement-bearing
+//!   message waits ([`FrontendStep::Wait`]), so each statement is attributed to the transaction it really
+//!   ran in. Clients that do not pipeline across transaction boundaries never wait.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use history::Outcome;
+use wire::pg::backend::tag as btag;
+use wire::pg::{FrontendMessage, Target, TxnStatus};
+
+use crate::sql::{StmtKind, classify, classify_one};
+
+/// How many prepared statement or portal names a session tracks before it forgets them in bulk. An Execute of
+/// a forgotten name is still matched; only its SQL text is missing from the record.
+const MAX_TRACKED_NAMES: usize = 10_000;
+
+/// A request whose replies are still to come.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// Parse: ParseComplete.
+    Parse,
+    /// Bind: BindComplete.
+    Bind,
+    /// Describe: [ParameterDescription,] RowDescription or NoData.
+    Describe(Target),
+    /// Execute: rows, then CommandComplete, EmptyQueryResponse or PortalSuspended.
+    Execute {
+        /// The portal executed.
+        portal: Bytes,
+        /// What its statement does to the transaction.
+        kind: StmtKind,
+    },
+    /// Close: CloseComplete.
+    Close,
+    /// Sync: ReadyForQuery.
+    Sync,
+    /// Query: results for each statement, then ReadyForQuery.
+    Query {
+        /// The query string.
+        sql: Arc<str>,
+        /// The kinds of its statements, in order.
+        kinds: Vec<StmtKind>,
+        /// How many statements have completed so far.
+        done: usize,
+    },
+    /// FunctionCall: FunctionCallResponse, then ReadyForQuery.
+    FunctionCall,
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    expect: Expect,
+    may_end: bool,
+    may_commit: bool,
+}
+
+/// A transaction as far as it has run: what an intent records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnSnapshot {
+    /// Its position within the session, counting from 0.
+    pub seq: u64,
+    /// The statement texts sent in it, in order.
+    pub statements: Vec<String>,
+    /// When its first statement was forwarded, in nanoseconds since the Unix epoch.
+    pub start_ns: u64,
+}
+
+/// A transaction that ended, with how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnEnd {
+    /// The transaction.
+    pub txn: TxnSnapshot,
+    /// Whether an intent was logged for it (then its end is an outcome record, else a finished record).
+    pub intent_written: bool,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// When the end was observed.
+    pub end_ns: u64,
+}
+
+#[derive(Debug, Clone)]
+struct OpenTxn {
+    snap: TxnSnapshot,
+    intent_written: bool,
+    had_error: bool,
+}
+
+/// What to do with a frontend message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrontendStep {
+    /// Forward it. When `intent` is set, append that intent to the history log first.
+    Forward {
+        /// The write-ahead intent to log before forwarding.
+        intent: Option<TxnSnapshot>,
+    },
+    /// Do not forward it yet: a request that may end the transaction is unanswered. Make sure the server
+    /// flushes its output (send it a Flush), wait for more replies, then offer the same message again.
+    Wait,
+}
+
+/// The machine lost track of the protocol; the session should relay bytes without recording from now on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("reply matching lost track: {reason}")]
+pub struct Desync {
+    /// What did not fit.
+    pub reason: String,
+    /// The open transaction, ended as indeterminate: it must still be recorded.
+    pub ends: Vec<TxnEnd>,
+}
+
+/// One session's protocol and transaction state. See the module docs.
+#[derive(Debug)]
+pub struct SessionMachine {
+    queue: VecDeque<Pending>,
+    ends_in_flight: usize,
+    commits_in_flight: usize,
+    server_skipping: bool,
+    copy_in: bool,
+    passthrough: bool,
+    /// The status the server will be in once it has run everything forwarded so far, as far as the
+    /// leading keywords tell; reset to the server's word whenever the queue drains.
+    predicted: TxnStatus,
+    /// An Execute ran while idle since the last Sync: that Sync commits an implicit transaction.
+    implicit_pending: bool,
+    txn: Option<OpenTxn>,
+    next_seq: u64,
+    statements: HashMap<Bytes, Arc<str>>,
+    portals: HashMap<Bytes, Arc<str>>,
+    suspended: HashMap<Bytes, ()>,
+}
+
+impl Default for SessionMachine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SessionMachine {
+    /// A machine for a session that has just finished startup (the server sent ReadyForQuery `I`).
+    pub fn new() -> Self {
+        SessionMachine {
+            queue: VecDeque::new(),
+            ends_in_flight: 0,
+            commits_in_flight: 0,
+            server_skipping: false,
+            copy_in: false,
+            passthrough: false,
+            predicted: TxnStatus::Idle,
+            implicit_pending: false,
+            txn: None,
+            next_seq: 0,
+            statements: HashMap::new(),
+            portals: HashMap::new(),
+            suspended: HashMap::new(),
+        }
+    }
+
+    /// How many requests still wait for replies.
+    pub fn outstanding(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether the machine gave up tracking after a [`Desync`].
+    pub fn is_passthrough(&self) -> bool {
+        self.passthrough
+    }
+
+    /// Whether a transaction is open.
+    pub fn in_transaction(&self) -> bool {
+        self.txn.is_some()
+    }
+
+    /// Whether the server is in COPY FROM STDIN mode (Flush must not be injected then; it would be ignored
+    /// anyway, but the client owns the stream).
+    pub fn in_copy_in(&self) -> bool {
+        self.copy_in
+    }
+
+    /// The expected replies, head first (for tests and diagnostics).
+    pub fn expected(&self) -> Vec<Expect> {
+        self.queue.iter().map(|p| p.expect.clone()).collect()
+    }
+
+    /// Offers one frontend message that is about to be forwarded. On [`FrontendStep::Wait`] nothing changed.
+    pub fn on_frontend(&mut self, msg: &FrontendMessage, now_ns: u64) -> FrontendStep {
+        let forward = FrontendStep::Forward { intent: None };
+        if self.passthrough {
+            return forward;
+        }
+        match msg {
+            FrontendMessage::CopyData(_) | FrontendMessage::Flush | FrontendMessage::Password(_) => forward,
+            FrontendMessage::Terminate => forward,
+            FrontendMessage::CopyDone | FrontendMessage::CopyFail { .. } => {
+                self.copy_in = false;
+                forward
+            }
+            FrontendMessage::Sync => {
+                if self.copy_in {
+                    return forward;
+                }
+                self.server_skipping = false;
+                let commits = self.implicit_pending && self.txn.is_some();
+                self.implicit_pending = false;
+                if commits {
+                    self.predicted = TxnStatus::Idle;
+                }
+                let intent = if commits { self.intent() } else { None };
+                self.push(Expect::Sync, commits, commits);
+                FrontendStep::Forward { intent }
+            }
+            _ if self.server_skipping => forward,
+            FrontendMessage::Parse { name, query, .. } => {
+                if self.statements.len() >= MAX_TRACKED_NAMES && !self.statements.contains_key(name) {
+                    self.statements.clear();
+                }
+                self.statements.insert(name.clone(), Arc::from(wire::pg::text(query).as_ref()));
+                self.push(Expect::Parse, false, false);
+                forward
+            }
+            FrontendMessage::Bind { portal, statement, .. } => {
+                let sql = self.statements.get(statement).cloned().unwrap_or_else(|| Arc::from(""));
+                if self.portals.len() >= MAX_TRACKED_NAMES {
+                    // Named portals that are never closed die with their transaction on the server; forget
+                    // them in bulk rather than grow without bound.
+                    self.portals.clear();
+                }
+                self.portals.insert(portal.clone(), sql);
+                self.suspended.remove(portal);
+                self.push(Expect::Bind, false, false);
+                forward
+            }
+            FrontendMessage::Describe { target, .. } => {
+                self.push(Expect::Describe(*target), false, false);
+                forward
+            }
+            FrontendMessage::Close { target, name } => {
+                match target {
+                    Target::Statement => self.statements.remove(name),
+                    Target::Portal => self.portals.remove(name),
+                };
+                self.push(Expect::Close, false, false);
+                forward
+            }
+            FrontendMessage::Query { sql } => {
+                if self.ends_in_flight > 0 {
+                    return FrontendStep::Wait;
+                }
+                let kinds = classify(sql);
+                let mut status = self.predicted;
+                let (mut may_commit, mut implicit) = (false, false);
+                for kind in &kinds {
+                    match kind {
+                        StmtKind::Begin => status = TxnStatus::InTransaction,
+                        StmtKind::Commit | StmtKind::PrepareTxn => {
+                            may_commit = true;
+                            status = TxnStatus::Idle;
+                        }
+                        StmtKind::Rollback => status = TxnStatus::Idle,
+                        StmtKind::Other => {
+                            may_commit = true;
+                            implicit |= status == TxnStatus::Idle;
+                        }
+                        StmtKind::Plain | StmtKind::Savepoint | StmtKind::RollbackTo => {
+                            implicit |= status == TxnStatus::Idle;
+                        }
+                    }
+                }
+                may_commit |= implicit && status == TxnStatus::Idle;
+                self.predicted = status;
+                self.add_statement(sql, now_ns);
+                let intent = if may_commit { self.intent() } else { None };
+                // Every Query may end the transaction: it ends with ReadyForQuery, which closes an implicit one.
+                let sql = Arc::from(wire::pg::text(sql).as_ref());
+                self.push(Expect::Query { sql, kinds, done: 0 }, true, may_commit);
+                FrontendStep::Forward { intent }
+            }
+            FrontendMessage::Execute { portal, .. } => {
+                if self.ends_in_flight > 0 {
+                    return FrontendStep::Wait;
+                }
+                let sql = self.portals.get(portal).cloned().unwrap_or_else(|| Arc::from(""));
+                let kind = classify_one(sql.as_bytes());
+                let idle = self.predicted == TxnStatus::Idle;
+                let (may_end, may_commit) = match kind {
+                    StmtKind::Begin => {
+                        self.predicted = TxnStatus::InTransaction;
+                        (false, false)
+                    }
+                    StmtKind::Commit | StmtKind::PrepareTxn => {
+                        self.predicted = TxnStatus::Idle;
+                        (true, true)
+                    }
+                    StmtKind::Rollback => {
+                        self.predicted = TxnStatus::Idle;
+                        (true, false)
+                    }
+                    StmtKind::Other => (idle, idle),
+                    StmtKind::Plain | StmtKind::Savepoint | StmtKind::RollbackTo => {
+                        self.implicit_pending |= idle;
+                        (false, false)
+                    }
+                };
+                // Re-executing a suspended portal fetches more rows of the same statement.
+                if self.suspended.remove(portal).is_none() || self.txn.is_none() {
+                    self.add_statement(sql.as_bytes(), now_ns);
+                }
+                let intent = if may_commit { self.intent() } else { None };
+                self.push(Expect::Execute { portal: portal.clone(), kind }, may_end, may_commit);
+                FrontendStep::Forward { intent }
+            }
+            FrontendMessage::FunctionCall { oid, .. } => {
+                if self.ends_in_flight > 0 {
+                    return FrontendStep::Wait;
+                }
+                let idle = self.predicted == TxnStatus::Idle;
+                self.add_statement(format!("-- fast-path function call, oid {oid}").as_bytes(), now_ns);
+                let intent = if idle { self.intent() } else { None };
+                self.push(Expect::FunctionCall, true, idle);
+                FrontendStep::Forward { intent }
+            }
+        }
+    }
+
+    /// Offers one backend message, before it is forwarded to the client. Returns the transactions it ended;
+    /// a committed one must be durable in the log before this message is forwarded.
+    pub fn on_backend(&mut self, tag: u8, body: &Bytes, now_ns: u64) -> Result<Vec<TxnEnd>, Desync> {
+        if self.passthrough {
+            return Ok(Vec::new());
+        }
+        match self.match_reply(tag, body, now_ns) {
+            Ok(ends) => Ok(ends),
+            Err(reason) => {
+                self.passthrough = true;
+                let ends = self.end_txn(Outcome::Indeterminate, now_ns).into_iter().collect();
+                Err(Desync { reason, ends })
+            }
+        }
+    }
+
+    /// The connection is gone (either side). Ends the open transaction: indeterminate when a request that
+    /// may have committed it was forwarded and not answered, else aborted (the server rolls back a
+    /// transaction whose connection dies before COMMIT).
+    pub fn on_disconnect(&mut self, now_ns: u64) -> Option<TxnEnd> {
+        let in_doubt = self.commits_in_flight > 0 && self.txn.as_ref().is_some_and(|t| t.intent_written);
+        let outcome = if in_doubt { Outcome::Indeterminate } else { Outcome::Aborted };
+        self.passthrough = true;
+        self.end_txn(outcome, now_ns)
+    }
+
+    fn push(&mut self, expect: Expect, may_end: bool, may_commit: bool) {
+        self.ends_in_flight += usize::from(may_end);
+        self.commits_in_flight += usize::from(may_commit);
+        self.queue.push_back(Pending { expect, may_end, may_commit });
+    }
+
+    fn pop(&mut self) {
+        if let Some(p) = self.queue.pop_front() {
+            self.forget(&p);
+        }
+    }
+
+    fn forget(&mut self, p: &Pending) {
+        self.ends_in_flight -= usize::from(p.may_end);
+        self.commits_in_flight -= usize::from(p.may_commit);
+    }
+
+    fn add_statement(&mut self, sql: &[u8], now_ns: u64) {
+        let text = wire::pg::text(sql).into_owned();
+        match &mut self.txn {
+            Some(t) => t.snap.statements.push(text),
+            None => {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                self.txn = Some(OpenTxn {
+                    snap: TxnSnapshot { seq, statements: vec![text], start_ns: now_ns },
+                    intent_written: false,
+                    had_error: false,
+                });
+            }
+        }
+    }
+
+    /// The intent to log for the open transaction, once per transaction. A second commit point of the same
+    /// transaction (a keyword guess that did not commit) keeps the first intent; its outcome still comes.
+    fn intent(&mut self) -> Option<TxnSnapshot> {
+        let t = self.txn.as_mut()?;
+        if t.intent_written {
+            return None;
+        }
+        t.intent_written = true;
+        Some(t.snap.clone())
+    }
+
+    fn end_txn(&mut self, outcome: Outcome, now_ns: u64) -> Option<TxnEnd> {
+        let t = self.txn.take()?;
+        Some(TxnEnd { txn: t.snap, intent_written: t.intent_written, outcome, end_ns: now_ns })
+    }
+
+    fn head(&self) -> Option<&Expect> {
+        self.queue.front().map(|p| &p.expect)
+    }
+
+    fn unexpected(&self, what: &str) -> String {
+        format!("{what} arrived while expecting {:?}", self.head())
+    }
+
+    fn match_reply(&mut self, tag: u8, body: &Bytes, now_ns: u64) -> Result<Vec<TxnEnd>, String> {
+        let mut ends = Vec::new();
+        match tag {
+            btag::NOTICE_RESPONSE | btag::PARAMETER_STATUS | btag::NOTIFICATION_RESPONSE => {}
+            btag::PARSE_COMPLETE => self.pop_if(|e| matches!(e, Expect::Parse), "ParseComplete")?,
+            btag::BIND_COMPLETE => self.pop_if(|e| matches!(e, Expect::Bind), "BindComplete")?,
+            btag::CLOSE_COMPLETE => self.pop_if(|e| matches!(e, Expect::Close), "CloseComplete")?,
+            btag::PARAMETER_DESCRIPTION => {
+                if self.head() != Some(&Expect::Describe(Target::Statement)) {
+                    return Err(self.unexpected("ParameterDescription"));
+                }
+            }
+            btag::ROW_DESCRIPTION => match self.head() {
+                Some(Expect::Describe(_)) => self.pop(),
+                Some(Expect::Query { .. }) => {}
+                _ => return Err(self.unexpected("RowDescription")),
+            },
+            btag::NO_DATA => self.pop_if(|e| matches!(e, Expect::Describe(_)), "NoData")?,
+            btag::DATA_ROW | btag::COPY_DATA | btag::COPY_DONE | btag::COPY_OUT_RESPONSE => match self.head()
+            {
+                Some(Expect::Execute { .. } | Expect::Query { .. }) => {}
+                _ => return Err(self.unexpected(&format!("message {:?}", char::from(tag)))),
+            },
+            btag::COPY_IN_RESPONSE => {
+                if !matches!(self.head(), Some(Expect::Execute { .. } | Expect::Query { .. })) {
+                    return Err(self.unexpected("CopyInResponse"));
+                }
+                self.copy_in = true;
+                // The server ignores Sync until the copy ends; a client that pipelined one after the COPY
+                // (libpq does) gets no ReadyForQuery for it, and sends another Sync after CopyDone.
+                let mut i = 1;
+                while i < self.queue.len() {
+                    if self.queue[i].expect == Expect::Sync {
+                        if let Some(p) = self.queue.remove(i) {
+                            self.forget(&p);
+                        }
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            btag::COPY_BOTH_RESPONSE => return Err("CopyBothResponse (replication) is not tracked".into()),
+            btag::COMMAND_COMPLETE => {
+                let command = command_tag(body);
+                let (kind, query) = match self.queue.front_mut().map(|p| &mut p.expect) {
+                    Some(Expect::Execute { kind, .. }) => (Some(*kind), None),
+                    Some(Expect::Query { sql, kinds, done }) => {
+                        let k = kinds.get(*done).copied();
+                        *done += 1;
+                        (k, Some(sql.clone()))
+                    }
+                    _ => return Err(self.unexpected("CommandComplete")),
+                };
+                self.copy_in = false;
+                if matches!(self.head(), Some(Expect::Execute { .. })) {
+                    self.pop();
+                }
+                ends.extend(self.on_command_tag(&command, kind, query, now_ns));
+            }
+            btag::EMPTY_QUERY_RESPONSE => match self.head() {
+                Some(Expect::Execute { .. }) => self.pop(),
+                Some(Expect::Query { .. }) => {}
+                _ => return Err(self.unexpected("EmptyQueryResponse")),
+            },
+            btag::PORTAL_SUSPENDED => match self.queue.front() {
+                Some(Pending { expect: Expect::Execute { portal, .. }, .. }) => {
+                    self.suspended.insert(portal.clone(), ());
+                    self.pop();
+                }
+                _ => return Err(self.unexpected("PortalSuspended")),
+            },
+            btag::FUNCTION_CALL_RESPONSE => {
+                if self.head() != Some(&Expect::FunctionCall) {
+                    return Err(self.unexpected("FunctionCallResponse"));
+                }
+            }
+            btag::ERROR_RESPONSE => {
+                self.copy_in = false;
+                if let Some(t) = &mut self.txn {
+                    t.had_error = true;
+                }
+                match self.head() {
+                    // ReadyForQuery follows.
+                    Some(Expect::Query { .. } | Expect::FunctionCall | Expect::Sync) | None => {}
+                    Some(_) => {
+                        // Skip until Sync: the server discards everything up to the next Sync.
+                        while let Some(p) = self.queue.front() {
+                            if p.expect == Expect::Sync {
+                                break;
+                            }
+                            self.pop();
+                        }
+                        if self.queue.is_empty() {
+                            self.server_skipping = true;
+                        }
+                    }
+                }
+            }
+            btag::READY_FOR_QUERY => {
+                let status = body
+                    .first()
+                    .and_then(|b| TxnStatus::from_byte(*b).ok())
+                    .ok_or_else(|| "ReadyForQuery without a valid status".to_owned())?;
+                self.pop_if(
+                    |e| matches!(e, Expect::Query { .. } | Expect::Sync | Expect::FunctionCall),
+                    "ReadyForQuery",
+                )?;
+                if status == TxnStatus::Idle {
+                    let outcome = match self.txn.as_ref().map(|t| t.had_error) {
+                        Some(true) => Outcome::Aborted,
+                        _ => Outcome::Committed,
+                    };
+                    // Portals die with their transaction, but the client may already have bound new ones for
+                    // its next batch, so the portal map is not cleared here: Bind overwrites, Close removes.
+                    ends.extend(self.end_txn(outcome, now_ns));
+                } else if let Some(t) = &mut self.txn {
+                    // A failed block is reported by the status byte; a recovered one (ROLLBACK TO) clears it.
+                    t.had_error = status == TxnStatus::Failed;
+                }
+                if self.queue.is_empty() {
+                    self.predicted = status;
+                }
+            }
+            other => return Err(self.unexpected(&format!("message {:?}", char::from(other)))),
+        }
+        Ok(ends)
+    }
+
+    fn pop_if(&mut self, want: impl Fn(&Expect) -> bool, what: &str) -> Result<(), String> {
+        match self.head() {
+            Some(e) if want(e) => {
+                self.pop();
+                Ok(())
+            }
+            _ => Err(self.unexpected(what)),
+        }
+    }
+
+    /// Acts on a CommandComplete tag: `COMMIT` ends the transaction committed, `ROLLBACK` aborted (unless
+    /// the statement was ROLLBACK TO SAVEPOINT, which shares the tag), `PREPARE TRANSACTION` in doubt.
+    fn on_command_tag(
+        &mut self,
+        command: &str,
+        kind: Option<StmtKind>,
+        query: Option<Arc<str>>,
+        now_ns: u64,
+    ) -> Option<TxnEnd> {
+        match command {
+            "COMMIT" => self.end_txn(Outcome::Committed, now_ns),
+            "ROLLBACK" if kind != Some(StmtKind::RollbackTo) => self.end_txn(Outcome::Aborted, now_ns),
+            "PREPARE TRANSACTION" => self.end_txn(Outcome::Indeterminate, now_ns),
+            _ => {
+                // A statement after COMMIT or ROLLBACK in the same query string runs in a new transaction.
+                if self.txn.is_none() {
+                    let text = query.as_deref().unwrap_or("-- unknown statement");
+                    self.add_statement(text.as_bytes(), now_ns);
+                }
+                None
+            }
+        }
+    }
+}
+
+/// The command tag of a CommandComplete body, up to its NUL, with the row count dropped for the tags that
+/// matter here.
+fn command_tag(body: &Bytes) -> String {
+    let end = body.iter().position(|&b| b == 0).unwrap_or(body.len());
+    String::from_utf8_lossy(&body[..end]).into_owned()
+}
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;
