@@ -593,6 +593,19 @@ impl<'a> Chunks<'a> {
     }
 }
 
+/// Builds a file from raw chunk payloads, each framed with a valid checksum and followed by the end chunk.
+/// The checksums make random bytes fail early; this lets fuzzers and tests reach the checks behind them.
+pub fn frame_chunks(chunks: &[(u8, &[u8])]) -> Vec<u8> {
+    let mut w = ChunkWriter { out: MAGIC.to_vec(), buf: Vec::new() };
+    w.out.push(VERSION);
+    for (tag, payload) in chunks {
+        w.buf.extend_from_slice(payload);
+        w.flush(*tag);
+    }
+    w.flush(TAG_END);
+    w.out
+}
+
 /// Decodes a native history. Errors name the byte offset of the problem.
 pub fn decode(data: &[u8]) -> Result<History, NativeError> {
     let mut head = Rd { c: Cursor::new(data, 0) };
