@@ -434,3 +434,34 @@ fn durability_parses_from_configuration_strings() {
         assert_eq!(d.to_string().parse::<Durability>().unwrap(), d);
     }
 }
+
+#[test]
+fn a_restarted_proxy_learns_where_transaction_ids_continue_and_cannot_reuse_old_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+        assert_eq!(log.txn_id_floor(), TxnId(0));
+        let _ = log
+            .append_finished(LoggedTxn::new(TxnId(41), SessionId(0), 0), Outcome::Committed, None)
+            .unwrap();
+        let _ =
+            log.append_finished(LoggedTxn::new(TxnId(7), SessionId(1), 0), Outcome::Committed, None).unwrap();
+        assert_eq!(log.txn_id_floor(), TxnId(42));
+        log.close().unwrap();
+    }
+    {
+        // After a clean close the floor comes from the metadata; after a crash, from the recovery scan.
+        let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+        assert_eq!(log.txn_id_floor(), TxnId(42));
+        let err = log.append_intent(LoggedTxn::new(TxnId(7), SessionId(2), 0)).unwrap_err();
+        assert!(matches!(err, LogError::Refused(_)), "an id of an earlier run is refused: {err}");
+        let _ = log.append_intent(LoggedTxn::new(TxnId(100), SessionId(2), 0)).unwrap();
+        log.drop_as_if_crashed();
+    }
+    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    assert_eq!(log.txn_id_floor(), TxnId(101));
+    let err =
+        log.append_finished(LoggedTxn::new(TxnId(100), SessionId(2), 1), Outcome::Aborted, None).unwrap_err();
+    assert!(matches!(err, LogError::Refused(_)), "{err}");
+    assert_eq!(log.replay().unwrap().transactions.len(), 3);
+}

@@ -177,6 +177,8 @@ fn strict_crash_loses_nothing_acknowledged() {
     }
     assert!(history.transactions.iter().all(|t| t.outcome != Outcome::Aborted));
     assert!(history.gaps.is_empty());
+    let max_id = run.acked.keys().chain(&run.pending).max().copied().unwrap_or(0);
+    assert!(log.txn_id_floor().0 > max_id, "a restarted proxy must not reuse T{max_id}");
     log.close().expect("clean close");
     drop(log);
 
@@ -195,7 +197,7 @@ fn strict_crash_loses_nothing_acknowledged() {
 
 fn group_crash_records_a_gap() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let run = run_child_and_kill(dir.path(), Durability::Group, 400);
+    let run = run_child_and_kill(dir.path(), Durability::Group, 3_000);
 
     let log = SledLog::open(dir.path(), Durability::Group).expect("the log opens after SIGKILL");
     let history = log.replay().expect("replay after a crash");

@@ -456,3 +456,83 @@ impl Drop for DurableFuture {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    #[test]
+    fn waiters_that_arrive_during_a_slow_fsync_share_the_next_one() {
+        // An fsync slow enough that every session queues behind it: 8 sessions × 5 commits must take far
+        // fewer than 40 fsyncs.
+        let flush: FlushFn = Box::new(|| {
+            std::thread::sleep(Duration::from_millis(5));
+            Ok(())
+        });
+        let gc = Arc::new(GroupCommit::start(0, FlushPolicy::OnDemand, true, flush).unwrap());
+        let next = Arc::new(Mutex::new(0u64));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (gc, next) = (Arc::clone(&gc), Arc::clone(&next));
+                std::thread::spawn(move || {
+                    for _ in 0..5 {
+                        let ticket = {
+                            let mut n = next.lock().unwrap();
+                            let t = gc.appended(*n);
+                            *n += 1;
+                            t
+                        };
+                        let seq = ticket.seq();
+                        ticket.wait().unwrap();
+                        assert!(gc.durable_below() > seq);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let stats = gc.stats();
+        assert_eq!(stats.durable_waits, 40);
+        assert!(stats.fsyncs <= 20, "{} fsyncs for 40 commits", stats.fsyncs);
+        assert!(stats.fsync_ns_mean() >= 5_000_000);
+    }
+
+    #[test]
+    fn an_fsync_failure_fails_every_waiter_and_every_later_append() {
+        let fail = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&fail);
+        let flush: FlushFn = Box::new(move || match flag.load(Ordering::SeqCst) {
+            true => Err("EIO".into()),
+            false => Ok(()),
+        });
+        let gc = GroupCommit::start(0, FlushPolicy::OnDemand, true, flush).unwrap();
+        gc.appended(0).wait().unwrap();
+        fail.store(true, Ordering::SeqCst);
+        let err = gc.appended(1).wait().unwrap_err();
+        assert!(matches!(err, LogError::FsyncFailed(ref r) if r == "EIO"), "{err}");
+        // Even if the disk "recovers", nothing later is acknowledged.
+        fail.store(false, Ordering::SeqCst);
+        assert!(matches!(gc.check_usable(), Err(LogError::FsyncFailed(_))));
+        assert!(matches!(gc.sync(), Err(LogError::FsyncFailed(_))));
+        assert_eq!(gc.durable_below(), 1);
+        assert_eq!(gc.stats().fsync_failures, 1);
+        assert!(gc.shutdown().is_err());
+    }
+
+    #[test]
+    fn shutdown_makes_everything_durable_and_wakes_waiters() {
+        let gc =
+            GroupCommit::start(5, FlushPolicy::Every(Duration::from_secs(3600)), false, Box::new(|| Ok(())))
+                .unwrap();
+        for seq in 5..10 {
+            gc.appended(seq).wait().unwrap();
+        }
+        assert_eq!(gc.durable_below(), 5, "group tickets do not wait, and the interval has not passed");
+        gc.shutdown().unwrap();
+        assert_eq!(gc.durable_below(), 10);
+        assert!(matches!(gc.check_usable(), Err(LogError::Closed)));
+    }
+}

@@ -40,6 +40,9 @@
 //! remembers where that run started), not the whole log. A clean close with intents still pending writes a
 //! Recovery record for them too (without a gap).
 //!
+//! The same scan finds the largest transaction id the crashed run used, so [`HistoryLog::txn_id_floor`]
+//! tells a restarted proxy where to continue; a clean close stores it in the metadata tree.
+//!
 //! # Integrity
 //!
 //! Each record value carries a format version and a CRC-32 (see [`record`]). A value that fails either
@@ -241,6 +244,15 @@ pub trait HistoryLog: Send + Sync {
 
     /// The sequence number the next append will get.
     fn next_seq(&self) -> u64;
+
+    /// Every record below this sequence number is covered by an fsync. A verifier that must never act on a
+    /// record a crash could still take back tails only up to here.
+    fn durable_below(&self) -> u64;
+
+    /// One more than the largest transaction id in the log, counting this run's appends. A proxy that
+    /// restarts allocates its transaction ids from here, since replay rejects a reused id; appends of an id
+    /// below the floor found at open are refused.
+    fn txn_id_floor(&self) -> TxnId;
 
     /// The durability setting the log was opened with.
     fn durability(&self) -> Durability;

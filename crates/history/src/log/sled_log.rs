@@ -18,6 +18,7 @@ const FORMAT_KEY: &str = "format";
 const FORMAT_TAG: &[u8] = b"krait-history-log 1";
 const STATE_KEY: &str = "state";
 const RUN_START_KEY: &str = "run_start";
+const TXN_FLOOR_KEY: &str = "txn_floor";
 const CLEAN: &[u8] = b"clean";
 const RUNNING_PREFIX: &str = "running ";
 
@@ -36,6 +37,10 @@ struct Inner {
     /// Intents of this run without an outcome, with their sequence numbers.
     pending: HashMap<TxnId, u64>,
     closed: bool,
+    /// One more than the largest transaction id appended so far, in any run.
+    txn_floor: u64,
+    /// `txn_floor` when this run opened the log: ids below it belong to earlier runs.
+    open_floor: u64,
     /// Set by [`SledLog::drop_as_if_crashed`]: skip the clean close on drop.
     crashed: bool,
 }
@@ -102,11 +107,20 @@ impl SledLog {
             Some((key, _)) => parse_key(&key, None)?.saturating_add(1),
         };
 
-        if let RunState::Crashed(previous) = read_state(&meta)? {
-            let run_start = read_run_start(&meta)?;
-            let indeterminate = scan_pending(&records, run_start)?;
+        let state = read_state(&meta)?;
+        let stored_floor = read_u64(&meta, TXN_FLOOR_KEY)?;
+        // A crashed run left no floor and no list of pending intents: scan what it appended. A log with
+        // records but no stored floor at all is scanned whole.
+        let scan = match (&state, stored_floor) {
+            (_, None) if !records.is_empty() => scan_run(&records, 0)?,
+            (RunState::Crashed(_), _) => scan_run(&records, read_u64(&meta, RUN_START_KEY)?.unwrap_or(0))?,
+            _ => RunScan::default(),
+        };
+        let txn_floor = stored_floor.unwrap_or(0).max(scan.txn_floor);
+
+        if let RunState::Crashed(previous) = state {
             let record = LogRecord::Recovery {
-                indeterminate,
+                indeterminate: scan.pending,
                 gap: previous != Durability::Strict,
                 previous: Some(previous),
             };
@@ -116,6 +130,7 @@ impl SledLog {
         }
 
         meta.insert(RUN_START_KEY, &next_seq.to_be_bytes())?;
+        meta.insert(TXN_FLOOR_KEY, &txn_floor.to_be_bytes())?;
         meta.insert(STATE_KEY, format!("{RUNNING_PREFIX}{}", options.durability).as_bytes())?;
         // The run state must be on disk before any append, or a crash in this run would look clean.
         db.flush()?;
@@ -137,14 +152,16 @@ impl SledLog {
             records,
             meta,
             durability: options.durability,
-            inner: Mutex::new(Inner { next_seq, pending: HashMap::new(), closed: false, crashed: false }),
+            inner: Mutex::new(Inner {
+                next_seq,
+                pending: HashMap::new(),
+                closed: false,
+                txn_floor,
+                open_floor: txn_floor,
+                crashed: false,
+            }),
             gc,
         })
-    }
-
-    /// Every record below this sequence number is covered by an fsync.
-    pub fn durable_below(&self) -> u64 {
-        self.gc.durable_below()
     }
 
     /// Drops the log without the clean close, so that the next `open` runs crash recovery. The flusher
@@ -191,10 +208,11 @@ impl HistoryLog for SledLog {
             &LogRecord::Intent(txn),
             |inner| match inner.pending.contains_key(&id) {
                 true => Err(LogError::Refused(format!("{id} already has a pending intent"))),
-                false => Ok(()),
+                false => check_fresh_id(inner, id),
             },
             |inner, seq| {
                 inner.pending.insert(id, seq);
+                inner.txn_floor = inner.txn_floor.max(id.0.saturating_add(1));
             },
         )
     }
@@ -228,9 +246,9 @@ impl HistoryLog for SledLog {
             &LogRecord::Finished { txn, outcome, commit_ns },
             |inner| match inner.pending.contains_key(&id) {
                 true => Err(LogError::Refused(format!("{id} has a pending intent; append its outcome"))),
-                false => Ok(()),
+                false => check_fresh_id(inner, id),
             },
-            |_, _| {},
+            |inner, _| inner.txn_floor = inner.txn_floor.max(id.0.saturating_add(1)),
         )
     }
 
@@ -244,6 +262,14 @@ impl HistoryLog for SledLog {
 
     fn next_seq(&self) -> u64 {
         self.lock().next_seq
+    }
+
+    fn durable_below(&self) -> u64 {
+        self.gc.durable_below()
+    }
+
+    fn txn_id_floor(&self) -> TxnId {
+        TxnId(self.lock().txn_floor)
     }
 
     fn durability(&self) -> Durability {
@@ -278,6 +304,7 @@ impl HistoryLog for SledLog {
         // Makes every record durable; only then may the run be marked clean.
         self.gc.shutdown()?;
         self.meta.insert(RUN_START_KEY, &inner.next_seq.to_be_bytes())?;
+        self.meta.insert(TXN_FLOOR_KEY, &inner.txn_floor.to_be_bytes())?;
         self.meta.insert(STATE_KEY, CLEAN)?;
         self.db.flush()?;
         Ok(())
@@ -346,18 +373,39 @@ fn read_state(meta: &sled::Tree) -> Result<RunState, LogError> {
     Ok(RunState::Crashed(durability))
 }
 
-fn read_run_start(meta: &sled::Tree) -> Result<u64, LogError> {
-    match meta.get(RUN_START_KEY)? {
-        None => Ok(0),
-        Some(value) => <[u8; 8]>::try_from(value.as_ref()).map(u64::from_be_bytes).map_err(|_| {
-            LogError::Meta { key: RUN_START_KEY, reason: format!("not 8 bytes: {}", hex(&value)) }
-        }),
+fn read_u64(meta: &sled::Tree, key: &'static str) -> Result<Option<u64>, LogError> {
+    match meta.get(key)? {
+        None => Ok(None),
+        Some(value) => <[u8; 8]>::try_from(value.as_ref())
+            .map(|b| Some(u64::from_be_bytes(b)))
+            .map_err(|_| LogError::Meta { key, reason: format!("not 8 bytes: {}", hex(&value)) }),
     }
 }
 
-/// The intents appended since `run_start` that have no outcome, in append order.
-fn scan_pending(records: &sled::Tree, run_start: u64) -> Result<Vec<TxnId>, LogError> {
+/// Refuses a transaction id that an earlier run already used: replay would reject the log.
+fn check_fresh_id(inner: &Inner, id: TxnId) -> Result<(), LogError> {
+    match id.0 < inner.open_floor {
+        true => Err(LogError::Refused(format!(
+            "{id} may belong to an earlier run; this run's ids must be at least {}",
+            inner.open_floor
+        ))),
+        false => Ok(()),
+    }
+}
+
+/// What recovery learns from the records of a run that crashed.
+#[derive(Default)]
+struct RunScan {
+    /// Intents without an outcome, in append order.
+    pending: Vec<TxnId>,
+    /// One more than the largest transaction id seen.
+    txn_floor: u64,
+}
+
+/// Scans the records from `run_start` on for intents without an outcome and the largest transaction id.
+fn scan_run(records: &sled::Tree, run_start: u64) -> Result<RunScan, LogError> {
     let mut pending: HashMap<TxnId, u64> = HashMap::new();
+    let mut txn_floor = 0u64;
     let mut last = None;
     for item in records.range(run_start.to_be_bytes()..) {
         let (key, value) = item?;
@@ -365,8 +413,10 @@ fn scan_pending(records: &sled::Tree, run_start: u64) -> Result<Vec<TxnId>, LogE
         last = Some(seq);
         match LogRecord::decode(&value).map_err(|source| LogError::Corrupt { seq, source })? {
             LogRecord::Intent(txn) => {
+                txn_floor = txn_floor.max(txn.id.0.saturating_add(1));
                 pending.insert(txn.id, seq);
             }
+            LogRecord::Finished { txn, .. } => txn_floor = txn_floor.max(txn.id.0.saturating_add(1)),
             LogRecord::Outcome { txn, .. } => {
                 pending.remove(&txn);
             }
@@ -375,10 +425,9 @@ fn scan_pending(records: &sled::Tree, run_start: u64) -> Result<Vec<TxnId>, LogE
                     pending.remove(&txn);
                 }
             }
-            LogRecord::Finished { .. } => {}
         }
     }
     let mut pending: Vec<(u64, TxnId)> = pending.into_iter().map(|(t, s)| (s, t)).collect();
     pending.sort_unstable();
-    Ok(pending.into_iter().map(|(_, t)| t).collect())
+    Ok(RunScan { pending: pending.into_iter().map(|(_, t)| t).collect(), txn_floor })
 }
