@@ -465,3 +465,10 @@ fn a_restarted_proxy_learns_where_transaction_ids_continue_and_cannot_reuse_old_
     assert!(matches!(err, LogError::Refused(_)), "{err}");
     assert_eq!(log.replay().unwrap().transactions.len(), 3);
 }
+
+#[test]
+fn durability_reads_from_configuration_files_in_lowercase() {
+    assert_eq!(serde_json::to_string(&Durability::Group).unwrap(), "\"group\"");
+    assert_eq!(serde_json::from_str::<Durability>("\"none\"").unwrap(), Durability::None);
+    assert!(serde_json::from_str::<Durability>("\"Strict\"").is_err());
+}

@@ -14,6 +14,29 @@
 //! number as 8 big-endian bytes, so key order is append order and [`HistoryLog::tail`] reads in append
 //! order.
 //!
+//! ```
+//! use history::{
+//!     Durability, HistoryLog, KeyName, LoggedOp, LoggedTxn, Outcome, SessionId, SledLog, TxnId, WriteId,
+//! };
+//!
+//! # fn main() -> Result<(), history::LogError> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let log = SledLog::open(dir.path(), Durability::Strict)?;
+//! // The proxy saw UPDATE … RETURNING xmin, then the client sent COMMIT.
+//! let mut txn = LoggedTxn::new(TxnId(1), SessionId(3), 0);
+//! txn.statements.push("UPDATE accounts SET balance = balance - 10 WHERE id = 7".into());
+//! let row = KeyName { namespace: "accounts".into(), bytes: b"7".to_vec() };
+//! txn.ops.push(LoggedOp::Write { key: row, write: WriteId(901), stmt: Some(0) });
+//! let _ = log.append_intent(txn)?; // then forward COMMIT
+//! // The database answered CommandComplete(COMMIT):
+//! log.append_outcome(TxnId(1), Outcome::Committed, Some(1_700_000_000_000_000_000))?.wait()?;
+//! // Only now does the client get its reply. Later, the verifier reads it all back:
+//! let history = log.replay()?;
+//! assert_eq!(history.transactions[0].outcome, Outcome::Committed);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Durability settings
 //!
 //! - [`Durability::Strict`]: an outcome's ticket resolves only after an fsync that covers it. Concurrent
