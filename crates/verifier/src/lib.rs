@@ -1,1 +1,258 @@
-//! Checks a history for serializability. Being built in the verifier issue.
+//! Checks a history for serializability or strict serializability, following Cobra's pipeline (OSDI'20,
+//! Fig. 3): one module per stage.
+//!
+//! 1. [`normalize`](crate::normalize): discharge Cobra's one-read-one-write-per-key assumption and report
+//!    the anomalies that need no cycle (G1a, G1b, garbage reads, …) — DESIGN.md §3.
+//! 2. `known_graph`: wr, session-order (and real-time, `realtime`, §3.5) edges, and ww pairs from
+//!    read-modify-writes; lost updates — Cobra §2.3, Fig. 3 `CreateKnownGraph`.
+//! 3. `chains`: combining writes and the rw edges inside chains — §3.1.
+//! 4. `constraints`: one coalesced constraint per key and pair of chains — §3.2.
+//! 5. `prune`: pruning to a fixpoint with reachability from `kernels` — §3.3.
+//! 6. `encode`: solving what is left with the `solver` crate — §3.4.
+//! 7. `certificate` and [`report`]: the evidence, and the report a person (and [`check_report`]) can check.
+//!
+//! ```
+//! use history::HistoryBuilder;
+//! use verifier::{Options, verify};
+//!
+//! // Write skew: each transaction overwrote what the other read.
+//! let h = HistoryBuilder::new()
+//!     .txn(1, |t| t.read_init("x").read_init("y").write("x", 1))
+//!     .txn(2, |t| t.read_init("x").read_init("y").write("y", 2))
+//!     .build();
+//! let report = verify(&h, &Options::default()).unwrap();
+//! assert!(!report.is_accept());
+//! verifier::check_report(&h, &report).unwrap();
+//! ```
+
+mod certificate;
+mod chains;
+mod check;
+mod constraints;
+mod encode;
+mod known_graph;
+mod normalize;
+mod prune;
+mod realtime;
+pub mod report;
+
+use std::time::Instant;
+
+use history::{History, Outcome};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+pub use check::{CheckError, CheckSummary, check_report, check_report_detailed};
+pub use kernels::Backend;
+pub use report::{Anomaly, AnomalyClass, CycleEdge, EdgeKind, Report, Verdict};
+
+use crate::certificate::{Certifier, txn_report};
+use crate::normalize::MAX_ANOMALIES;
+use crate::report::{Counts, OptionsUsed, RealTime, SCHEMA_VERSION, Timings, Unverifiable};
+
+/// The isolation level to check.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Level {
+    /// Some total order of the committed transactions explains every read (and keeps session order).
+    #[default]
+    #[serde(rename = "serializable")]
+    Serializable,
+    /// As serializable, and the order also respects real time (Cobra §3.5).
+    #[serde(rename = "strict-serializable")]
+    StrictSerializable,
+}
+
+/// How to verify. `Options::default()` is serializability with every Cobra technique on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The level to check.
+    pub level: Level,
+    /// Commit timestamps are pushed later by this much before real-time edges are inferred (Cobra §3.5).
+    pub clock_drift_ms: u64,
+    /// Pruning (Cobra §3.3). Off only for differential testing.
+    pub prune: bool,
+    /// Coalescing constraints (Cobra §3.2). Off only for differential testing.
+    pub coalesce: bool,
+    /// Combining writes (Cobra §3.1). Off only for differential testing.
+    pub combine: bool,
+    /// The reachability backend for pruning.
+    pub reachability: Backend,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            level: Level::Serializable,
+            clock_drift_ms: 100,
+            prune: true,
+            coalesce: true,
+            combine: true,
+            reachability: Backend::Auto,
+        }
+    }
+}
+
+/// Why verification could not give a verdict.
+#[derive(Debug, Error)]
+pub enum VerifyError {
+    /// The solver failed.
+    #[error("solver failed: {0}")]
+    Solver(#[from] solver::SolverError),
+    /// Reachability could not be computed (for example, the closure would not fit in memory).
+    #[error("reachability failed: {0}")]
+    Reachability(#[from] kernels::KernelError),
+    /// A broken invariant inside the verifier; a bug, reported instead of a panic.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+/// Verifies `history` at `options.level`.
+pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyError> {
+    let h = history;
+    let start = Instant::now();
+    let mut report = Report {
+        schema_version: SCHEMA_VERSION,
+        verdict: Verdict::Accept,
+        level: options.level,
+        options: OptionsUsed {
+            prune: options.prune,
+            coalesce: options.coalesce,
+            combine: options.combine,
+            clock_drift_ms: options.clock_drift_ms,
+            reachability: options.reachability.name().to_owned(),
+        },
+        anomalies: Vec::new(),
+        anomalies_omitted: 0,
+        derivations: Vec::new(),
+        transactions: Vec::new(),
+        serial_order: None,
+        unverifiable: Vec::new(),
+        dropped_indeterminate: Vec::new(),
+        counts: Counts::default(),
+        timings: Timings::default(),
+        real_time: None,
+    };
+    let c = &mut report.counts;
+    c.transactions = h.transactions.len() as u64;
+    c.committed = h.transactions.iter().filter(|t| t.outcome == Outcome::Committed).count() as u64;
+    c.aborted = h.transactions.iter().filter(|t| t.outcome == Outcome::Aborted).count() as u64;
+
+    // Stage 1.
+    let norm = normalize::normalize(h);
+    report.counts.vertices = norm.txns.len() as u64;
+    report.counts.versions = norm.versions.len() as u64;
+    report.counts.indeterminate_dropped = norm.dropped.len() as u64;
+    report.counts.indeterminate_included = report.counts.vertices - report.counts.committed;
+    report.dropped_indeterminate = norm.dropped.iter().map(|&i| h.transactions[i].id).collect();
+    report.unverifiable =
+        norm.unverified.iter().map(|u| Unverifiable { op: u.op, reason: u.why.clone() }).collect();
+    if !norm.anomalies.is_empty() {
+        return Ok(non_cycle_reject(h, report, norm.anomalies, start));
+    }
+
+    // Stage 2 (and real time).
+    let (mut g, lost) = known_graph::create_known_graph(h, &norm, options.combine);
+    if !lost.is_empty() {
+        return Ok(non_cycle_reject(h, report, lost, start));
+    }
+    report.counts.wr_edges =
+        g.edges.iter().filter(|e| matches!(e.origin, known_graph::Origin::Wr { .. })).count() as u64;
+    report.counts.so_edges = g.edges.iter().filter(|e| e.origin == known_graph::Origin::So).count() as u64;
+    report.counts.ww_pairs = g.ww_pairs;
+    if options.level == Level::StrictSerializable {
+        let (edges, missing) =
+            realtime::realtime_edges(h, &norm, options.clock_drift_ms.saturating_mul(1_000_000));
+        report.counts.rt_edges = edges.len() as u64;
+        report.real_time = Some(RealTime {
+            clock_drift_ms: options.clock_drift_ms,
+            edges: edges.len() as u64,
+            without_timestamps: missing,
+        });
+        for (u, v) in edges {
+            g.push(u, v, known_graph::Origin::Rt, 0);
+        }
+    }
+
+    // Stages 3 and 4.
+    let (chains, chain_rw) = chains::combine_writes(&norm, &mut g, options.combine);
+    report.counts.chains = chains.list.len() as u64;
+    report.counts.chain_rw_edges = chain_rw;
+    let (constraints, initial_edges) = constraints::generate(&norm, &chains, &mut g, options.coalesce);
+    report.counts.initial_edges = initial_edges;
+    report.counts.constraints_before_prune = constraints.len() as u64;
+    report.timings.construct_ms = ms(start);
+
+    // Stage 5.
+    let prune_start = Instant::now();
+    let (outcome, pruned) = prune::prune(&mut g, &constraints, options.prune, options.reachability)?;
+    report.timings.prune_ms = ms(prune_start);
+    report.counts.prune_iterations = pruned.passes;
+    report.counts.constraints_after_prune = pruned.live.iter().filter(|&&l| l).count() as u64;
+    report.counts.known_edges_at_solve = g.edges.len() as u64;
+    if let Some(b) = pruned.backend {
+        report.options.reachability = b.name().to_owned();
+    }
+
+    let mut cert =
+        Certifier::new(h, &norm, &g, &chains, &constraints, &pruned.decisions, options.clock_drift_ms);
+    let anomaly = match outcome {
+        prune::Outcome::Cyclic { round, cycle } => Some(cert.known_cycle(&cycle, round)),
+        prune::Outcome::Conflict { constraint, a, b, round } => Some(cert.conflict(constraint, a, b, round)),
+        prune::Outcome::Done => {
+            // Stage 6.
+            let solve_start = Instant::now();
+            let solved = encode::solve(&g, &constraints, &pruned.live)?;
+            report.timings.solve_ms = ms(solve_start);
+            match solved {
+                encode::Solved::Acyclic { order } => {
+                    report.serial_order = Some(
+                        order.into_iter().map(|v| h.transactions[norm.txns[v as usize].hist].id).collect(),
+                    );
+                    None
+                }
+                encode::Solved::Cyclic { cycle, core } => Some(cert.solver_cycle(&cycle, &core)),
+            }
+        }
+    };
+    // Stage 7.
+    let report_start = Instant::now();
+    if let Some(anomaly) = anomaly {
+        report.verdict = Verdict::Reject;
+        report.anomalies.push(anomaly);
+        report.transactions = cert.transactions([]);
+        report.derivations = std::mem::take(&mut cert.derivations);
+    }
+    report.timings.report_ms = ms(report_start);
+    Ok(report)
+}
+
+/// A reject from anomalies found before any cycle search.
+fn non_cycle_reject(h: &History, mut report: Report, found: Vec<normalize::Found>, start: Instant) -> Report {
+    report.verdict = Verdict::Reject;
+    report.anomalies_omitted = found.len().saturating_sub(MAX_ANOMALIES) as u64;
+    let mut involved = std::collections::BTreeSet::new();
+    let index: std::collections::HashMap<history::TxnId, usize> =
+        h.transactions.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+    for f in found.into_iter().take(MAX_ANOMALIES) {
+        for op in &f.ops {
+            if let Some(&i) = index.get(&op.txn) {
+                involved.insert(i);
+            }
+        }
+        report.anomalies.push(Anomaly {
+            class: f.class,
+            summary: f.summary,
+            ops: f.ops,
+            cycle: Vec::new(),
+            uses_real_time: false,
+            uses_session_order: false,
+        });
+    }
+    report.transactions = involved.into_iter().map(|i| txn_report(h, i)).collect();
+    report.timings.construct_ms = ms(start);
+    report
+}

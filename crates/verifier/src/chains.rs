@@ -1,0 +1,96 @@
+//! Stage 3: chains (Cobra §3.1, `CombineWrites` and `InferRWEdges`).
+//!
+//! In: the versions and the ww pairs of the known graph. Out: for each key, its versions grouped into chains,
+//! each a run of versions whose order is known (each written by a read-modify-write of the one before), and
+//! the rw edges inside each chain: a reader of `chain[i]` must precede the writer of `chain[i+1]`, or it would
+//! have read that version or a later one. With combining off, every version is its own chain.
+
+use history::Key;
+
+use crate::known_graph::{KnownGraph, Origin};
+use crate::normalize::Normalized;
+
+/// One chain of versions of one key.
+#[derive(Clone, Debug)]
+pub(crate) struct Chain {
+    pub key: Key,
+    pub versions: Vec<u32>,
+}
+
+/// All chains, grouped by key.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Chains {
+    pub list: Vec<Chain>,
+    /// Chain indices, grouped by key (each group sorted, groups in key order).
+    pub by_key: Vec<Vec<u32>>,
+}
+
+/// Combines writes into chains and adds the rw edges inside each chain to the known graph.
+pub(crate) fn combine_writes(norm: &Normalized, g: &mut KnownGraph, combine: bool) -> (Chains, u64) {
+    let nv = norm.versions.len();
+    let mut prev: Vec<Option<u32>> = vec![None; nv];
+    if combine {
+        for (v, n) in g.next.iter().enumerate() {
+            if let Some(n) = n {
+                prev[*n as usize] = Some(v as u32);
+            }
+        }
+    }
+    let next = |v: u32| if combine { g.next[v as usize] } else { None };
+    let mut placed = vec![false; nv];
+    let mut list = Vec::new();
+    let walk = |start: u32, placed: &mut Vec<bool>| {
+        let mut versions = Vec::new();
+        let mut v = start;
+        loop {
+            placed[v as usize] = true;
+            versions.push(v);
+            match next(v) {
+                Some(n) if !placed[n as usize] => v = n,
+                _ => break,
+            }
+        }
+        Chain { key: norm.versions[start as usize].key, versions }
+    };
+    for v in 0..nv as u32 {
+        if prev[v as usize].is_none() && !placed[v as usize] {
+            list.push(walk(v, &mut placed));
+        }
+    }
+    // What is left lies on cycles of read-modify-writes; the wr edges along them already close a cycle in
+    // the known graph, so any cut will do.
+    for v in 0..nv as u32 {
+        if !placed[v as usize] {
+            list.push(walk(v, &mut placed));
+        }
+    }
+    let mut order: Vec<u32> = (0..list.len() as u32).collect();
+    order.sort_by_key(|&c| (list[c as usize].key, c));
+    let mut by_key: Vec<Vec<u32>> = Vec::new();
+    let mut last_key = None;
+    for c in order {
+        let key = list[c as usize].key;
+        if last_key != Some(key) {
+            by_key.push(Vec::new());
+            last_key = Some(key);
+        }
+        if let Some(group) = by_key.last_mut() {
+            group.push(c);
+        }
+    }
+    // InferRWEdges.
+    let mut rw = 0;
+    for chain in &list {
+        for pair in chain.versions.windows(2) {
+            let (read, next) = (pair[0], pair[1]);
+            let Some(writer) = norm.versions[next as usize].writer else { continue };
+            for &r in &norm.versions[read as usize].readers {
+                if r != writer {
+                    g.push(r, writer, Origin::ChainRw { read, next }, 0);
+                    rw += 1;
+                }
+            }
+        }
+    }
+    (Chains { list, by_key }, rw)
+}

@@ -1,0 +1,102 @@
+//! Stage 6: solving (Cobra §3.4).
+//!
+//! In: the known graph and the constraints pruning left. Out: a serial order (accept), or a cycle under some
+//! choice of the constraints in the solver's unsatisfiable core (reject). The encoding is the natural one:
+//! each constraint is a choice between its two edge sets, and the solver (`solver` crate) searches for a
+//! choice that keeps the graph acyclic.
+
+use kernels::{Graph, KernelError};
+use solver::{Constraint as SConstraint, Edge, Polygraph, Side, Solution};
+
+use crate::VerifyError;
+use crate::constraints::{CEdge, Constraint};
+use crate::known_graph::KnownGraph;
+
+/// The solver's answer, in the verifier's terms.
+pub(crate) enum Solved {
+    /// A topological order of the vertices under an acyclic choice.
+    Acyclic { order: Vec<u32> },
+    /// A cycle (as vertex pairs) under some choice of the core's constraints (indices into all constraints).
+    Cyclic { cycle: Vec<(u32, u32)>, core: Vec<u32> },
+}
+
+fn topo(vertices: u32, edges: &[(u32, u32)]) -> Result<Result<Vec<u32>, Vec<u32>>, VerifyError> {
+    let graph = Graph::from_edges(vertices, edges).map_err(|e| VerifyError::Internal(e.to_string()))?;
+    match graph.topo_order() {
+        Ok(order) => Ok(Ok(order)),
+        Err(KernelError::Cyclic { cycle }) => Ok(Err(cycle)),
+        Err(e) => Err(VerifyError::Internal(e.to_string())),
+    }
+}
+
+fn pairs(cycle: &[u32]) -> Vec<(u32, u32)> {
+    (0..cycle.len()).map(|i| (cycle[i], cycle[(i + 1) % cycle.len()])).collect()
+}
+
+/// Solves what is left after pruning.
+pub(crate) fn solve(
+    g: &KnownGraph,
+    constraints: &[Constraint],
+    live: &[bool],
+) -> Result<Solved, VerifyError> {
+    let mut known: Vec<(u32, u32)> = g.edges.iter().map(|e| (e.from, e.to)).collect();
+    known.sort_unstable();
+    known.dedup();
+    let residual: Vec<u32> = (0..constraints.len() as u32).filter(|&c| live[c as usize]).collect();
+    if residual.is_empty() {
+        return match topo(g.vertices, &known)? {
+            Ok(order) => Ok(Solved::Acyclic { order }),
+            Err(cycle) => Ok(Solved::Cyclic { cycle: pairs(&cycle), core: Vec::new() }),
+        };
+    }
+    let side = |edges: &[CEdge]| edges.iter().map(|e| Edge::new(e.from, e.to)).collect::<Vec<_>>();
+    let p = Polygraph {
+        vertices: g.vertices,
+        known: known.iter().map(|&(a, b)| Edge::new(a, b)).collect(),
+        constraints: residual
+            .iter()
+            .map(|&c| {
+                let c = &constraints[c as usize];
+                SConstraint { side_a: side(&c.side_a), side_b: side(&c.side_b) }
+            })
+            .collect(),
+    };
+    match solver::solve(&p).map_err(VerifyError::Solver)? {
+        Solution::Acyclic(model) => {
+            let mut all = known;
+            for (i, choice) in model.choices.iter().enumerate() {
+                let Some(&ci) = residual.get(i) else { continue };
+                let c = &constraints[ci as usize];
+                let edges = if *choice == Side::A { &c.side_a } else { &c.side_b };
+                all.extend(edges.iter().map(|e| (e.from, e.to)));
+            }
+            match topo(g.vertices, &all)? {
+                Ok(order) => Ok(Solved::Acyclic { order }),
+                Err(_) => Err(VerifyError::Internal("the solver's model is cyclic".to_owned())),
+            }
+        }
+        Solution::Cyclic(core) => {
+            let core_ids: Vec<u32> =
+                core.constraints.iter().filter_map(|&i| residual.get(i).copied()).collect();
+            if let Some(best) = core.cycles.iter().filter(|c| !c.is_empty()).min_by_key(|c| c.len()) {
+                return Ok(Solved::Cyclic {
+                    cycle: best.iter().map(|e| (e.from, e.to)).collect(),
+                    core: core_ids,
+                });
+            }
+            // No explicit cycle: every choice of the core is cyclic, so any one shows a cycle.
+            for pick_a in [true, false] {
+                let mut all = known.clone();
+                for &ci in &core_ids {
+                    let c = &constraints[ci as usize];
+                    let edges = if pick_a { &c.side_a } else { &c.side_b };
+                    all.extend(edges.iter().map(|e| (e.from, e.to)));
+                }
+                if let Err(cycle) = topo(g.vertices, &all)? {
+                    return Ok(Solved::Cyclic { cycle: pairs(&cycle), core: core_ids });
+                }
+            }
+            Err(VerifyError::Internal("the solver's core has an acyclic choice".to_owned()))
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Stage 2: the known graph (Cobra Fig. 3, `CreateKnownGraph`; §2.3, §4.2).
+//!
+//! In: the normalised history. Out: a graph whose vertices are the included transactions and whose edges
+//! must hold in every serial order that explains the history: wr edges (a reader follows the writer it read),
+//! session-order edges (Cobra §4.2: serializable databases preserve session order), and, for strict
+//! serializability, real-time edges (`realtime`). Also the ww pairs: a read-modify-write that read version v
+//! and wrote w puts w directly after v (Cobra §3.1). Two read-modify-writes of one version are a lost update
+//! (Fig. 3, line 21), reported here.
+
+use std::collections::HashMap;
+
+use history::History;
+use solver::Side;
+
+use crate::normalize::{Found, Normalized};
+use crate::report::{AnomalyClass, OpRef};
+
+/// Why a known edge exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// The head read `version`, which the tail wrote.
+    Wr { version: u32 },
+    /// Session order.
+    So,
+    /// Real time (with the clock-drift threshold).
+    Rt,
+    /// Inside a chain: the tail read `read`, and the head wrote `next`, the version right after it
+    /// (Cobra §3.1, InferRWEdges).
+    ChainRw { read: u32, next: u32 },
+    /// The chain `first` starts with an initial version, so it precedes the chain `second`; `edge` is one of
+    /// the edges that order implies.
+    Initial { first: u32, second: u32, from_version: u32, to_version: u32, rw: bool },
+    /// Pruning chose `side` of constraint `constraint` (decision number `decision`); this is its edge number
+    /// `edge` (Cobra §3.3).
+    Decided { decision: u32, side: Side, edge: u32 },
+}
+
+impl Origin {
+    /// Explanations prefer simple edges: observed ones first, then inferred ones.
+    pub(crate) fn priority(&self) -> u8 {
+        match self {
+            Origin::Wr { .. } => 0,
+            Origin::So => 1,
+            Origin::Rt => 2,
+            Origin::ChainRw { .. } => 3,
+            Origin::Initial { .. } => 4,
+            Origin::Decided { .. } => 5,
+        }
+    }
+}
+
+/// One known edge. `round` is the pruning pass that added it (0: before pruning).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KEdge {
+    pub from: u32,
+    pub to: u32,
+    pub origin: Origin,
+    pub round: u32,
+}
+
+/// The known graph.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct KnownGraph {
+    pub vertices: u32,
+    pub edges: Vec<KEdge>,
+    /// Each session's vertices in session order: paths of the graph, used as chain hints for reachability.
+    pub sessions: Vec<Vec<u32>>,
+    /// `next[v]`: the version a read-modify-write put directly after version `v`.
+    pub next: Vec<Option<u32>>,
+    pub ww_pairs: u64,
+}
+
+impl KnownGraph {
+    /// Adds an edge unless it is a self-loop of observation (a transaction reading its own write never
+    /// reaches here, so a self-loop would only come from malformed input).
+    pub(crate) fn push(&mut self, from: u32, to: u32, origin: Origin, round: u32) {
+        self.edges.push(KEdge { from, to, origin, round });
+    }
+}
+
+/// Builds the known graph. `detect_lost_updates` is off when combining writes is off, so that differential
+/// runs exercise the encoding alone.
+pub(crate) fn create_known_graph(
+    h: &History,
+    norm: &Normalized,
+    detect_lost_updates: bool,
+) -> (KnownGraph, Vec<Found>) {
+    let mut g = KnownGraph { vertices: norm.txns.len() as u32, ..KnownGraph::default() };
+    let mut anomalies = Vec::new();
+    // wr edges.
+    for (v, nt) in norm.txns.iter().enumerate() {
+        for &(_, ver) in &nt.reads {
+            if let Some(w) = norm.versions[ver as usize].writer
+                && w != v as u32
+            {
+                g.push(w, v as u32, Origin::Wr { version: ver }, 0);
+            }
+        }
+    }
+    // Session order, over included transactions only (consecutive ones are joined).
+    let mut sessions: HashMap<u64, Vec<(u64, u32)>> = HashMap::new();
+    for (v, nt) in norm.txns.iter().enumerate() {
+        let t = &h.transactions[nt.hist];
+        sessions.entry(t.session.0).or_default().push((t.seq, v as u32));
+    }
+    let mut keys: Vec<u64> = sessions.keys().copied().collect();
+    keys.sort_unstable();
+    for s in keys {
+        let mut members = sessions.remove(&s).unwrap_or_default();
+        members.sort_unstable();
+        let path: Vec<u32> = members.into_iter().map(|(_, v)| v).collect();
+        for w in path.windows(2) {
+            g.push(w[0], w[1], Origin::So, 0);
+        }
+        g.sessions.push(path);
+    }
+    // ww pairs from read-modify-writes.
+    g.next = vec![None; norm.versions.len()];
+    let mut rmw_of: Vec<Option<u32>> = vec![None; norm.versions.len()];
+    for (v, nt) in norm.txns.iter().enumerate() {
+        for &(key, read) in &nt.reads {
+            let Some(&(_, wrote)) = nt.writes.iter().find(|(k, _)| *k == key) else { continue };
+            match rmw_of[read as usize] {
+                Some(other) if detect_lost_updates => {
+                    let (a, b) = (&h.transactions[norm.txns[other as usize].hist], &h.transactions[nt.hist]);
+                    let kname = crate::normalize::key_name(h, key);
+                    let shown = crate::normalize::show(norm.versions[read as usize].observed());
+                    let op = |t: &history::Transaction, pred: &dyn Fn(&history::Op) -> bool| {
+                        OpRef::new(t.id, t.ops.iter().position(pred).unwrap_or(0))
+                    };
+                    let is_read =
+                        |o: &history::Op| matches!(o, history::Op::Read { key: k, .. } if *k == key);
+                    let is_write =
+                        |o: &history::Op| matches!(o, history::Op::Write { key: k, .. } if *k == key);
+                    anomalies.push(Found {
+                        class: AnomalyClass::LostUpdate,
+                        summary: format!(
+                            "{} and {} both read {kname}={shown} and then both wrote {kname}; one of the two \
+                             updates is lost",
+                            a.id, b.id
+                        ),
+                        ops: vec![op(a, &is_read), op(a, &is_write), op(b, &is_read), op(b, &is_write)],
+                    });
+                }
+                Some(_) => {}
+                None => {
+                    rmw_of[read as usize] = Some(v as u32);
+                    g.next[read as usize] = Some(wrote);
+                    g.ww_pairs += 1;
+                }
+            }
+        }
+    }
+    (g, anomalies)
+}

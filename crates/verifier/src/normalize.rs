@@ -1,0 +1,419 @@
+//! Stage 1: normalisation and the anomalies that need no cycle (DESIGN.md §3; Cobra §2.2's assumptions).
+//!
+//! In: the raw history. Out: the *included* transactions (committed ones, plus indeterminate ones that some
+//! included transaction read from), each with at most one external read and one visible write per key, and a
+//! dense table of versions with their writers and readers. Cobra assumes each transaction reads and writes a
+//! key at most once (§2.2); SQL transactions do not, so this stage discharges the assumption and reports what
+//! breaks it. Every anomaly found here is a reject on its own, reported with the ops involved:
+//! garbage reads, aborted reads (G1a), intermediate reads (G1b), duplicate write ids, future reads (a read
+//! of the transaction's own later write), internal reads (a read after an own write that returns something
+//! else), non-repeatable reads, and reads of two different initial versions of one key.
+
+use std::collections::HashMap;
+
+use history::{History, Key, Observed, Op, Outcome, WriteId};
+
+use crate::report::{AnomalyClass, OpRef};
+
+/// Which version a read or write names, before it is given a dense index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Label {
+    /// A recorded write.
+    Write(WriteId),
+    /// A version from before recording began (Cobra's INIT); `Absent` is the initial "no row" version.
+    Initial(Observed),
+}
+
+/// One version of one key.
+#[derive(Clone, Debug)]
+pub(crate) struct Version {
+    pub key: Key,
+    pub label: Label,
+    /// The vertex that wrote it; `None` for initial versions (they precede every recorded write, so their
+    /// writer never needs to be a vertex: it would have no incoming edge and lie on no cycle).
+    pub writer: Option<u32>,
+    /// The vertices whose external read of `key` returned this version.
+    pub readers: Vec<u32>,
+}
+
+impl Version {
+    /// The version as the history names it.
+    pub fn observed(&self) -> Observed {
+        match self.label {
+            Label::Write(w) => Observed::Version(w),
+            Label::Initial(o) => o,
+        }
+    }
+}
+
+/// An included transaction after normalisation.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct NTxn {
+    /// Its index in `History::transactions`.
+    pub hist: usize,
+    /// Its external reads: at most one per key, as version indices.
+    pub reads: Vec<(Key, u32)>,
+    /// Its visible writes (the last write of each key), as version indices.
+    pub writes: Vec<(Key, u32)>,
+}
+
+/// A read the verifier cannot judge, listed in the report instead of rejecting.
+#[derive(Clone, Debug)]
+pub(crate) struct Unverified {
+    pub op: OpRef,
+    pub why: String,
+}
+
+/// A non-cycle anomaly with the ops that show it.
+#[derive(Clone, Debug)]
+pub(crate) struct Found {
+    pub class: AnomalyClass,
+    pub summary: String,
+    pub ops: Vec<OpRef>,
+}
+
+/// The normalised history.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Normalized {
+    /// Included transactions; a transaction's vertex is its index here.
+    pub txns: Vec<NTxn>,
+    pub versions: Vec<Version>,
+    /// Indeterminate transactions nobody read from: dropped (history indices).
+    pub dropped: Vec<usize>,
+    pub unverified: Vec<Unverified>,
+    pub anomalies: Vec<Found>,
+    /// Each history index's vertex, if included.
+    pub vertex_of: Vec<Option<u32>>,
+}
+
+/// Where a write op sits.
+#[derive(Clone, Copy, Debug)]
+struct WriteSite {
+    txn: usize,
+    op: usize,
+    key: Key,
+    /// Whether it is the transaction's last write of `key` (the only one others may see).
+    visible: bool,
+}
+
+/// The most anomalies of one stage kept in a report; the count beyond is still reported.
+pub(crate) const MAX_ANOMALIES: usize = 100;
+
+/// Runs stage 1.
+pub(crate) fn normalize(h: &History) -> Normalized {
+    let mut out = Normalized::default();
+    let txns = &h.transactions;
+
+    // Index every write, and find duplicate write ids. Two writes of one key in one transaction may share
+    // an id (an `xmin` cannot tell them apart); that is one version, not a duplicate.
+    let mut sites: HashMap<WriteId, WriteSite> = HashMap::new();
+    let mut duplicates: Vec<(WriteId, usize, usize, usize, usize)> = Vec::new();
+    for (ti, t) in txns.iter().enumerate() {
+        let last_write: HashMap<Key, usize> = t
+            .ops
+            .iter()
+            .enumerate()
+            .filter(|(_, op)| matches!(op, Op::Write { .. }))
+            .map(|(i, op)| (op.key(), i))
+            .collect();
+        for (oi, op) in t.ops.iter().enumerate() {
+            let Op::Write { key, write, .. } = *op else { continue };
+            let visible = last_write.get(&key) == Some(&oi);
+            match sites.get_mut(&write) {
+                Some(site) if site.txn == ti && site.key == key => {
+                    site.op = oi;
+                    site.visible |= visible;
+                }
+                Some(site) => duplicates.push((write, site.txn, site.op, ti, oi)),
+                None => {
+                    sites.insert(write, WriteSite { txn: ti, op: oi, key, visible });
+                }
+            }
+        }
+    }
+
+    // Included: committed transactions, and indeterminate ones an included transaction read from (a read
+    // from one proves it committed). The rest of the indeterminate ones are dropped (DESIGN.md §3).
+    let mut included: Vec<bool> = txns.iter().map(|t| t.outcome == Outcome::Committed).collect();
+    let mut work: Vec<usize> = (0..txns.len()).filter(|&i| included[i]).collect();
+    while let Some(ti) = work.pop() {
+        for op in &txns[ti].ops {
+            if let Op::Read { observed: Observed::Version(w), .. } = *op
+                && let Some(site) = sites.get(&w)
+                && site.txn != ti
+                && !included[site.txn]
+                && txns[site.txn].outcome == Outcome::Indeterminate
+            {
+                included[site.txn] = true;
+                work.push(site.txn);
+            }
+        }
+    }
+    out.vertex_of = vec![None; txns.len()];
+    for (ti, t) in txns.iter().enumerate() {
+        if included[ti] {
+            out.vertex_of[ti] = Some(out.txns.len() as u32);
+            out.txns.push(NTxn { hist: ti, ..NTxn::default() });
+        } else if t.outcome == Outcome::Indeterminate {
+            out.dropped.push(ti);
+        }
+    }
+
+    // A dropped indeterminate transaction never causes a reject on its own, so its duplicates do not count.
+    for (write, t1, o1, t2, o2) in duplicates {
+        let counts = |t: usize| included[t] || txns[t].outcome == Outcome::Aborted;
+        if counts(t1) && counts(t2) {
+            out.anomalies.push(Found {
+                class: AnomalyClass::DuplicateWrite,
+                summary: format!(
+                    "write id {write} is written twice: by {} and by {}",
+                    txns[t1].id, txns[t2].id
+                ),
+                ops: vec![OpRef::new(txns[t1].id, o1), OpRef::new(txns[t2].id, o2)],
+            });
+        }
+    }
+
+    // Versions: every visible write of an included transaction, then initial versions as reads find them.
+    let mut version_of: HashMap<WriteId, u32> = HashMap::new();
+    for (v, nt) in out.txns.iter_mut().enumerate() {
+        for (oi, op) in txns[nt.hist].ops.iter().enumerate() {
+            let Op::Write { key, write, .. } = *op else { continue };
+            let site = sites.get(&write);
+            let mine = site.is_some_and(|s| s.txn == nt.hist && s.op == oi && s.visible);
+            if mine && !version_of.contains_key(&write) {
+                let idx = out.versions.len() as u32;
+                out.versions.push(Version {
+                    key,
+                    label: Label::Write(write),
+                    writer: Some(v as u32),
+                    readers: Vec::new(),
+                });
+                version_of.insert(write, idx);
+                nt.writes.push((key, idx));
+            }
+        }
+    }
+    let gap_start = h.gaps.iter().map(|g| g.after_txns).min();
+    let mut initial_of: HashMap<(Key, Observed), u32> = HashMap::new();
+    for vertex in 0..out.txns.len() {
+        let ti = out.txns[vertex].hist;
+        let t = &txns[ti];
+        let after_gap = gap_start.is_some_and(|g| ti as u64 >= g);
+        // Per key: the own write seen so far, and the first external read.
+        let mut own: HashMap<Key, (WriteId, usize)> = HashMap::new();
+        let mut external: HashMap<Key, (Observed, usize)> = HashMap::new();
+        let mut reads = Vec::new();
+        for (oi, op) in t.ops.iter().enumerate() {
+            match *op {
+                Op::Write { key, write, .. } => {
+                    own.insert(key, (write, oi));
+                }
+                Op::Read { key, observed, .. } => {
+                    let here = OpRef::new(t.id, oi);
+                    if let Some(&(w, wi)) = own.get(&key) {
+                        if observed != Observed::Version(w) {
+                            out.anomalies.push(Found {
+                                class: AnomalyClass::InternalRead,
+                                summary: format!(
+                                    "{} wrote {}={} and then read {}={}, not its own write",
+                                    t.id,
+                                    key_name(h, key),
+                                    w,
+                                    key_name(h, key),
+                                    show(observed)
+                                ),
+                                ops: vec![OpRef::new(t.id, wi), here],
+                            });
+                        }
+                        continue;
+                    }
+                    if let Some(&(first, fi)) = external.get(&key) {
+                        if first != observed {
+                            out.anomalies.push(Found {
+                                class: AnomalyClass::NonRepeatableRead,
+                                summary: format!(
+                                    "{} read {} twice and got {} and then {}",
+                                    t.id,
+                                    key_name(h, key),
+                                    show(first),
+                                    show(observed)
+                                ),
+                                ops: vec![OpRef::new(t.id, fi), here],
+                            });
+                        }
+                        continue;
+                    }
+                    external.insert(key, (observed, oi));
+                    let version = match observed {
+                        Observed::Version(w) => match sites.get(&w) {
+                            None if after_gap => {
+                                out.unverified.push(Unverified {
+                                    op: here,
+                                    why: format!(
+                                        "read of {} after a log gap: its writer may have been lost",
+                                        w
+                                    ),
+                                });
+                                continue;
+                            }
+                            None => {
+                                out.anomalies.push(Found {
+                                    class: AnomalyClass::GarbageRead,
+                                    summary: format!(
+                                        "{} read {}={}, a write id no transaction wrote",
+                                        t.id,
+                                        key_name(h, key),
+                                        w
+                                    ),
+                                    ops: vec![here],
+                                });
+                                continue;
+                            }
+                            Some(site) if site.key != key => {
+                                out.anomalies.push(Found {
+                                    class: AnomalyClass::GarbageRead,
+                                    summary: format!(
+                                        "{} read {}={}, but {} wrote {} to {}, a different key",
+                                        t.id,
+                                        key_name(h, key),
+                                        w,
+                                        txns[site.txn].id,
+                                        w,
+                                        key_name(h, site.key)
+                                    ),
+                                    ops: vec![here, OpRef::new(txns[site.txn].id, site.op)],
+                                });
+                                continue;
+                            }
+                            Some(site) if site.txn == ti => {
+                                out.anomalies.push(Found {
+                                    class: AnomalyClass::FutureRead,
+                                    summary: format!(
+                                        "{} read {}={} before writing that version itself",
+                                        t.id,
+                                        key_name(h, key),
+                                        w
+                                    ),
+                                    ops: vec![here, OpRef::new(t.id, site.op)],
+                                });
+                                continue;
+                            }
+                            Some(site) if txns[site.txn].outcome == Outcome::Aborted => {
+                                out.anomalies.push(Found {
+                                    class: AnomalyClass::G1a,
+                                    summary: format!(
+                                        "{} read {}={}, written by {}, which aborted",
+                                        t.id,
+                                        key_name(h, key),
+                                        w,
+                                        txns[site.txn].id
+                                    ),
+                                    ops: vec![OpRef::new(txns[site.txn].id, site.op), here],
+                                });
+                                continue;
+                            }
+                            Some(site) if !site.visible => {
+                                out.anomalies.push(Found {
+                                    class: AnomalyClass::G1b,
+                                    summary: format!(
+                                        "{} read {}={}, an intermediate write of {}, which later wrote {} again",
+                                        t.id,
+                                        key_name(h, key),
+                                        w,
+                                        txns[site.txn].id,
+                                        key_name(h, key)
+                                    ),
+                                    ops: vec![OpRef::new(txns[site.txn].id, site.op), here],
+                                });
+                                continue;
+                            }
+                            Some(_) => match version_of.get(&w) {
+                                Some(&v) => v,
+                                // Unreachable in practice: every visible write of an included
+                                // transaction has a version. Treat it as unverifiable, not a panic.
+                                None => {
+                                    out.unverified.push(Unverified {
+                                        op: here,
+                                        why: format!("read of {w}, whose writer is not included"),
+                                    });
+                                    continue;
+                                }
+                            },
+                        },
+                        initial => *initial_of.entry((key, initial)).or_insert_with(|| {
+                            out.versions.push(Version {
+                                key,
+                                label: Label::Initial(initial),
+                                writer: None,
+                                readers: Vec::new(),
+                            });
+                            out.versions.len() as u32 - 1
+                        }),
+                    };
+                    reads.push((key, version));
+                }
+            }
+        }
+        for &(_, v) in &reads {
+            out.versions[v as usize].readers.push(vertex as u32);
+        }
+        out.txns[vertex].reads = reads;
+    }
+
+    // Initial versions all precede every recorded write, so two different initial versions of one key
+    // cannot both be read: whichever came first was overwritten before recording began.
+    let mut first_initial: HashMap<Key, u32> = HashMap::new();
+    for (i, v) in out.versions.iter().enumerate() {
+        if !matches!(v.label, Label::Initial(_)) {
+            continue;
+        }
+        match first_initial.get(&v.key) {
+            None => {
+                first_initial.insert(v.key, i as u32);
+            }
+            Some(&other) => {
+                let o = &out.versions[other as usize];
+                let op_of = |ver: &Version| {
+                    let r = ver.readers[0] as usize;
+                    let t = &txns[out.txns[r].hist];
+                    let oi = t
+                        .ops
+                        .iter()
+                        .position(|op| {
+                            matches!(*op, Op::Read { key, observed, .. } if key == ver.key && observed == ver.observed())
+                        })
+                        .unwrap_or(0);
+                    OpRef::new(t.id, oi)
+                };
+                out.anomalies.push(Found {
+                    class: AnomalyClass::StaleRead,
+                    summary: format!(
+                        "{} was read both as {} and as {}: two versions from before recording began, so one \
+                         of the reads returned a version that was already overwritten",
+                        key_name(h, v.key),
+                        show(o.observed()),
+                        show(v.observed())
+                    ),
+                    ops: vec![op_of(o), op_of(v)],
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A key's name for messages.
+pub(crate) fn key_name(h: &History, key: Key) -> String {
+    h.keys.name(key).map_or_else(|| format!("key#{}", key.0), |n| n.to_string())
+}
+
+/// An observed version for messages: `w7`, `init`, `init#3` or `absent`.
+pub(crate) fn show(o: Observed) -> String {
+    match o {
+        Observed::Version(w) => w.to_string(),
+        Observed::PreHistory(0) => "init".to_owned(),
+        Observed::PreHistory(tag) => format!("init#{tag}"),
+        Observed::Absent => "absent".to_owned(),
+    }
+}

@@ -1,0 +1,568 @@
+//! Stage 7 (output side): the reject/accept report. The JSON schema is documented in `REPORT.md` next to
+//! this crate's manifest; every field here is part of it, so rename nothing without bumping
+//! [`SCHEMA_VERSION`].
+
+use std::fmt;
+
+use history::{Observed, Outcome, SessionId, TxnId};
+use serde::{Deserialize, Serialize};
+
+use crate::Level;
+
+/// The version of the report's JSON schema.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Accept or reject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Some serial order explains every read.
+    Accept,
+    /// No serial order does; the anomalies say why.
+    Reject,
+}
+
+/// The name of an anomaly, as in the literature (Adya; Elle).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AnomalyClass {
+    /// A cycle of write-write dependencies only (with session/real-time order).
+    G0,
+    /// Aborted read: a read of a write by an aborted transaction.
+    G1a,
+    /// Intermediate read: a read of a write its transaction later overwrote.
+    G1b,
+    /// A cycle of write-write and write-read dependencies.
+    G1c,
+    /// A cycle with exactly one anti-dependency (rw) edge.
+    #[serde(rename = "G-single")]
+    GSingle,
+    /// A cycle with two or more anti-dependency edges.
+    #[serde(rename = "G2-item")]
+    G2Item,
+    /// Two read-modify-writes read the same version of a key.
+    #[serde(rename = "lost update")]
+    LostUpdate,
+    /// Two transactions each overwrote what the other read.
+    #[serde(rename = "write skew")]
+    WriteSkew,
+    /// A read returned a version already overwritten before it started (real time), or one of two initial
+    /// versions of a key.
+    #[serde(rename = "stale read")]
+    StaleRead,
+    /// Two reads of one key in one transaction, before any own write, returned different versions.
+    #[serde(rename = "non-repeatable read")]
+    NonRepeatableRead,
+    /// A read of a write id that no transaction wrote to that key.
+    #[serde(rename = "garbage read")]
+    GarbageRead,
+    /// Two writes carry the same write id.
+    #[serde(rename = "duplicate write")]
+    DuplicateWrite,
+    /// A read returned the transaction's own later write.
+    #[serde(rename = "future read")]
+    FutureRead,
+    /// A read after an own write of the key did not return that write.
+    #[serde(rename = "internal read")]
+    InternalRead,
+}
+
+impl AnomalyClass {
+    /// The class's name as the report prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AnomalyClass::G0 => "G0",
+            AnomalyClass::G1a => "G1a",
+            AnomalyClass::G1b => "G1b",
+            AnomalyClass::G1c => "G1c",
+            AnomalyClass::GSingle => "G-single",
+            AnomalyClass::G2Item => "G2-item",
+            AnomalyClass::LostUpdate => "lost update",
+            AnomalyClass::WriteSkew => "write skew",
+            AnomalyClass::StaleRead => "stale read",
+            AnomalyClass::NonRepeatableRead => "non-repeatable read",
+            AnomalyClass::GarbageRead => "garbage read",
+            AnomalyClass::DuplicateWrite => "duplicate write",
+            AnomalyClass::FutureRead => "future read",
+            AnomalyClass::InternalRead => "internal read",
+        }
+    }
+}
+
+/// One op of one transaction: `txn`'s op number `op` (from 0, in issue order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct OpRef {
+    /// The transaction.
+    pub txn: TxnId,
+    /// The op's index within the transaction.
+    pub op: usize,
+}
+
+impl OpRef {
+    /// Op `op` of `txn`.
+    pub fn new(txn: TxnId, op: usize) -> Self {
+        OpRef { txn, op }
+    }
+}
+
+/// The kind of a dependency edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EdgeKind {
+    /// `to` read a version `from` wrote.
+    Wr,
+    /// `to` overwrote a version `from` wrote.
+    Ww,
+    /// `from` read a version that `to` overwrote (anti-dependency).
+    Rw,
+    /// `from` precedes `to` in their session.
+    So,
+    /// `from` committed before `to` started, by more than the clock-drift threshold.
+    Rt,
+}
+
+impl EdgeKind {
+    /// The short name (`wr`, `ww`, `rw`, `so`, `rt`).
+    pub fn name(self) -> &'static str {
+        match self {
+            EdgeKind::Wr => "wr",
+            EdgeKind::Ww => "ww",
+            EdgeKind::Rw => "rw",
+            EdgeKind::So => "so",
+            EdgeKind::Rt => "rt",
+        }
+    }
+}
+
+/// One edge of a cycle: `from` must precede `to` in any serial order, for the reason given.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CycleEdge {
+    /// The earlier transaction.
+    pub from: TxnId,
+    /// The later transaction.
+    pub to: TxnId,
+    /// Why, in one word.
+    pub kind: EdgeKind,
+    /// The key, for wr/ww/rw edges (its printable name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The key's index in the history's key table, for re-checking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<u32>,
+    /// wr: the version read; ww: the version `from` wrote; rw: the version `from` read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_version: Option<Observed>,
+    /// wr: the version read; ww and rw: the version `to` wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_version: Option<Observed>,
+    /// ww/rw: the index in [`Report::derivations`] of the version-order fact the edge rests on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub derivation: Option<usize>,
+    /// Set on the one edge of an alternative cycle that follows from the *opposite* of the derivation
+    /// being proved (see [`Basis::OtherOrderCycle`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hypothetical: bool,
+    /// The reason as a sentence a person can check.
+    pub reason: String,
+}
+
+/// Why one run of versions of a key precedes another in every serial order that could explain the history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "basis", rename_all = "snake_case")]
+pub enum Basis {
+    /// `after[0]`'s writer read `before`'s last version and then wrote the key (a read-modify-write), so its
+    /// version directly follows (Cobra §3.1).
+    Rmw,
+    /// `before` starts with a version from before recording began, which precedes every recorded write.
+    InitialFirst,
+    /// The opposite order (every version of `after` before every version of `before`) closes this cycle;
+    /// its `hypothetical` edge is the one the opposite order implies (Cobra §3.3, pruning).
+    OtherOrderCycle {
+        /// The cycle.
+        cycle: Vec<CycleEdge>,
+    },
+    /// The SAT solver's refutation chose this order in the branch shown (Cobra §3.4); the other branches
+    /// were refuted by the solver and are not reproduced.
+    Solver,
+    /// Derived during pruning, but the report's size limit left its proof out.
+    Omitted,
+}
+
+/// A version-order fact on one key: every version in `before` precedes every version in `after`. Each list
+/// is a chain (each version after the first was written by a read-modify-write of the one before it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Derivation {
+    /// The key's printable name.
+    pub key: String,
+    /// The key's index in the history's key table.
+    pub key_id: u32,
+    /// The earlier chain of versions.
+    pub before: Vec<Observed>,
+    /// The later chain of versions.
+    pub after: Vec<Observed>,
+    /// Why.
+    #[serde(flatten)]
+    pub basis: Basis,
+}
+
+/// One finding. A reject report has at least one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Anomaly {
+    /// The anomaly's name.
+    pub class: AnomalyClass,
+    /// One sentence.
+    pub summary: String,
+    /// The ops that show it (for anomalies without a cycle, these are the evidence).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ops: Vec<OpRef>,
+    /// The dependency cycle, in order; the last edge returns to the first edge's `from`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cycle: Vec<CycleEdge>,
+    /// Whether the cycle uses a real-time edge (so the verdict depends on the clock-drift threshold).
+    #[serde(default)]
+    pub uses_real_time: bool,
+    /// Whether the cycle uses a session-order edge.
+    #[serde(default)]
+    pub uses_session_order: bool,
+}
+
+/// One op, as the report shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpReport {
+    /// The op's index in its transaction.
+    pub index: usize,
+    /// `r(key) = version` or `w(key) = version`.
+    pub text: String,
+    /// The SQL it came from, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql: Option<String>,
+}
+
+/// A transaction involved in some anomaly, with all its ops.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnReport {
+    /// Its id.
+    pub id: TxnId,
+    /// Its session.
+    pub session: SessionId,
+    /// Its position in the session.
+    pub seq: u64,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Start timestamp (ns), if recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ns: Option<u64>,
+    /// Commit timestamp (ns), if recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_ns: Option<u64>,
+    /// Its ops.
+    pub ops: Vec<OpReport>,
+}
+
+/// A read the verifier could not judge.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unverifiable {
+    /// The read.
+    pub op: OpRef,
+    /// Why.
+    pub reason: String,
+}
+
+/// The options the run used.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OptionsUsed {
+    /// Pruning (Cobra §3.3) on.
+    pub prune: bool,
+    /// Coalescing (Cobra §3.2) on.
+    pub coalesce: bool,
+    /// Combining writes (Cobra §3.1) on.
+    pub combine: bool,
+    /// The clock-drift threshold (strict serializability only).
+    pub clock_drift_ms: u64,
+    /// The reachability backend used for pruning.
+    pub reachability: String,
+}
+
+/// Sizes at each stage.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// All transactions in the history.
+    pub transactions: u64,
+    /// Committed ones.
+    pub committed: u64,
+    /// Aborted ones.
+    pub aborted: u64,
+    /// Indeterminate ones proved committed by a read.
+    pub indeterminate_included: u64,
+    /// Indeterminate ones nobody read from (dropped).
+    pub indeterminate_dropped: u64,
+    /// Vertices of the known graph (included transactions).
+    pub vertices: u64,
+    /// Versions (visible writes and initial versions read).
+    pub versions: u64,
+    /// wr edges.
+    pub wr_edges: u64,
+    /// Session-order edges.
+    pub so_edges: u64,
+    /// Real-time edges.
+    pub rt_edges: u64,
+    /// ww pairs from read-modify-writes.
+    pub ww_pairs: u64,
+    /// rw edges inferred inside chains.
+    pub chain_rw_edges: u64,
+    /// Edges forced by initial versions preceding recorded writes.
+    pub initial_edges: u64,
+    /// Chains after combining writes.
+    pub chains: u64,
+    /// Constraints generated.
+    pub constraints_before_prune: u64,
+    /// Constraints left for the solver.
+    pub constraints_after_prune: u64,
+    /// Pruning passes.
+    pub prune_iterations: u64,
+    /// Known edges when the solver starts.
+    pub known_edges_at_solve: u64,
+}
+
+/// Time per stage, in milliseconds (Cobra Fig. 7's split).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    /// Normalisation, known graph, chains, constraints.
+    pub construct_ms: f64,
+    /// Pruning.
+    pub prune_ms: f64,
+    /// Solving.
+    pub solve_ms: f64,
+    /// Certificate and report.
+    pub report_ms: f64,
+}
+
+/// What strict serializability added.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RealTime {
+    /// The clock-drift threshold that commit timestamps were pushed by.
+    pub clock_drift_ms: u64,
+    /// Real-time edges added (the minimal set, Cobra §3.5).
+    pub edges: u64,
+    /// Included transactions without both timestamps (they get no real-time edges).
+    pub without_timestamps: u64,
+}
+
+/// The verifier's answer, with its evidence.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Accept or reject.
+    pub verdict: Verdict,
+    /// The level checked.
+    pub level: Level,
+    /// The options used.
+    pub options: OptionsUsed,
+    /// Why it was rejected (empty on accept). The first is the main finding.
+    #[serde(default)]
+    pub anomalies: Vec<Anomaly>,
+    /// Anomalies found but left out of the report.
+    #[serde(default)]
+    pub anomalies_omitted: u64,
+    /// Version-order facts that ww/rw edges cite by index; a derivation only cites lower indices.
+    #[serde(default)]
+    pub derivations: Vec<Derivation>,
+    /// Every transaction the anomalies mention, with its ops.
+    #[serde(default)]
+    pub transactions: Vec<TxnReport>,
+    /// On accept: a serial order of the included transactions that explains every read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial_order: Option<Vec<TxnId>>,
+    /// Reads that could not be judged.
+    #[serde(default)]
+    pub unverifiable: Vec<Unverifiable>,
+    /// Indeterminate transactions that nobody read from; left out of the check.
+    #[serde(default)]
+    pub dropped_indeterminate: Vec<TxnId>,
+    /// Sizes.
+    pub counts: Counts,
+    /// Time per stage.
+    pub timings: Timings,
+    /// Present when checking strict serializability.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub real_time: Option<RealTime>,
+}
+
+impl Report {
+    /// Whether the history was accepted.
+    pub fn is_accept(&self) -> bool {
+        self.verdict == Verdict::Accept
+    }
+
+    /// The report as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// Parses a report written by [`Report::to_json`].
+    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// The one-line verdict.
+    pub fn verdict_line(&self) -> String {
+        let level = match self.level {
+            Level::Serializable => "serializable",
+            Level::StrictSerializable => "strict serializable",
+        };
+        match (self.verdict, self.anomalies.first()) {
+            (Verdict::Accept, _) => {
+                format!("ACCEPT: the history is {level} ({} transactions checked)", self.counts.vertices)
+            }
+            (Verdict::Reject, Some(a)) => {
+                let mut line = format!("REJECT: not {level}: {}: {}", a.class.name(), a.summary);
+                if a.uses_real_time
+                    && let Some(rt) = &self.real_time
+                {
+                    line.push_str(&format!(
+                        " (depends on real-time order, clock-drift threshold {} ms)",
+                        rt.clock_drift_ms
+                    ));
+                }
+                line
+            }
+            (Verdict::Reject, None) => format!("REJECT: not {level}"),
+        }
+    }
+
+    /// The report as text for a person: the verdict line, then each anomaly with its cycle, edge by edge,
+    /// then the transactions involved.
+    pub fn render_text(&self) -> String {
+        self.to_string()
+    }
+}
+
+fn write_edge(f: &mut fmt::Formatter<'_>, indent: &str, e: &CycleEdge) -> fmt::Result {
+    let key = e.key.as_deref().map(|k| format!("({k})")).unwrap_or_default();
+    let hyp = if e.hypothetical { " [if the opposite order held]" } else { "" };
+    writeln!(f, "{indent}{} -{}{key}-> {}{hyp}: {}", e.from, e.kind.name(), e.to, e.reason)
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", self.verdict_line())?;
+        writeln!(f)?;
+        for (i, a) in self.anomalies.iter().enumerate() {
+            writeln!(f, "Anomaly {}: {}", i + 1, a.class.name())?;
+            writeln!(f, "  {}", a.summary)?;
+            if !a.cycle.is_empty() {
+                let txns: Vec<String> = a.cycle.iter().map(|e| e.from.to_string()).collect();
+                writeln!(f, "  Cycle: {} -> {}", txns.join(" -> "), a.cycle[0].from)?;
+                for e in &a.cycle {
+                    write_edge(f, "    ", e)?;
+                }
+            }
+            for op in &a.ops {
+                if let Some(t) = self.transactions.iter().find(|t| t.id == op.txn)
+                    && let Some(o) = t.ops.get(op.op)
+                {
+                    writeln!(f, "  evidence: {} op {}: {}", op.txn, op.op, o.text)?;
+                }
+            }
+            if a.uses_real_time
+                && let Some(rt) = &self.real_time
+            {
+                writeln!(
+                    f,
+                    "  This cycle uses real-time order, inferred with a clock-drift threshold of {} ms; if the \
+                     collectors' clocks differ by more, the reject may be false.",
+                    rt.clock_drift_ms
+                )?;
+            }
+            writeln!(f)?;
+        }
+        let cited: Vec<usize> = (0..self.derivations.len()).collect();
+        if !cited.is_empty() {
+            writeln!(f, "Version-order facts the cycles rest on:")?;
+            for (i, d) in self.derivations.iter().enumerate() {
+                let show = |vs: &[Observed]| {
+                    vs.iter().map(|v| crate::normalize::show(*v)).collect::<Vec<_>>().join(", ")
+                };
+                let why = match &d.basis {
+                    Basis::Rmw => "a read-modify-write read the first and wrote the second".to_owned(),
+                    Basis::InitialFirst => {
+                        "versions from before recording precede every recorded write".to_owned()
+                    }
+                    Basis::OtherOrderCycle { .. } => "the opposite order closes this cycle:".to_owned(),
+                    Basis::Solver => {
+                        "chosen in the solver's refutation (every other choice also fails)".to_owned()
+                    }
+                    Basis::Omitted => "derived by pruning (proof omitted for size)".to_owned(),
+                };
+                writeln!(
+                    f,
+                    "  [{i}] {}: [{}] before [{}], because {why}",
+                    d.key,
+                    show(&d.before),
+                    show(&d.after)
+                )?;
+                if let Basis::OtherOrderCycle { cycle } = &d.basis {
+                    for e in cycle {
+                        write_edge(f, "        ", e)?;
+                    }
+                }
+            }
+            writeln!(f)?;
+        }
+        if !self.transactions.is_empty() {
+            writeln!(f, "Transactions involved:")?;
+            for t in &self.transactions {
+                let ts = match (t.start_ns, t.commit_ns) {
+                    (Some(s), Some(c)) => format!(", started {s} ns, committed {c} ns"),
+                    (Some(s), None) => format!(", started {s} ns"),
+                    _ => String::new(),
+                };
+                writeln!(f, "  {} (session {}, #{}, {:?}{ts})", t.id, t.session, t.seq, t.outcome)?;
+                for o in &t.ops {
+                    match &o.sql {
+                        Some(sql) => writeln!(f, "    {}: {}    -- {sql}", o.index, o.text)?,
+                        None => writeln!(f, "    {}: {}", o.index, o.text)?,
+                    }
+                }
+            }
+            writeln!(f)?;
+        }
+        if !self.unverifiable.is_empty() {
+            writeln!(f, "Unverifiable ({}):", self.unverifiable.len())?;
+            for u in self.unverifiable.iter().take(20) {
+                writeln!(f, "  {} op {}: {}", u.op.txn, u.op.op, u.reason)?;
+            }
+        }
+        if !self.dropped_indeterminate.is_empty() {
+            writeln!(
+                f,
+                "Dropped {} indeterminate transaction(s) that nobody read from.",
+                self.dropped_indeterminate.len()
+            )?;
+        }
+        let c = &self.counts;
+        writeln!(
+            f,
+            "Checked {} transactions ({} committed, {} aborted, {} indeterminate included, {} dropped); \
+             {} chains; constraints {} -> {} after {} pruning pass(es).",
+            c.transactions,
+            c.committed,
+            c.aborted,
+            c.indeterminate_included,
+            c.indeterminate_dropped,
+            c.chains,
+            c.constraints_before_prune,
+            c.constraints_after_prune,
+            c.prune_iterations
+        )?;
+        if let Some(rt) = &self.real_time {
+            writeln!(f, "Real-time edges: {} (clock-drift threshold {} ms).", rt.edges, rt.clock_drift_ms)?;
+        }
+        let t = &self.timings;
+        writeln!(
+            f,
+            "Time: construct {:.1} ms, prune {:.1} ms, solve {:.1} ms, report {:.1} ms.",
+            t.construct_ms, t.prune_ms, t.solve_ms, t.report_ms
+        )
+    }
+}

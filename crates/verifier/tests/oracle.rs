@@ -1,0 +1,270 @@
+//! The verifier must agree with a brute-force oracle on many small random histories.
+//!
+//! The oracle knows nothing of polygraphs: it tries every total order of the committed transactions
+//! (backtracking over prefixes), and, for every subset of the indeterminate transactions, checks that each
+//! read returns the latest write before it (own writes first), that versions from before recording are read
+//! consistently, that session order holds, and, for strict serializability, real-time order. The generator
+//! runs random transactions serially against a store (so the history starts serializable), then perturbs it:
+//! stale and future reads, aborted and intermediate reads, shuffled sessions, and skewed timestamps. It makes
+//! lost updates, write skew, long forks, stale reads, G1a/G1b and session-order cycles.
+
+use std::collections::HashMap;
+
+use history::{
+    CollectorId, History, Key, KeyName, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use verifier::{Backend, Level, Options, check_report, verify};
+
+const KEYS: u32 = 3;
+
+fn random_history(rng: &mut StdRng) -> (History, u64) {
+    let mut h = History::default();
+    for k in 0..KEYS {
+        h.keys.intern(KeyName { namespace: String::new(), bytes: vec![b'x' + k as u8] });
+    }
+    let n = rng.gen_range(1..=7usize);
+    let sessions = rng.gen_range(1..=3u64);
+    let mut store: HashMap<Key, Observed> = HashMap::new();
+    // Earlier states of the store: a transaction reading an older snapshot (as under snapshot isolation)
+    // makes lost updates, write skew and long forks.
+    let mut states: Vec<HashMap<Key, Observed>> = vec![HashMap::new()];
+    let snapshot_reads = rng.gen_bool(0.3);
+    let mut next_write = 1u64;
+    let mut txns = Vec::new();
+    let mut clock = 1_000_000u64;
+    for i in 0..n {
+        let mut t = Transaction::new(TxnId(i as u64 + 1), SessionId(rng.gen_range(0..sessions)), 0);
+        t.outcome = match rng.gen_range(0..100) {
+            0..=7 => Outcome::Aborted,
+            8..=15 => Outcome::Indeterminate,
+            _ => Outcome::Committed,
+        };
+        let applies = match t.outcome {
+            Outcome::Committed => true,
+            Outcome::Aborted => false,
+            Outcome::Indeterminate => rng.gen_bool(0.5),
+        };
+        let mut own: HashMap<Key, Observed> = HashMap::new();
+        let back = if snapshot_reads { rng.gen_range(0..states.len().min(3)) } else { 0 };
+        let snapshot = states[states.len() - 1 - back].clone();
+        for _ in 0..rng.gen_range(1..=4) {
+            let key = Key(rng.gen_range(0..KEYS));
+            if rng.gen_bool(0.5) {
+                let seen = own.get(&key).or(snapshot.get(&key)).copied().unwrap_or(Observed::PreHistory(0));
+                t.ops.push(Op::Read { key, observed: seen, stmt: None });
+            } else {
+                let w = WriteId(next_write);
+                next_write += 1;
+                own.insert(key, Observed::Version(w));
+                t.ops.push(Op::Write { key, write: w, stmt: None });
+            }
+        }
+        // Timestamps: serial, with random overlap so that some pairs are concurrent.
+        let start = clock.saturating_sub(rng.gen_range(0..3_000_000));
+        clock += rng.gen_range(500_000..2_000_000);
+        t.start_ns = Some(start);
+        t.commit_ns = if t.outcome == Outcome::Indeterminate { None } else { Some(clock) };
+        t.collector = CollectorId(0);
+        if applies {
+            store.extend(own);
+            states.push(store.clone());
+        }
+        txns.push(t);
+    }
+    // Perturb some reads.
+    let writes: Vec<(Key, WriteId)> = txns
+        .iter()
+        .flat_map(|t| t.ops.iter())
+        .filter_map(|op| match *op {
+            Op::Write { key, write, .. } => Some((key, write)),
+            _ => None,
+        })
+        .collect();
+    let perturbations = if rng.gen_bool(0.45) { 0 } else { rng.gen_range(1..=2) };
+    for _ in 0..perturbations {
+        let ti = rng.gen_range(0..txns.len());
+        let reads: Vec<usize> =
+            (0..txns[ti].ops.len()).filter(|&i| matches!(txns[ti].ops[i], Op::Read { .. })).collect();
+        if reads.is_empty() {
+            continue;
+        }
+        let oi = reads[rng.gen_range(0..reads.len())];
+        let Op::Read { key, .. } = txns[ti].ops[oi] else { continue };
+        let same_key: Vec<WriteId> = writes.iter().filter(|(k, _)| *k == key).map(|(_, w)| *w).collect();
+        let observed = match rng.gen_range(0..100) {
+            0..=69 if !same_key.is_empty() => Observed::Version(same_key[rng.gen_range(0..same_key.len())]),
+            0..=84 => Observed::PreHistory(0),
+            85..=89 => Observed::Absent,
+            90..=94 if !writes.is_empty() => Observed::Version(writes[rng.gen_range(0..writes.len())].1),
+            _ => Observed::Version(WriteId(9_999)),
+        };
+        txns[ti].ops[oi] = Op::Read { key, observed, stmt: None };
+    }
+    // Session order follows the serial order, unless shuffled.
+    let mut seq: HashMap<SessionId, u64> = HashMap::new();
+    let shuffle = rng.gen_bool(0.2);
+    let mut order: Vec<usize> = (0..txns.len()).collect();
+    if shuffle {
+        for i in (1..order.len()).rev() {
+            let j = rng.gen_range(0..=i);
+            order.swap(i, j);
+        }
+    }
+    for &i in &order {
+        let s = seq.entry(txns[i].session).or_insert(0);
+        txns[i].seq = *s;
+        *s += 1;
+    }
+    h.transactions = txns;
+    let drift_ms = [0u64, 1, 2][rng.gen_range(0..3)];
+    (h, drift_ms)
+}
+
+/// Does some total order of committed (plus some indeterminate) transactions explain every read?
+fn oracle(h: &History, level: Level, drift_ms: u64) -> bool {
+    let indeterminate: Vec<usize> =
+        (0..h.transactions.len()).filter(|&i| h.transactions[i].outcome == Outcome::Indeterminate).collect();
+    (0u32..1 << indeterminate.len()).any(|mask| {
+        let included: Vec<usize> = (0..h.transactions.len())
+            .filter(|&i| match h.transactions[i].outcome {
+                Outcome::Committed => true,
+                Outcome::Aborted => false,
+                Outcome::Indeterminate => {
+                    mask & (1 << indeterminate.iter().position(|&j| j == i).unwrap_or(0)) != 0
+                }
+            })
+            .collect();
+        let mut placed = vec![false; h.transactions.len()];
+        search(h, &included, &mut placed, &HashMap::new(), &HashMap::new(), level, drift_ms * 1_000_000)
+    })
+}
+
+fn must_precede(h: &History, u: usize, v: usize, level: Level, drift: u64) -> bool {
+    let (a, b) = (&h.transactions[u], &h.transactions[v]);
+    if a.session == b.session && a.seq < b.seq {
+        return true;
+    }
+    level == Level::StrictSerializable
+        && matches!((a.commit_ns, b.start_ns), (Some(c), Some(s)) if c + drift < s)
+}
+
+fn search(
+    h: &History,
+    included: &[usize],
+    placed: &mut Vec<bool>,
+    store: &HashMap<Key, Observed>,
+    initial: &HashMap<Key, Observed>,
+    level: Level,
+    drift: u64,
+) -> bool {
+    if included.iter().all(|&i| placed[i]) {
+        return true;
+    }
+    for &v in included {
+        if placed[v] || included.iter().any(|&u| !placed[u] && u != v && must_precede(h, u, v, level, drift))
+        {
+            continue;
+        }
+        let mut store2 = store.clone();
+        let mut initial2 = initial.clone();
+        let mut own: HashMap<Key, Observed> = HashMap::new();
+        let mut ok = true;
+        for op in &h.transactions[v].ops {
+            match *op {
+                Op::Write { key, write, .. } => {
+                    own.insert(key, Observed::Version(write));
+                }
+                Op::Read { key, observed, .. } => {
+                    let expected = match (own.get(&key), store.get(&key)) {
+                        (Some(&o), _) | (None, Some(&o)) => o,
+                        (None, None) if !matches!(observed, Observed::Version(_)) => {
+                            *initial2.entry(key).or_insert(observed)
+                        }
+                        (None, None) => {
+                            ok = false;
+                            break;
+                        }
+                    };
+                    if expected != observed {
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+        }
+        if !ok {
+            continue;
+        }
+        store2.extend(own);
+        placed[v] = true;
+        let found = search(h, included, placed, &store2, &initial2, level, drift);
+        placed[v] = false;
+        if found {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn verifier_agrees_with_brute_force_on_random_histories() {
+    let count: usize =
+        std::env::var("KRAIT_ORACLE_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(20_000);
+    let mut rng = StdRng::seed_from_u64(0x006b_7261_6974);
+    let mut rejects = [0usize; 2];
+    let mut total = [0usize; 2];
+    let mut classes: std::collections::BTreeMap<&'static str, usize> = Default::default();
+    let backends = [Backend::Auto, Backend::ChainClocks, Backend::BitsetRows, Backend::Dfs];
+    for case in 0..count {
+        let (h, drift_ms) = random_history(&mut rng);
+        let level = if rng.gen_bool(0.5) { Level::Serializable } else { Level::StrictSerializable };
+        let li = usize::from(level == Level::StrictSerializable);
+        let want = oracle(&h, level, drift_ms);
+        let default = Options { level, clock_drift_ms: drift_ms, ..Options::default() };
+        let variant = Options {
+            prune: rng.gen_bool(0.5),
+            coalesce: rng.gen_bool(0.5),
+            combine: rng.gen_bool(0.5),
+            reachability: backends[rng.gen_range(0..backends.len())],
+            ..default.clone()
+        };
+        for opts in [&default, &variant] {
+            let report = verify(&h, opts).unwrap_or_else(|e| panic!("case {case}: verify failed: {e}"));
+            assert_eq!(
+                report.is_accept(),
+                want,
+                "case {case}: verifier says {:?}, oracle says {want}, options {opts:?}\nhistory: {:#?}\n{}",
+                report.verdict,
+                h.transactions,
+                report.render_text()
+            );
+            if let Some(a) = report.anomalies.first() {
+                *classes.entry(a.class.name()).or_default() += 1;
+            }
+            if let Err(e) = check_report(&h, &report) {
+                panic!(
+                    "case {case}: report does not check: {e}\n{}\n{:#?}",
+                    report.render_text(),
+                    h.transactions
+                );
+            }
+        }
+        total[li] += 1;
+        rejects[li] += usize::from(!want);
+    }
+    let share = |i: usize| rejects[i] as f64 / total[i].max(1) as f64;
+    println!(
+        "{count} histories: serializable rejects {}/{} ({:.0}%), strict rejects {}/{} ({:.0}%)",
+        rejects[0],
+        total[0],
+        share(0) * 100.0,
+        rejects[1],
+        total[1],
+        share(1) * 100.0
+    );
+    println!("reject classes: {classes:?}");
+    assert!(share(0) >= 0.2 && share(0) <= 0.8, "serializable reject share {:.2} is unbalanced", share(0));
+    assert!(share(1) >= 0.2 && share(1) <= 0.8, "strict reject share {:.2} is unbalanced", share(1));
+}
