@@ -1,0 +1,56 @@
+//! Every labelled history in the shared corpus gets its known verdict, for Cobra and PolySI histories, and
+//! every report (reject or accept) passes the independent check.
+
+use std::path::PathBuf;
+
+use history::codec::read_history;
+use verifier::{Options, check_report_detailed, verify};
+
+fn corpus() -> PathBuf {
+    if let Ok(dir) = std::env::var("KRAIT_CORPUS") {
+        return PathBuf::from(dir);
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.join("../shared/corpus")
+}
+
+fn expect(path: &str, accept: bool) {
+    let full = corpus().join(path);
+    assert!(full.exists(), "corpus history {} is missing (set KRAIT_CORPUS)", full.display());
+    let h = read_history(&full, None).unwrap_or_else(|e| panic!("{path}: cannot read: {e}"));
+    let report = verify(&h, &Options::default()).unwrap_or_else(|e| panic!("{path}: verify failed: {e}"));
+    assert_eq!(report.is_accept(), accept, "{path}: wrong verdict\n{}", report.render_text());
+    let summary = check_report_detailed(&h, &report)
+        .unwrap_or_else(|e| panic!("{path}: report does not check: {e}\n{}", report.render_text()));
+    println!("{path}: {} ({} txns) checked: {summary:?}", report.verdict_line(), report.counts.vertices);
+}
+
+#[test]
+fn cobra_violations_are_rejected() {
+    expect("cobra/ser-violation/cock-G2", false);
+    expect("cobra/ser-violation/cock-blog", false);
+}
+
+#[test]
+fn polysi_violations_are_rejected() {
+    expect("polysi/galera-lost-update.txt", false);
+    expect("polysi/yugabyte-si.txt", false);
+}
+
+#[test]
+fn cheng_rw_histories_are_accepted() {
+    for n in [100, 200, 300, 400, 500, 1000, 2000] {
+        expect(&format!("cobra/one-shot-chengRW/chengRW-{n}"), true);
+    }
+}
+
+#[test]
+fn ten_thousand_transaction_histories_are_accepted() {
+    expect("cobra/one-shot-10k/twitter-10000", true);
+    expect("cobra/one-shot-10k/rubis-10000", true);
+}
+
+#[test]
+fn the_hundred_thousand_transaction_history_is_accepted() {
+    expect("cobra/scaling/twitter-100000", true);
+}
