@@ -124,7 +124,7 @@ impl SledLog {
                 gap: previous != Durability::Strict,
                 previous: Some(previous),
             };
-            let bytes = record.encode().map_err(|source| LogError::Corrupt { seq: next_seq, source })?;
+            let bytes = record.encode().map_err(|e| LogError::Storage(format!("recovery record: {e}")))?;
             records.insert(next_seq.to_be_bytes(), bytes)?;
             next_seq += 1;
         }
@@ -295,7 +295,7 @@ impl HistoryLog for SledLog {
                 previous: Some(self.durability),
             };
             let seq = inner.next_seq;
-            let bytes = record.encode().map_err(|source| LogError::Corrupt { seq, source })?;
+            let bytes = record.encode().map_err(|e| LogError::Storage(format!("recovery record: {e}")))?;
             self.records.insert(seq.to_be_bytes(), bytes)?;
             inner.next_seq += 1;
             let _ticket = self.gc.appended(seq);
