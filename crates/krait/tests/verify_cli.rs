@@ -1,0 +1,71 @@
+//! `krait verify` end to end on the labelled corpus: the verdict, the exit code, and a reject report that
+//! `--check-report` confirms (and refutes once tampered with).
+
+mod common;
+
+use common::{corpus, krait};
+
+fn verify(rel: &str, extra: &[&str]) -> std::process::Output {
+    let path = corpus().join(rel);
+    let mut args = vec!["verify", path.to_str().expect("utf-8 path")];
+    args.extend_from_slice(extra);
+    krait(&args)
+}
+
+#[test]
+fn verify_rejects_the_labelled_violations_with_exit_code_1() {
+    for rel in
+        ["cobra/ser-violation/cock-G2", "cobra/ser-violation/cock-blog", "polysi/galera-lost-update.txt"]
+    {
+        let out = verify(rel, &[]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{rel}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.starts_with("REJECT"), "{rel}: {stdout}");
+    }
+}
+
+#[test]
+fn verify_accepts_the_labelled_serializable_histories_with_exit_code_0() {
+    for rel in ["cobra/one-shot-chengRW/chengRW-500", "cobra/one-shot-10k/rubis-10000"] {
+        let out = verify(rel, &[]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{rel}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.starts_with("ACCEPT"), "{rel}: {stdout}");
+    }
+}
+
+#[test]
+fn verify_json_report_passes_check_report_and_a_tampered_one_is_refuted() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let report = dir.path().join("report.json");
+    let report_s = report.to_str().expect("utf-8 path");
+    let out = verify("cobra/ser-violation/cock-G2", &["--json", "--report-out", report_s]);
+    assert_eq!(out.status.code(), Some(1));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
+    assert_eq!(json["verdict"], "reject");
+
+    let checked = verify("cobra/ser-violation/cock-G2", &["--check-report", report_s]);
+    let stdout = String::from_utf8_lossy(&checked.stdout);
+    assert_eq!(checked.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&checked.stderr));
+
+    // Reverse the first edge of the cycle: the report no longer follows from the history.
+    let mut tampered = json.clone();
+    let edge = &mut tampered["anomalies"][0]["cycle"][0];
+    let (from, to) = (edge["from"].clone(), edge["to"].clone());
+    edge["from"] = to;
+    edge["to"] = from;
+    std::fs::write(&report, serde_json::to_string(&tampered).expect("serialises")).expect("writes");
+    let refuted = verify("cobra/ser-violation/cock-G2", &["--check-report", report_s]);
+    assert_eq!(refuted.status.code(), Some(1), "{}", String::from_utf8_lossy(&refuted.stdout));
+}
+
+#[test]
+fn verify_of_a_corrupt_history_is_an_error_with_exit_code_2() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(&bad, "r(1,2,3\n").expect("writes");
+    let out = krait(&["verify", bad.to_str().expect("utf-8 path"), "--format", "polysi"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("line 1"), "{stderr}");
+}
