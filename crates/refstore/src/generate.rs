@@ -38,6 +38,9 @@ pub struct GenConfig {
     /// The probability that a view shift takes the freshest view the model allows; otherwise it takes a
     /// random allowed one. Lower means staler views, more concurrency and more conflicts.
     pub fresh_view_share: f64,
+    /// The probability that an op targets the hot key `k0` instead of a uniformly drawn key: a contention
+    /// knob for histories with many keys.
+    pub hot_key_share: f64,
     /// Whether transactions that fail the execution test appear in the history as `Aborted`.
     pub record_aborted: bool,
 }
@@ -53,6 +56,7 @@ impl Default for GenConfig {
             read_ratio: 0.5,
             seed: 0,
             fresh_view_share: 0.5,
+            hot_key_share: 0.0,
             record_aborted: true,
         }
     }
@@ -127,6 +131,9 @@ fn validate(config: &GenConfig) -> Result<(), GenError> {
     }
     if !probability(config.fresh_view_share) {
         return Err(GenError::InvalidConfig("fresh_view_share must be between 0 and 1"));
+    }
+    if !probability(config.hot_key_share) {
+        return Err(GenError::InvalidConfig("hot_key_share must be between 0 and 1"));
     }
     Ok(())
 }
@@ -220,7 +227,8 @@ impl<'c> Run<'c> {
         let n = self.rng.gen_range(1..=self.config.ops_per_txn);
         (0..n)
             .map(|_| {
-                let key = key_at(self.rng.gen_range(0..self.config.keys));
+                let hot = self.rng.gen_bool(self.config.hot_key_share);
+                let key = if hot { key_at(0) } else { key_at(self.rng.gen_range(0..self.config.keys)) };
                 if self.rng.gen_bool(self.config.read_ratio) {
                     Planned::Read(key)
                 } else {

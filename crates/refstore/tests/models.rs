@@ -64,6 +64,7 @@ fn bad_configurations_are_errors() {
         GenConfig { ops_per_txn: 0, ..GenConfig::default() },
         GenConfig { read_ratio: 1.5, ..GenConfig::default() },
         GenConfig { fresh_view_share: f64::NAN, ..GenConfig::default() },
+        GenConfig { hot_key_share: -0.1, ..GenConfig::default() },
     ];
     for config in bad {
         assert!(matches!(refstore::generate(&config), Err(GenError::InvalidConfig(_))), "{config:?}");

@@ -348,6 +348,7 @@ pub fn contended(model: Model, seed: u64) -> GenConfig {
         read_ratio: 0.5,
         seed,
         fresh_view_share: 0.3,
+        hot_key_share: 0.0,
         record_aborted: true,
     }
 }
