@@ -42,6 +42,22 @@ fn sample_history_roundtrips_in_both_formats() {
 }
 
 #[test]
+fn json_lines_show_one_transaction_a_line_with_keys_by_name() {
+    let (b, stmt) = HistoryBuilder::new().statement("UPDATE t SET v = 2");
+    let mut h = b.txn(1, |t| t.read_init("x").stmt(stmt).write("x", 2)).at(5, 9).build();
+    h.keys.intern(KeyName { namespace: "t".into(), bytes: vec![0xff, 1] });
+    let text = String::from_utf8(jsonl::encode_to_vec(&h).unwrap()).unwrap();
+    let expected = [
+        r#"{"krait_history":{"version":1,"statements":1,"keys":2,"transactions":1,"gaps":0}}"#,
+        r#"{"stmt":"UPDATE t SET v = 2"}"#,
+        r#"{"key":{"name":"x","ns":"","utf8":"x"}}"#,
+        r#"{"key":{"name":"t:ff01","ns":"t","hex":"ff01"}}"#,
+        r#"{"txn":{"id":1,"session":1,"seq":0,"outcome":"committed","start_ns":5,"commit_ns":9,"ops":[{"r":"x","pre":0},{"w":"x","v":2,"stmt":0}]}}"#,
+    ];
+    assert_eq!(text.lines().collect::<Vec<_>>(), expected);
+}
+
+#[test]
 fn keys_that_display_alike_keep_distinct_names_in_json_lines() {
     let mut h = History::default();
     // "00ab" as text and [0x00, 0xab] as bytes both display as 00ab; "a#1" holds the label separator.
@@ -436,6 +452,8 @@ fn files_roundtrip_through_read_and_write_with_detection() {
     assert_eq!(codec::detect_format(&cobra_dir).unwrap(), Format::Cobra);
     let err = codec::read_history(&cobra_dir, None).unwrap_err().to_string();
     assert!(err.contains("T12.log, byte offset 34: truncated 'C' record"), "{err}");
+    let err = codec::detect_format(&cobra_dir.join("T3.log")).unwrap_err().to_string();
+    assert!(err.contains("a Cobra history is the folder"), "{err}");
     let err = codec::read_history(&dir.path().join("missing"), None).unwrap_err();
     assert!(matches!(err, codec::CodecError::Io { .. }));
 }

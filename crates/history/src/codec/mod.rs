@@ -181,9 +181,17 @@ pub fn detect_format(path: &Path) -> Result<Format, CodecError> {
         }
         n
     };
+    let cobra_file =
+        path.file_name().and_then(|f| f.to_str()).and_then(cobra::session_of_file_name).is_some();
     detect_bytes(&head[..n]).ok_or_else(|| CodecError::UnknownFormat {
         path: path.to_owned(),
-        reason: if n == 0 { "an empty file".to_owned() } else { "unrecognised first bytes".to_owned() },
+        reason: if n == 0 {
+            "an empty file".to_owned()
+        } else if cobra_file {
+            "a single Cobra session file; a Cobra history is the folder that holds it".to_owned()
+        } else {
+            "unrecognised first bytes".to_owned()
+        },
     })
 }
 
