@@ -256,3 +256,111 @@ fn non_cycle_reject(h: &History, mut report: Report, found: Vec<normalize::Found
     report.timings.construct_ms = ms(start);
     report
 }
+
+/// The polygraph the pipeline builds, in the history's terms: for tests, debugging and teaching.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Construction {
+    /// Non-cycle anomalies found first; when any is present the rest is empty.
+    pub anomalies: Vec<AnomalyClass>,
+    /// Known edges (before pruning, or after it when pruning was asked for).
+    pub known: Vec<(history::TxnId, history::TxnId, EdgeKind)>,
+    /// Each chain: its key's name and its versions, in order.
+    pub chains: Vec<(String, Vec<history::Observed>)>,
+    /// Each remaining constraint: its key's name, side A and side B, as edges between transactions.
+    pub constraints: Vec<ConstraintView>,
+}
+
+/// One constraint, as [`Construction`] shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConstraintView {
+    /// The key's name.
+    pub key: String,
+    /// The edges of side A (the first chain before the second).
+    pub side_a: Vec<(history::TxnId, history::TxnId)>,
+    /// The edges of side B.
+    pub side_b: Vec<(history::TxnId, history::TxnId)>,
+}
+
+/// Runs stages 1–4 (and stage 5 when `options.prune`) and returns the polygraph (Cobra Fig. 3,
+/// `ConstructEncoding`).
+pub fn construct(history: &History, options: &Options) -> Result<Construction, VerifyError> {
+    let h = history;
+    let norm = normalize::normalize(h);
+    let mut out = Construction::default();
+    if !norm.anomalies.is_empty() {
+        out.anomalies = norm.anomalies.iter().map(|f| f.class).collect();
+        return Ok(out);
+    }
+    let (mut g, lost) = known_graph::create_known_graph(h, &norm, options.combine);
+    if !lost.is_empty() {
+        out.anomalies = lost.iter().map(|f| f.class).collect();
+        return Ok(out);
+    }
+    if options.level == Level::StrictSerializable {
+        let (edges, _) = realtime::realtime_edges(h, &norm, options.clock_drift_ms.saturating_mul(1_000_000));
+        for (u, v) in edges {
+            g.push(u, v, known_graph::Origin::Rt, 0);
+        }
+    }
+    let (chains, _) = chains::combine_writes(&norm, &mut g, options.combine);
+    let (constraints, _) = constraints::generate(&norm, &chains, &mut g, options.coalesce);
+    let mut live = vec![true; constraints.len()];
+    let mut decisions = Vec::new();
+    if options.prune {
+        let (_, pruned) = prune::prune(&mut g, &constraints, true, options.reachability)?;
+        live = pruned.live;
+        decisions = pruned.decisions;
+    }
+    let id = |v: u32| h.transactions[norm.txns[v as usize].hist].id;
+    let pair = |e: &constraints::CEdge| (id(e.from), id(e.to));
+    use known_graph::Origin;
+    out.known = g
+        .edges
+        .iter()
+        .map(|e| {
+            let kind = match e.origin {
+                Origin::Wr { .. } => EdgeKind::Wr,
+                Origin::So => EdgeKind::So,
+                Origin::Rt => EdgeKind::Rt,
+                Origin::ChainRw { .. } => EdgeKind::Rw,
+                Origin::Initial { rw, .. } => {
+                    if rw {
+                        EdgeKind::Rw
+                    } else {
+                        EdgeKind::Ww
+                    }
+                }
+                Origin::Decided { decision, side, edge } => {
+                    let c = &constraints[decisions[decision as usize].constraint as usize];
+                    let edges = if side == solver::Side::A { &c.side_a } else { &c.side_b };
+                    match edges.get(edge as usize) {
+                        Some(e) if e.rw => EdgeKind::Rw,
+                        _ => EdgeKind::Ww,
+                    }
+                }
+            };
+            (id(e.from), id(e.to), kind)
+        })
+        .collect();
+    out.chains = chains
+        .list
+        .iter()
+        .map(|c| {
+            (
+                normalize::key_name(h, c.key),
+                c.versions.iter().map(|&v| norm.versions[v as usize].observed()).collect(),
+            )
+        })
+        .collect();
+    out.constraints = constraints
+        .iter()
+        .zip(&live)
+        .filter(|(_, l)| **l)
+        .map(|(c, _)| ConstraintView {
+            key: normalize::key_name(h, c.key),
+            side_a: c.side_a.iter().map(pair).collect(),
+            side_b: c.side_b.iter().map(pair).collect(),
+        })
+        .collect();
+    Ok(out)
+}
