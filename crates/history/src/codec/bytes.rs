@@ -87,14 +87,6 @@ impl<'a> Cursor<'a> {
         Ok(u64::from_le_bytes(a))
     }
 
-    /// A fixed-width big-endian u64.
-    pub(crate) fn u64_be(&mut self, what: &'static str) -> Result<u64, CursorError> {
-        let b = self.bytes(8, what)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_be_bytes(a))
-    }
-
     /// An unsigned LEB128 varint of at most 64 bits.
     pub(crate) fn varint(&mut self, what: &'static str) -> Result<u64, CursorError> {
         let mut v: u64 = 0;

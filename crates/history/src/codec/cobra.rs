@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use super::bytes::{Cursor, CursorError};
+use super::bytes::Cursor;
 use crate::model::{History, Key, KeyName, Observed, Op, SessionId, Transaction, TxnId, WriteId};
 
 /// The writer txn id and write id of a read of the initial state.
@@ -202,14 +202,11 @@ impl CobraImporter {
         session: SessionId,
         bytes: &[u8],
     ) -> Result<(), CobraError> {
+        let name = name.into();
         let file = self.files.len();
-        self.files.push(name.into());
-        let err = |offset: u64, kind| CobraError { file: PathBuf::new(), offset: Some(offset), kind };
-        let result = self.parse_session(file, session, bytes, err);
-        result.map_err(|mut e| {
-            e.file = self.files[file].clone();
-            e
-        })
+        self.files.push(name.clone());
+        let err = |offset: u64, kind| CobraError { file: name.clone(), offset: Some(offset), kind };
+        self.parse_session(file, session, bytes, err)
     }
 
     fn parse_session(
@@ -223,28 +220,23 @@ impl CobraImporter {
         let mut c = Cursor::new(bytes, 0);
         let mut open: Option<(Transaction, u64)> = None;
         let mut seq = 0u64;
-        while !c.is_empty() {
-            let at = c.offset();
-            let tag = c.u8("a record tag").map_err(|_| err(at, CobraErrorKind::UnknownTag(0)))?;
+        while let Ok(tag) = c.u8("a record tag") {
+            let at = c.offset() - 1;
             let fields = match tag {
                 b'S' | b'C' => 1 + stamp_fields,
                 b'W' => 3,
                 b'R' => 4,
                 other => return Err(err(at, CobraErrorKind::UnknownTag(other))),
             };
+            let body = c.bytes(8 * fields, "a record").map_err(|_| {
+                let left = 1 + c.remaining();
+                err(at, CobraErrorKind::Truncated { tag: char::from(tag), needed: 1 + 8 * fields, left })
+            })?;
             let mut f = [0u64; 4];
-            for slot in f.iter_mut().take(fields) {
-                *slot = c.u64_be("a record field").map_err(|e| match e {
-                    CursorError::End { left, .. } => err(
-                        at,
-                        CobraErrorKind::Truncated {
-                            tag: char::from(tag),
-                            needed: 1 + 8 * fields,
-                            left: left + (c.offset() - at) as usize,
-                        },
-                    ),
-                    CursorError::VarintOverflow => err(at, CobraErrorKind::UnknownTag(tag)),
-                })?;
+            for (slot, field) in f.iter_mut().zip(body.chunks_exact(8)) {
+                let mut be = [0u8; 8];
+                be.copy_from_slice(field);
+                *slot = u64::from_be_bytes(be);
             }
             match tag {
                 b'S' => {
