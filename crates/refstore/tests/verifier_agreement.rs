@@ -10,9 +10,12 @@ use verifier::{Level, Options};
 
 const SEEDS: u64 = 200;
 
+/// A named way to build a configuration for a model and a seed.
+type NamedConfig = (&'static str, fn(Model, u64) -> GenConfig);
+
 #[test]
 fn verifier_agrees_with_the_brute_force_oracle_on_generated_histories() {
-    let configs: [(&str, fn(Model, u64) -> GenConfig); 3] = [
+    let configs: [NamedConfig; 3] = [
         ("contended", contended),
         ("wide", |model, seed| GenConfig {
             clients: 4,
