@@ -172,12 +172,12 @@ impl AcyclicityPropagator {
         })
     }
 
-    /// Record every cycle that a lemma or a requested reason stands for (see [`Self::cycles`]).
+    /// Record every cycle that a lemma or a propagation stands for (see [`Self::cycles`]).
     pub fn set_recording(&mut self, record: bool) {
         self.record = record;
     }
 
-    /// The cycles recorded so far: each lemma and each reason the engine asked for, as edges.
+    /// The cycles recorded so far: each lemma and each propagation's reason, as edges.
     pub fn cycles(&self) -> &[Vec<Edge>] {
         &self.cycles
     }
@@ -402,6 +402,12 @@ impl AcyclicityPropagator {
             steps.extend(back);
             self.queued[c as usize] = true;
             self.props.push_back(-var);
+            if self.record {
+                // Record at propagation time: CaDiCaL may rely on a propagation without ever asking for its
+                // reason, so recording only requested reasons can miss a cycle the refutation depends on.
+                let cycle = self.steps_to_edges(&steps);
+                self.record_cycle(cycle);
+            }
             self.reasons.insert(var, steps);
             self.stats.propagations += 1;
         }
@@ -494,10 +500,6 @@ impl Theory for AcyclicityPropagator {
     fn reason(&mut self, lit: i32) -> Option<Vec<i32>> {
         let steps = self.reasons.get(&lit.abs())?;
         let tags: Vec<u32> = steps.iter().skip(1).map(|&(_, t)| t).collect();
-        if self.record {
-            let cycle = self.steps_to_edges(steps);
-            self.record_cycle(cycle);
-        }
         let mut clause = vec![lit];
         clause.extend(self.clause_of(&tags));
         Some(clause)

@@ -1,10 +1,10 @@
 //! The entry points: validate, take the known-graph shortcut, solve, then shrink a core by deletion.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use crate::encode::{Layout, build_plain, build_propagator, plain_clause_count};
-use crate::engine::{SatEngine, SatResult};
+use crate::engine::{Cadical, SatEngine, SatResult};
 use crate::graph::find_cycle;
 use crate::oracle::{brute_force, check_model, edges_in_range, refutes};
 use crate::{Core, Edge, Model, Polygraph, Side, Solution, SolverError};
@@ -49,7 +49,7 @@ impl Default for SolveOptions {
         SolveOptions {
             engine: Engine::default(),
             shrink_core: true,
-            propagation_budget: 2048,
+            propagation_budget: 32,
             plain_clause_limit: 5_000_000,
         }
     }
@@ -232,8 +232,13 @@ fn shrink_by_deletion<E: SatEngine>(
     Ok(core)
 }
 
-/// The cycles that refute `core`: a fresh propagator solver over only those constraints, recording every
-/// cycle its lemmas and reasons stand for. The plain engine uses this too, since it has no cycles of its own.
+/// The cycles that refute `core`, as a small set that is checked to suffice.
+///
+/// A fresh propagator solver over only the core's constraints records the cycle behind every lemma and every
+/// propagation. Those candidates are then handed to a plain CNF (the core's clauses plus one clause per cycle,
+/// each behind a selector), which must be unsatisfiable: if it is not, the model's graph has a cycle, which
+/// joins the candidates (counter-example guided, so the result never depends on what was recorded). The
+/// failed selectors, shrunk by deletion when few, are the certificate.
 fn core_cycles(
     p: &Polygraph,
     core: &[usize],
@@ -246,19 +251,88 @@ fn core_cycles(
         return Err(SolverError::Engine("the core is satisfiable on its own".into()));
     }
     stats.conflicts += engine.conflicts();
-    let mut cycles: Vec<Vec<Edge>> = theory.borrow().cycles().to_vec();
-    // Self-loops are refuted by unit clauses, not by the propagator; name them as cycles too.
+    let mut candidates: Vec<Vec<Edge>> = theory.borrow().cycles().to_vec();
     for &i in core {
         let c = &p.constraints[i];
-        for &e in c.side_a.iter().chain(&c.side_b) {
-            if e.from == e.to {
-                cycles.push(vec![e]);
+        candidates.extend(c.side_a.iter().chain(&c.side_b).filter(|e| e.from == e.to).map(|&e| vec![e]));
+    }
+    candidates.sort();
+    candidates.dedup();
+    // Shortest first, so the certificate prefers short cycles.
+    candidates.sort_by_key(|c| c.len());
+
+    let known: HashSet<Edge> = p.known.iter().copied().collect();
+    let mut cnf = Cadical::new();
+    let mut edge_var: HashMap<Edge, i32> = HashMap::new();
+    for &i in core {
+        let c = &p.constraints[i];
+        let choice = cnf.new_var();
+        for (side, sign) in [(&c.side_a, -1), (&c.side_b, 1)] {
+            for e in side.iter().filter(|e| !known.contains(e)) {
+                let v = *edge_var.entry(*e).or_insert_with(|| cnf.new_var());
+                cnf.add_clause(&[sign * choice, v]);
             }
         }
     }
-    cycles.sort();
-    cycles.dedup();
-    Ok(cycles)
+    let mut cycles: Vec<Vec<Edge>> = Vec::new();
+    let mut selectors: Vec<i32> = Vec::new();
+    let add_cycle =
+        |cnf: &mut Cadical, cycle: Vec<Edge>, cycles: &mut Vec<Vec<Edge>>, selectors: &mut Vec<i32>| {
+            let mut clause = Vec::with_capacity(cycle.len() + 1);
+            for e in &cycle {
+                match edge_var.get(e) {
+                    Some(&v) => clause.push(-v),
+                    None if known.contains(e) => {}
+                    None => return, // an edge outside the core: not usable here
+                }
+            }
+            let s = cnf.new_var();
+            clause.push(-s);
+            cnf.add_clause(&clause);
+            selectors.push(s);
+            cycles.push(cycle);
+        };
+    for c in candidates {
+        add_cycle(&mut cnf, c, &mut cycles, &mut selectors);
+    }
+    let vars: Vec<(Edge, i32)> = edge_var.iter().map(|(&e, &v)| (e, v)).collect();
+    let mut active: Vec<usize>;
+    loop {
+        stats.solve_calls += 1;
+        let assumptions: Vec<i32> = selectors.clone();
+        match cnf.solve(&assumptions)? {
+            SatResult::Unsat => {
+                active = (0..selectors.len()).filter(|&k| cnf.failed(selectors[k])).collect();
+                break;
+            }
+            SatResult::Sat => {
+                let mut graph: Vec<Edge> = p.known.clone();
+                graph.extend(vars.iter().filter(|&&(_, v)| cnf.value(v)).map(|&(e, _)| e));
+                let cycle = find_cycle(p.vertices as usize, &graph)
+                    .ok_or_else(|| SolverError::Engine("the core has an acyclic choice".into()))?;
+                let before = cycles.len();
+                add_cycle(&mut cnf, cycle, &mut cycles, &mut selectors);
+                if cycles.len() == before {
+                    return Err(SolverError::Engine("a model's cycle leaves the core".into()));
+                }
+            }
+        }
+    }
+    // Deletion, while it stays cheap: each step is one small solve.
+    if active.len() <= 64 {
+        let mut k = 0;
+        while k < active.len() {
+            let rest: Vec<i32> =
+                active.iter().enumerate().filter(|&(j, _)| j != k).map(|(_, &a)| selectors[a]).collect();
+            stats.solve_calls += 1;
+            if cnf.solve(&rest)? == SatResult::Unsat {
+                active.remove(k);
+            } else {
+                k += 1;
+            }
+        }
+    }
+    Ok(active.into_iter().map(|k| cycles[k].clone()).collect())
 }
 
 /// Rejects edges that name a vertex outside `0..vertices`.
