@@ -1,4 +1,241 @@
-//! The Krait middlebox: listener, TLS, auth relay, session state machine and recorder.
+//! The Krait middlebox: it sits between unmodified PostgreSQL clients and the database, relays every byte,
+//! and records each transaction in the durable history log (DESIGN.md §2–3).
+//!
+//! The modules follow one client's bytes:
+//! - [`config`]: the TOML configuration, checked at load.
+//! - [`tls`]: TLS towards clients (reloadable on SIGHUP) and towards the database.
+//! - `session`: accept, TLS, startup and authentication relay, then the message loop.
+//! - [`machine`]: the pure state machine that matches every reply to its request and finds transaction
+//!   boundaries; [`sql`] is the little keyword reading it needs.
+//! - [`recorder`]: intents and outcomes to the history log, with the durability wait.
+//! - `admin`: `/healthz`, `/metrics`, `/api/status`.
+//!
+//! The `krait` binary calls [`run`] and [`check_config`]; tests call [`start`] to get the bound addresses.
 
+mod admin;
+pub mod config;
 pub mod machine;
+pub mod metrics;
+pub mod recorder;
+mod session;
 pub mod sql;
+pub mod tls;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use history::log::{HistoryLog, LogError, LogOptions, SledLog};
+use history::{CollectorId, SessionId};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+pub use config::{Config, ConfigError, check_config};
+pub use metrics::Metrics;
+
+use crate::session::Shared;
+
+/// Why the proxy could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// TLS material could not be loaded.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// The history log could not be opened or closed.
+    #[error("history log {path}: {source}")]
+    Log {
+        /// The log directory.
+        path: String,
+        /// What failed.
+        source: LogError,
+    },
+    /// A listening socket could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The accept loop failed.
+    #[error("proxy task failed: {0}")]
+    Task(String),
+}
+
+/// A started proxy: its addresses, its log and metrics, and the way to stop it.
+pub struct ProxyHandle {
+    listen_addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
+    log: Arc<dyn HistoryLog>,
+    metrics: Arc<Metrics>,
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    accept_task: JoinHandle<()>,
+}
+
+impl ProxyHandle {
+    /// Where clients connect (the real port when the config said port 0).
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen_addr
+    }
+
+    /// Where the admin server listens, if enabled.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// The history log the proxy writes.
+    pub fn log(&self) -> &Arc<dyn HistoryLog> {
+        &self.log
+    }
+
+    /// The proxy's counters.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Re-reads the client TLS certificate and key (what SIGHUP does).
+    pub fn reload_tls(&self) -> Result<(), tls::TlsError> {
+        match &self.shared.tls {
+            Some(t) => t.reload(),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops accepting, ends every session (recording their open transactions), waits up to five seconds for
+    /// them, and closes the log cleanly.
+    pub async fn shutdown(self) -> Result<(), ProxyError> {
+        let _ = self.stop.send(true);
+        let _ = self.accept_task.await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Metrics::get(&self.metrics.connections_active) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let log = self.log.clone();
+        let path = self.shared.config.log.path.display().to_string();
+        tokio::task::spawn_blocking(move || log.close())
+            .await
+            .map_err(|e| ProxyError::Task(e.to_string()))?
+            .map_err(|source| ProxyError::Log { path, source })
+    }
+}
+
+/// Starts the proxy: opens the log, binds the listener and the admin server, and accepts clients in the
+/// background.
+pub async fn start(config: Config) -> Result<ProxyHandle, ProxyError> {
+    let tls = match config.tls.mode {
+        config::ClientTlsMode::Disable => None,
+        _ => Some(Arc::new(tls::ReloadableTls::load(&config.tls)?)),
+    };
+    let upstream_tls = tls::upstream_connector(&config)?;
+    let log_path = config.log.path.clone();
+    let mut options = LogOptions::new(config.log.durability);
+    options.group_interval = Duration::from_millis(config.log.group_interval_ms);
+    let log: Arc<dyn HistoryLog> = {
+        let path = log_path.clone();
+        let opened = tokio::task::spawn_blocking(move || SledLog::open_with(&path, options))
+            .await
+            .map_err(|e| ProxyError::Task(e.to_string()))?;
+        Arc::new(opened.map_err(|source| ProxyError::Log { path: log_path.display().to_string(), source })?)
+    };
+    if config.log.durability == history::log::Durability::None {
+        warn!("log.durability = none: for benchmarks only; a crash can lose acknowledged transactions");
+    }
+    let metrics = Arc::new(Metrics::default());
+    let recorder =
+        Arc::new(recorder::Recorder::new(log.clone(), CollectorId(config.log.collector), metrics.clone()));
+    let listener = TcpListener::bind(config.listen.address)
+        .await
+        .map_err(|source| ProxyError::Bind { address: config.listen.address, source })?;
+    let listen_addr = listener
+        .local_addr()
+        .map_err(|source| ProxyError::Bind { address: config.listen.address, source })?;
+    let (stop, stop_rx) = watch::channel(false);
+
+    let admin_addr = if config.admin.enabled {
+        let admin = TcpListener::bind(config.admin.address)
+            .await
+            .map_err(|source| ProxyError::Bind { address: config.admin.address, source })?;
+        let addr = admin
+            .local_addr()
+            .map_err(|source| ProxyError::Bind { address: config.admin.address, source })?;
+        let state = Arc::new(admin::AdminState {
+            metrics: metrics.clone(),
+            log: log.clone(),
+            log_path: config.log.path.clone(),
+            started: Instant::now(),
+            listen: listen_addr,
+            upstream: config.upstream.address.clone(),
+        });
+        tokio::spawn(admin::serve(admin, state, stop_rx.clone()));
+        Some(addr)
+    } else {
+        None
+    };
+
+    let shared = Arc::new(Shared {
+        config,
+        tls,
+        upstream_tls,
+        recorder,
+        metrics: metrics.clone(),
+        cancel_keys: Default::default(),
+    });
+    info!(%listen_addr, upstream = %shared.config.upstream.address, durability = %shared.config.log.durability, "krait proxy listening");
+    let accept_task = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx));
+    Ok(ProxyHandle { listen_addr, admin_addr, log, metrics, shared, stop, accept_task })
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        match accepted {
+            Ok((tcp, peer)) => {
+                tokio::spawn(session::serve(shared.clone(), tcp, peer, stop.clone()));
+            }
+            Err(e) => {
+                // Running out of file descriptors must not end the proxy; back off and retry.
+                warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Runs the proxy until `shutdown` resolves, reloading the client TLS certificate on SIGHUP.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), ProxyError> {
+    let handle = start(config).await?;
+    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            warn!("cannot watch SIGHUP, TLS reload disabled: {e}");
+            None
+        }
+    };
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
+                match handle.reload_tls() {
+                    Ok(()) => info!("SIGHUP: TLS certificate reloaded"),
+                    Err(e) => warn!("SIGHUP: TLS reload failed, keeping the old certificate: {e}"),
+                }
+            }
+        }
+    }
+    info!("shutting down");
+    handle.shutdown().await
+}
+
+/// The session id type, re-exported for tests that inspect recorded histories.
+pub type Session = SessionId;

@@ -68,7 +68,8 @@ pub enum ProtocolError {
 }
 
 impl ProtocolError {
-    pub(crate) fn invalid(message: &'static str, reason: impl Into<String>) -> Self {
+    /// An [`ProtocolError::Invalid`] for `message` with the given reason.
+    pub fn invalid(message: &'static str, reason: impl Into<String>) -> Self {
         ProtocolError::Invalid { message, reason: reason.into() }
     }
 }

@@ -1,0 +1,219 @@
+//! The admin HTTP server (hyper): `/healthz`, `/metrics` in the Prometheus text format, and `/api/status` as
+//! JSON. It binds to loopback by default because nothing here is authenticated.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use history::log::{FSYNC_BUCKETS_US, HistoryLog};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::debug;
+
+use crate::metrics::Metrics;
+
+/// What the admin endpoints report on.
+pub(crate) struct AdminState {
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) log: Arc<dyn HistoryLog>,
+    pub(crate) log_path: PathBuf,
+    pub(crate) started: Instant,
+    pub(crate) listen: SocketAddr,
+    pub(crate) upstream: String,
+}
+
+/// Serves admin requests until shutdown.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    state: Arc<AdminState>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    debug!("admin accept failed: {e}");
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(route(&req, &state)) }
+            });
+            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
+                debug!("admin connection: {e}");
+            }
+        });
+    }
+}
+
+fn route(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
+        (&Method::GET, "/metrics") => (StatusCode::OK, "text/plain; version=0.0.4", render_metrics(state)),
+        (&Method::GET, "/api/status") => (StatusCode::OK, "application/json", render_status(state)),
+        _ => (StatusCode::NOT_FOUND, "text/plain", "not found\n".to_owned()),
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    if let Ok(v) = content_type.parse() {
+        resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    resp
+}
+
+/// The size of the log directory on disk, in bytes.
+fn dir_bytes(path: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Renders the Prometheus text exposition format.
+pub(crate) fn render_metrics(state: &AdminState) -> String {
+    use std::fmt::Write;
+    let m = &state.metrics;
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, u64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, v) in samples {
+            let _ = writeln!(out, "{name}{labels} {v}");
+        }
+    };
+    let g = Metrics::get;
+    metric(
+        "krait_connections_total",
+        "counter",
+        "Client connections accepted.",
+        &[("", g(&m.connections_total))],
+    );
+    metric(
+        "krait_connections_active",
+        "gauge",
+        "Client connections open now.",
+        &[("", g(&m.connections_active))],
+    );
+    metric(
+        "krait_transactions_recorded_total",
+        "counter",
+        "Transactions written to the history log, by outcome.",
+        &[
+            ("{outcome=\"committed\"}", g(&m.txns_committed)),
+            ("{outcome=\"aborted\"}", g(&m.txns_aborted)),
+            ("{outcome=\"indeterminate\"}", g(&m.txns_indeterminate)),
+        ],
+    );
+    metric(
+        "krait_upstream_errors_total",
+        "counter",
+        "Database connections that failed or closed unexpectedly.",
+        &[("", g(&m.upstream_errors))],
+    );
+    metric(
+        "krait_client_protocol_errors_total",
+        "counter",
+        "Clients closed for protocol violations.",
+        &[("", g(&m.client_protocol_errors))],
+    );
+    metric(
+        "krait_tls_handshake_errors_total",
+        "counter",
+        "Failed client TLS handshakes.",
+        &[("", g(&m.tls_handshake_errors))],
+    );
+    metric(
+        "krait_desyncs_total",
+        "counter",
+        "Sessions relayed unrecorded after reply matching lost track.",
+        &[("", g(&m.desyncs))],
+    );
+    metric("krait_log_errors_total", "counter", "Failed history-log appends.", &[("", g(&m.log_errors))]);
+    metric(
+        "krait_cancels_relayed_total",
+        "counter",
+        "Cancel requests relayed.",
+        &[("", g(&m.cancels_relayed))],
+    );
+    let stats = state.log.stats();
+    metric(
+        "krait_log_appends_total",
+        "counter",
+        "Records appended to the history log.",
+        &[("", stats.appends)],
+    );
+    metric(
+        "krait_log_bytes",
+        "gauge",
+        "Size of the history log directory on disk.",
+        &[("", dir_bytes(&state.log_path))],
+    );
+    let _ = writeln!(
+        out,
+        "# HELP krait_log_fsync_seconds History-log fsync latency.\n# TYPE krait_log_fsync_seconds histogram"
+    );
+    let mut cumulative = 0;
+    for (i, bound_us) in FSYNC_BUCKETS_US.iter().enumerate() {
+        cumulative += stats.fsync_histogram.get(i).copied().unwrap_or(0);
+        let _ =
+            writeln!(out, "krait_log_fsync_seconds_bucket{{le=\"{}\"}} {cumulative}", *bound_us as f64 / 1e6);
+    }
+    let _ = writeln!(out, "krait_log_fsync_seconds_bucket{{le=\"+Inf\"}} {}", stats.fsyncs);
+    let _ = writeln!(out, "krait_log_fsync_seconds_sum {}", stats.fsync_ns_total as f64 / 1e9);
+    let _ = writeln!(out, "krait_log_fsync_seconds_count {}", stats.fsyncs);
+    out
+}
+
+fn render_status(state: &AdminState) -> String {
+    let m = &state.metrics;
+    let g = Metrics::get;
+    let stats = state.log.stats();
+    serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_s": state.started.elapsed().as_secs(),
+        "listen": state.listen.to_string(),
+        "upstream": state.upstream,
+        "connections": { "active": g(&m.connections_active), "total": g(&m.connections_total) },
+        "transactions": {
+            "committed": g(&m.txns_committed),
+            "aborted": g(&m.txns_aborted),
+            "indeterminate": g(&m.txns_indeterminate),
+        },
+        "errors": {
+            "upstream": g(&m.upstream_errors),
+            "client_protocol": g(&m.client_protocol_errors),
+            "tls_handshake": g(&m.tls_handshake_errors),
+            "desyncs": g(&m.desyncs),
+            "log": g(&m.log_errors),
+        },
+        "log": {
+            "path": state.log_path.display().to_string(),
+            "durability": state.log.durability().as_str(),
+            "next_seq": state.log.next_seq(),
+            "bytes": dir_bytes(&state.log_path),
+            "appends": stats.appends,
+            "fsyncs": stats.fsyncs,
+            "fsync_mean_us": stats.fsync_ns_mean() / 1_000,
+        },
+    })
+    .to_string()
+}

@@ -1,0 +1,328 @@
+//! The proxy's TOML configuration (`configs/krait.toml` is the commented example). Every value is checked
+//! when the file is loaded, and every error names the file, the setting and what is allowed, so a bad config
+//! fails at start-up rather than at the first client.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use history::log::Durability;
+use serde::Deserialize;
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, or a value has the wrong type or an unknown name.
+    #[error("invalid config {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// A value is well-formed but not allowed.
+    #[error("invalid config {path}: {setting}: {reason}")]
+    Invalid {
+        /// The file (or `<inline>`).
+        path: PathBuf,
+        /// The setting, as `table.key`.
+        setting: &'static str,
+        /// What is wrong and what is allowed.
+        reason: String,
+    },
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where clients connect.
+    pub listen: ListenConfig,
+    /// TLS towards clients.
+    #[serde(default)]
+    pub tls: TlsConfig,
+    /// The database behind the proxy.
+    pub upstream: UpstreamConfig,
+    /// The durable history log.
+    pub log: LogConfig,
+    /// The admin HTTP server.
+    #[serde(default)]
+    pub admin: AdminConfig,
+}
+
+/// `[listen]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenConfig {
+    /// The address clients connect to, e.g. `127.0.0.1:6432` (port 0 picks a free port).
+    pub address: SocketAddr,
+    /// The largest message a client may send, in bytes; a larger one closes that client's connection.
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: usize,
+    /// How long a client may take to send its startup packet and finish authentication.
+    #[serde(default = "default_startup_timeout_ms")]
+    pub startup_timeout_ms: u64,
+}
+
+/// Whether clients must, may or cannot use TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientTlsMode {
+    /// No TLS: SSLRequest is answered `N`.
+    #[default]
+    Disable,
+    /// TLS when the client asks for it.
+    Prefer,
+    /// Clients that do not use TLS are refused.
+    Require,
+}
+
+/// `[tls]`: TLS towards clients.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// `disable`, `prefer` or `require`.
+    #[serde(default)]
+    pub mode: ClientTlsMode,
+    /// The certificate chain, PEM. Reloaded on SIGHUP.
+    pub cert: Option<PathBuf>,
+    /// The private key, PEM. Reloaded on SIGHUP.
+    pub key: Option<PathBuf>,
+}
+
+/// How the proxy talks TLS to the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpstreamTlsMode {
+    /// Plain TCP.
+    #[default]
+    Disable,
+    /// TLS without verifying the server's certificate (like libpq's `sslmode=require`).
+    Require,
+    /// TLS, verifying the certificate against `ca` and the host name against `server_name`.
+    VerifyFull,
+}
+
+/// `[upstream]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// The database's address, `host:port`.
+    pub address: String,
+    /// `disable`, `require` or `verify-full`.
+    #[serde(default)]
+    pub tls: UpstreamTlsMode,
+    /// The CA certificate(s) that sign the database's certificate, PEM; needed for `verify-full`.
+    pub ca: Option<PathBuf>,
+    /// The name to verify in the database's certificate; defaults to the host part of `address`.
+    pub server_name: Option<String>,
+    /// How long to wait for the database to accept a connection.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// The directory of the history log (created if missing).
+    pub path: PathBuf,
+    /// `strict`, `group` or `none` (DESIGN.md §3 "Durability").
+    #[serde(default, deserialize_with = "durability")]
+    pub durability: Durability,
+    /// Under `group`, the longest delay before an fsync.
+    #[serde(default = "default_group_interval_ms")]
+    pub group_interval_ms: u64,
+    /// The collector id stamped on every transaction, to tell proxies' clocks apart.
+    #[serde(default)]
+    pub collector: u32,
+}
+
+/// `[admin]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Whether to serve /healthz, /metrics and /api/status.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Where; loopback by default, because the endpoints are unauthenticated.
+    #[serde(default = "default_admin_address")]
+    pub address: SocketAddr,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig { enabled: true, address: default_admin_address() }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_max_message_bytes() -> usize {
+    wire::pg::DEFAULT_MAX_MESSAGE_LEN
+}
+fn default_startup_timeout_ms() -> u64 {
+    10_000
+}
+fn default_connect_timeout_ms() -> u64 {
+    5_000
+}
+fn default_group_interval_ms() -> u64 {
+    10
+}
+fn default_admin_address() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9187))
+}
+
+fn durability<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Durability, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map_err(serde::de::Error::custom)
+}
+
+impl Config {
+    /// Reads and checks a config file.
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and checks config text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    /// Checks the rules a type cannot express.
+    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |setting, reason: &str| ConfigError::Invalid {
+            path: path.to_owned(),
+            setting,
+            reason: reason.to_owned(),
+        };
+        if self.listen.max_message_bytes < 1024 || self.listen.max_message_bytes > (1 << 30) {
+            return Err(invalid("listen.max_message_bytes", "must be between 1024 and 1073741824 (1 GiB)"));
+        }
+        if self.listen.startup_timeout_ms == 0 {
+            return Err(invalid("listen.startup_timeout_ms", "must be positive"));
+        }
+        if self.tls.mode != ClientTlsMode::Disable && (self.tls.cert.is_none() || self.tls.key.is_none()) {
+            return Err(invalid("tls.mode", "prefer and require need both tls.cert and tls.key"));
+        }
+        if self.upstream.address.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).is_none() {
+            return Err(invalid("upstream.address", "must be host:port, e.g. 127.0.0.1:5432"));
+        }
+        if self.upstream.tls == UpstreamTlsMode::VerifyFull && self.upstream.ca.is_none() {
+            return Err(invalid(
+                "upstream.ca",
+                "verify-full needs the CA file that signs the database's certificate",
+            ));
+        }
+        if self.upstream.connect_timeout_ms == 0 {
+            return Err(invalid("upstream.connect_timeout_ms", "must be positive"));
+        }
+        if self.log.group_interval_ms == 0 || self.log.group_interval_ms > 10_000 {
+            return Err(invalid("log.group_interval_ms", "must be between 1 and 10000"));
+        }
+        if self.log.path.as_os_str().is_empty() {
+            return Err(invalid("log.path", "must name a directory"));
+        }
+        Ok(())
+    }
+
+    /// The upstream host name, for TLS verification.
+    pub fn upstream_server_name(&self) -> String {
+        match &self.upstream.server_name {
+            Some(n) => n.clone(),
+            None => {
+                let host = self.upstream.address.rsplit_once(':').map_or("", |(h, _)| h);
+                host.trim_start_matches('[').trim_end_matches(']').to_owned()
+            }
+        }
+    }
+
+    /// The startup timeout as a duration.
+    pub fn startup_timeout(&self) -> Duration {
+        Duration::from_millis(self.listen.startup_timeout_ms)
+    }
+}
+
+/// Loads and checks a config file, and also the files it names (TLS certificates and keys), as
+/// `krait config check` does. Returns the config on success.
+pub fn check_config(path: impl AsRef<Path>) -> Result<Config, crate::ProxyError> {
+    let config = Config::load(path)?;
+    if config.tls.mode != ClientTlsMode::Disable {
+        crate::tls::load_server_config(&config.tls)?;
+    }
+    crate::tls::upstream_connector(&config)?;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        [listen]
+        address = "127.0.0.1:0"
+        [upstream]
+        address = "127.0.0.1:5432"
+        [log]
+        path = "/tmp/krait-log"
+    "#;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn minimal_config_gets_safe_defaults() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.tls.mode, ClientTlsMode::Disable);
+        assert_eq!(c.upstream.tls, UpstreamTlsMode::Disable);
+        assert_eq!(c.log.durability, Durability::Strict);
+        assert!(c.admin.enabled);
+        assert!(c.admin.address.ip().is_loopback(), "the admin server is loopback-only by default");
+        assert_eq!(c.upstream_server_name(), "127.0.0.1");
+    }
+
+    #[test]
+    fn bad_values_are_named_in_the_error() {
+        let cases = [
+            (MINIMAL.replace("/tmp/krait-log\"", "/tmp/x\"\ndurability = \"fast\""), "strict, group or none"),
+            (MINIMAL.replace("127.0.0.1:0", "localhost"), "invalid socket address"),
+            (MINIMAL.replace("127.0.0.1:5432", "db"), "upstream.address"),
+            (format!("{MINIMAL}\n[tls]\nmode = \"require\""), "tls.mode"),
+            (format!("{MINIMAL}\n[tls]\nmode = \"always\""), "disable"),
+            (MINIMAL.replace("[log]", "[log]\ncolour = 1"), "unknown field"),
+            (
+                MINIMAL.replace("address = \"127.0.0.1:5432\"", "address = \"h:1\"\ntls = \"verify-full\""),
+                "upstream.ca",
+            ),
+        ];
+        for (text, needle) in cases {
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains(needle), "{err:?} does not mention {needle:?}");
+            assert!(err.contains("test.toml"), "{err:?} does not name the file");
+        }
+    }
+
+    #[test]
+    fn the_shipped_example_config_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/krait.toml");
+        let c = Config::load(&path).unwrap();
+        assert_eq!(c.log.durability, Durability::Strict);
+    }
+}

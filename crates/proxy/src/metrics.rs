@@ -1,0 +1,65 @@
+//! Counters the admin server exposes on /metrics and /api/status. Plain atomics: sessions bump them on the
+//! data path, so they must cost nothing to update.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Process-wide proxy counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Client connections accepted.
+    pub connections_total: AtomicU64,
+    /// Client connections open now.
+    pub connections_active: AtomicU64,
+    /// Transactions recorded as committed.
+    pub txns_committed: AtomicU64,
+    /// Transactions recorded as aborted.
+    pub txns_aborted: AtomicU64,
+    /// Transactions recorded as indeterminate.
+    pub txns_indeterminate: AtomicU64,
+    /// Connections to the database that failed, or that the database closed unexpectedly.
+    pub upstream_errors: AtomicU64,
+    /// Clients closed for sending bytes that are not the protocol (or too large).
+    pub client_protocol_errors: AtomicU64,
+    /// Failed TLS handshakes with clients.
+    pub tls_handshake_errors: AtomicU64,
+    /// Sessions whose reply matching lost track (they keep running, unrecorded).
+    pub desyncs: AtomicU64,
+    /// Failed appends to the history log.
+    pub log_errors: AtomicU64,
+    /// CancelRequests relayed to the database.
+    pub cancels_relayed: AtomicU64,
+}
+
+impl Metrics {
+    /// Adds one to a counter.
+    pub fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads a counter.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+
+    /// Transactions recorded, whatever the outcome.
+    pub fn txns_recorded(&self) -> u64 {
+        Self::get(&self.txns_committed) + Self::get(&self.txns_aborted) + Self::get(&self.txns_indeterminate)
+    }
+}
+
+/// Keeps `connections_active` right however a session ends.
+pub(crate) struct ActiveConnection<'a>(&'a Metrics);
+
+impl<'a> ActiveConnection<'a> {
+    pub(crate) fn new(m: &'a Metrics) -> Self {
+        Metrics::inc(&m.connections_total);
+        Metrics::inc(&m.connections_active);
+        ActiveConnection(m)
+    }
+}
+
+impl Drop for ActiveConnection<'_> {
+    fn drop(&mut self) {
+        self.0.connections_active.fetch_sub(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,122 @@
+//! The recorder: turns the state machine's transactions into history-log records with the write-ahead
+//! protocol of DESIGN.md §3.
+//!
+//! - Before a message that may commit is forwarded, the transaction so far goes to the log as an intent.
+//! - When the transaction ends, its outcome follows (or, for one that never had an intent, a single finished
+//!   record). For a commit, the session holds the client's reply until the returned ticket says the outcome
+//!   is as durable as `log.durability` promises.
+//! - A session that ends with a transaction open records it as aborted or indeterminate, never nothing.
+//!
+//! Ids must not collide with those of earlier runs that wrote to the same log, so session and transaction
+//! ids start at the microseconds since the Unix epoch when the proxy started: a later run starts above
+//! everything an earlier one allocated unless that run averaged more than one id per microsecond.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use history::log::{DurabilityTicket, HistoryLog, LogError, LoggedTxn};
+use history::{CollectorId, Outcome, SessionId, TxnId};
+
+use crate::machine::{TxnEnd, TxnSnapshot};
+use crate::metrics::Metrics;
+
+/// Nanoseconds since the Unix epoch, by this machine's clock.
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Shared by all sessions: the log and the id counters.
+pub struct Recorder {
+    log: Arc<dyn HistoryLog>,
+    collector: CollectorId,
+    next_txn: AtomicU64,
+    next_session: AtomicU64,
+    metrics: Arc<Metrics>,
+}
+
+impl Recorder {
+    /// A recorder writing to `log`, stamping `collector` on every transaction.
+    pub fn new(log: Arc<dyn HistoryLog>, collector: CollectorId, metrics: Arc<Metrics>) -> Self {
+        let base = now_ns() / 1_000;
+        Recorder {
+            log,
+            collector,
+            next_txn: AtomicU64::new(base),
+            next_session: AtomicU64::new(base),
+            metrics,
+        }
+    }
+
+    /// The log, for the admin server and for shutdown.
+    pub fn log(&self) -> &Arc<dyn HistoryLog> {
+        &self.log
+    }
+
+    /// A recorder for one new session.
+    pub fn session(self: &Arc<Self>) -> SessionRecorder {
+        let id = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
+        SessionRecorder { rec: self.clone(), id, intents: HashMap::new() }
+    }
+
+    fn logged(&self, session: SessionId, id: TxnId, snap: &TxnSnapshot) -> LoggedTxn {
+        let mut txn = LoggedTxn::new(id, session, snap.seq);
+        txn.statements = snap.statements.clone();
+        txn.start_ns = Some(snap.start_ns);
+        txn.collector = self.collector;
+        txn
+    }
+}
+
+/// One session's view of the recorder: which of its transactions have an intent in the log.
+pub struct SessionRecorder {
+    rec: Arc<Recorder>,
+    /// The session id in the history.
+    pub id: SessionId,
+    intents: HashMap<u64, TxnId>,
+}
+
+impl SessionRecorder {
+    /// Logs the intent of a transaction about to (maybe) commit. The ticket is not waited on: the outcome's
+    /// fsync covers the intent too.
+    pub fn intent(&mut self, snap: &TxnSnapshot) -> Result<(), LogError> {
+        let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
+        let txn = self.rec.logged(self.id, id, snap);
+        let result = self.rec.log.append_intent(txn);
+        if result.is_err() {
+            Metrics::inc(&self.rec.metrics.log_errors);
+        }
+        let _ticket = result?;
+        self.intents.insert(snap.seq, id);
+        Ok(())
+    }
+
+    /// Logs how a transaction ended. Returns the ticket to wait on before the client may see a commit.
+    pub fn end(&mut self, end: TxnEnd) -> Result<Option<DurabilityTicket>, LogError> {
+        let commit_ns = (end.outcome == Outcome::Committed).then_some(end.end_ns);
+        let result = match self.intents.remove(&end.txn.seq) {
+            Some(id) => self.rec.log.append_outcome(id, end.outcome, commit_ns),
+            None => {
+                let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
+                self.rec.log.append_finished(self.rec.logged(self.id, id, &end.txn), end.outcome, commit_ns)
+            }
+        };
+        let ticket = match result {
+            Ok(t) => t,
+            Err(e) => {
+                Metrics::inc(&self.rec.metrics.log_errors);
+                return Err(e);
+            }
+        };
+        let m = &self.rec.metrics;
+        Metrics::inc(match end.outcome {
+            Outcome::Committed => &m.txns_committed,
+            Outcome::Aborted => &m.txns_aborted,
+            Outcome::Indeterminate => &m.txns_indeterminate,
+        });
+        Ok((end.outcome == Outcome::Committed).then_some(ticket))
+    }
+}

@@ -1,0 +1,188 @@
+//! Shared helpers for the proxy's end-to-end tests: start a proxy in-process in front of the real PostgreSQL
+//! on 127.0.0.1:5432, connect through it, and read back what it recorded. Every test uses its own proxy, log
+//! directory, ephemeral port and table names, so tests run in parallel without meeting.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use std::collections::HashMap;
+
+use history::log::{LogRecord, LoggedTxn};
+use history::{Outcome, TxnId};
+use proxy::{Config, ProxyHandle};
+
+/// The database the tests use, directly.
+pub const PG_ADDR: &str = "127.0.0.1:5432";
+/// The user the tests connect as (trust auth on loopback).
+pub const PG_USER: &str = "postgres";
+/// The database the tests connect to.
+pub const PG_DB: &str = "postgres";
+
+/// A running proxy and the directory its log lives in.
+pub struct TestProxy {
+    pub handle: ProxyHandle,
+    pub dir: tempfile::TempDir,
+}
+
+/// Options for [`start_proxy_with`].
+#[derive(Default)]
+pub struct Opts {
+    /// `(cert, key)` PEM paths and the mode ("prefer" or "require").
+    pub tls: Option<(PathBuf, PathBuf, &'static str)>,
+    /// Upstream address, if not the real database.
+    pub upstream: Option<String>,
+    /// "strict" (default), "group" or "none".
+    pub durability: Option<&'static str>,
+    /// `listen.max_message_bytes`.
+    pub max_message_bytes: Option<usize>,
+}
+
+pub async fn start_proxy() -> TestProxy {
+    start_proxy_with(Opts::default()).await
+}
+
+pub async fn start_proxy_with(opts: Opts) -> TestProxy {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut toml = format!(
+        "[listen]\naddress = \"127.0.0.1:0\"\nmax_message_bytes = {}\nstartup_timeout_ms = 5000\n\
+         [upstream]\naddress = \"{}\"\nconnect_timeout_ms = 2000\n\
+         [log]\npath = \"{}\"\ndurability = \"{}\"\n\
+         [admin]\naddress = \"127.0.0.1:0\"\n",
+        opts.max_message_bytes.unwrap_or(1 << 20),
+        opts.upstream.as_deref().unwrap_or(PG_ADDR),
+        dir.path().join("log").display(),
+        opts.durability.unwrap_or("strict"),
+    );
+    if let Some((cert, key, mode)) = &opts.tls {
+        toml.push_str(&format!(
+            "[tls]\nmode = \"{mode}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            cert.display(),
+            key.display()
+        ));
+    }
+    let config = Config::parse(&toml, Path::new("<test>")).expect("test config");
+    let handle = proxy::start(config).await.expect("proxy starts");
+    TestProxy { handle, dir }
+}
+
+impl TestProxy {
+    /// A libpq-style connection string through the proxy.
+    pub fn conn_str(&self) -> String {
+        let a = self.handle.listen_addr();
+        format!("host={} port={} user={PG_USER} dbname={PG_DB} connect_timeout=10", a.ip(), a.port())
+    }
+
+    /// Connects tokio-postgres through the proxy (no TLS) and drives the connection in the background.
+    pub async fn connect(&self) -> tokio_postgres::Client {
+        connect(&self.conn_str()).await
+    }
+
+    /// Every transaction in the log, as the proxy logged it (intent or finished record, with the outcome once
+    /// it is known), in log order. Read from the raw records, because replay keeps only the statements that
+    /// ops cite, and this issue records statements without ops.
+    pub fn recorded(&self) -> Vec<Recorded> {
+        let mut out: Vec<Recorded> = Vec::new();
+        let mut index: HashMap<TxnId, usize> = HashMap::new();
+        for item in self.handle.log().tail(0) {
+            let (_, record) = item.expect("readable log record");
+            match record {
+                LogRecord::Intent(txn) => {
+                    index.insert(txn.id, out.len());
+                    out.push(Recorded { txn, outcome: None, commit_ns: None });
+                }
+                LogRecord::Outcome { txn, outcome, commit_ns } => {
+                    let i = index[&txn];
+                    out[i].outcome = Some(outcome);
+                    out[i].commit_ns = commit_ns;
+                }
+                LogRecord::Finished { txn, outcome, commit_ns } => {
+                    out.push(Recorded { txn, outcome: Some(outcome), commit_ns });
+                }
+                LogRecord::Recovery { .. } => {}
+            }
+        }
+        out
+    }
+
+    /// Recorded transactions any of whose statements mention `needle` (a test's unique table name), in
+    /// session order.
+    pub fn txns_mentioning(&self, needle: &str) -> Vec<Recorded> {
+        let mut out: Vec<Recorded> = self
+            .recorded()
+            .into_iter()
+            .filter(|r| r.txn.statements.iter().any(|s| s.contains(needle)))
+            .collect();
+        out.sort_by_key(|r| (r.txn.session, r.txn.seq));
+        out
+    }
+
+    /// Waits (bounded) until `count` transactions mentioning `needle` have an outcome; a session's last
+    /// outcome may be logged just after its client has gone.
+    pub async fn wait_for(&self, needle: &str, count: usize) -> Vec<Recorded> {
+        for _ in 0..100 {
+            let txns = self.txns_mentioning(needle);
+            if txns.iter().filter(|r| r.outcome.is_some()).count() >= count {
+                return txns;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.txns_mentioning(needle)
+    }
+
+    /// GETs a path from the admin server and returns the body.
+    pub async fn admin_get(&self, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.handle.admin_addr().expect("admin enabled");
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("admin connect");
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .expect("admin write");
+        let mut resp = String::new();
+        tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut resp))
+            .await
+            .expect("admin reply in time")
+            .expect("admin read");
+        assert!(resp.starts_with("HTTP/1.1 200"), "admin {path}: {resp}");
+        resp.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()
+    }
+}
+
+/// One transaction as the log holds it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// What the proxy logged.
+    pub txn: LoggedTxn,
+    /// Its outcome; `None` while only the intent is logged.
+    pub outcome: Option<Outcome>,
+    /// When the commit was acknowledged.
+    pub commit_ns: Option<u64>,
+}
+
+/// Connects tokio-postgres with `conn` and drives the connection in the background.
+pub async fn connect(conn: &str) -> tokio_postgres::Client {
+    let (client, connection) =
+        tokio::time::timeout(Duration::from_secs(10), tokio_postgres::connect(conn, tokio_postgres::NoTls))
+            .await
+            .expect("connect in time")
+            .unwrap_or_else(|e| panic!("connect {conn}: {e}"));
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// Connects directly to the database, bypassing the proxy.
+pub async fn direct() -> tokio_postgres::Client {
+    connect(&format!("host=127.0.0.1 port=5432 user={PG_USER} dbname={PG_DB}")).await
+}
+
+/// A table name unique to this test and process.
+pub fn unique(name: &str) -> String {
+    format!("krait_{name}_{}", std::process::id())
+}
+
+/// Counts of outcomes.
+pub fn outcomes(txns: &[Recorded]) -> Vec<Option<Outcome>> {
+    txns.iter().map(|r| r.outcome).collect()
+}

@@ -1,0 +1,168 @@
+//! tokio-postgres through the proxy: the simple protocol, the extended protocol, pipelining, and what the
+//! recorder logs for each.
+
+mod proxy_support;
+
+use history::Outcome;
+use proxy_support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simple_protocol_transactions_are_recorded_with_their_outcomes() {
+    let p = start_proxy().await;
+    let t = unique("simple");
+    let c = p.connect().await;
+    c.batch_execute(&format!("drop table if exists {t}; create table {t} (id int primary key, v int)"))
+        .await
+        .unwrap();
+    c.batch_execute(&format!("insert into {t} values (1, 10)")).await.unwrap();
+    c.batch_execute("begin").await.unwrap();
+    c.batch_execute(&format!("update {t} set v = 11 where id = 1")).await.unwrap();
+    c.batch_execute("commit").await.unwrap();
+    c.batch_execute("begin").await.unwrap();
+    c.batch_execute(&format!("update {t} set v = 12 where id = 1")).await.unwrap();
+    c.batch_execute("rollback").await.unwrap();
+    let err = c.batch_execute(&format!("insert into {t} values (1, 0)")).await.unwrap_err();
+    assert!(err.to_string().contains("duplicate key") || format!("{err:?}").contains("23505"), "{err:?}");
+    // The proxy relays results faithfully.
+    let rows = c.simple_query(&format!("select v from {t}")).await.unwrap();
+    assert!(
+        rows.iter()
+            .any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("11")))
+    );
+    drop(c);
+
+    let txns = p.wait_for(&t, 6).await;
+    assert_eq!(txns.len(), 6, "{txns:#?}");
+    let summary: Vec<(Option<Outcome>, Vec<String>)> =
+        txns.iter().map(|r| (r.outcome, r.txn.statements.clone())).collect();
+    assert_eq!(summary[1], (Some(Outcome::Committed), vec![format!("insert into {t} values (1, 10)")]));
+    assert_eq!(
+        summary[2],
+        (
+            Some(Outcome::Committed),
+            vec!["begin".into(), format!("update {t} set v = 11 where id = 1"), "commit".into()]
+        )
+    );
+    assert_eq!(summary[3].0, Some(Outcome::Aborted), "rolled back: {summary:?}");
+    assert_eq!(summary[4].0, Some(Outcome::Aborted), "duplicate key: {summary:?}");
+    assert_eq!(summary[5].0, Some(Outcome::Committed), "the select: {summary:?}");
+    // Session order and timestamps.
+    let seqs: Vec<u64> = txns.iter().map(|r| r.txn.seq).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let committed = &txns[2];
+    assert!(committed.txn.start_ns.unwrap() <= committed.commit_ns.unwrap());
+    assert!(txns.iter().all(|r| r.txn.session == txns[0].txn.session));
+    p.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_protocol_and_prepared_statements_work_and_are_recorded() {
+    let p = start_proxy().await;
+    let t = unique("extended");
+    let c = p.connect().await;
+    c.batch_execute(&format!("drop table if exists {t}; create table {t} (id int primary key, v text)"))
+        .await
+        .unwrap();
+    let insert = c.prepare(&format!("insert into {t} values ($1, $2)")).await.unwrap();
+    for i in 0..5i32 {
+        c.execute(&insert, &[&i, &format!("v{i}")]).await.unwrap();
+    }
+    let rows = c.query(&format!("select v from {t} where id >= $1 order by id"), &[&2i32]).await.unwrap();
+    let got: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(got, vec!["v2", "v3", "v4"]);
+    // An explicit transaction through the extended protocol.
+    let mut c = c;
+    let tx = c.transaction().await.unwrap();
+    tx.execute(&format!("update {t} set v = 'x' where id = $1"), &[&1i32]).await.unwrap();
+    tx.commit().await.unwrap();
+    // A failing statement in the extended protocol.
+    assert!(c.execute(&insert, &[&1i32, &"dup"]).await.is_err());
+    // Portals suspended by a row limit: a cursor-style query in a transaction.
+    let tx = c.transaction().await.unwrap();
+    let portal = tx.bind(&format!("select id from {t} order by id"), &[]).await.unwrap();
+    let first = tx.query_portal(&portal, 2).await.unwrap();
+    let rest = tx.query_portal(&portal, 10).await.unwrap();
+    assert_eq!((first.len(), rest.len()), (2, 3));
+    tx.commit().await.unwrap();
+    drop(c);
+
+    let txns = p.wait_for(&t, 10).await;
+    let committed_inserts = txns
+        .iter()
+        .filter(|r| {
+            r.outcome == Some(Outcome::Committed) && r.txn.statements.iter().any(|s| s.starts_with("insert"))
+        })
+        .count();
+    assert_eq!(committed_inserts, 5, "{txns:#?}");
+    assert!(
+        txns.iter().any(|r| r.outcome == Some(Outcome::Aborted) && r.txn.statements[0].starts_with("insert"))
+    );
+    let update = txns.iter().find(|r| r.txn.statements.iter().any(|s| s.starts_with("update"))).unwrap();
+    assert_eq!(update.outcome, Some(Outcome::Committed));
+    assert_eq!(update.txn.statements.first().map(String::as_str), Some("START TRANSACTION"));
+    let cursor = txns.iter().find(|r| r.txn.statements.iter().any(|s| s.starts_with("select id"))).unwrap();
+    assert_eq!(cursor.txn.statements.iter().filter(|s| s.starts_with("select id")).count(), 1, "{cursor:?}");
+    p.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_queries_get_their_own_replies_and_transactions() {
+    let p = start_proxy().await;
+    let t = unique("pipelined");
+    let c = p.connect().await;
+    c.batch_execute(&format!("drop table if exists {t}; create table {t} (id int primary key, v int)"))
+        .await
+        .unwrap();
+    let stmt = c.prepare(&format!("insert into {t} values ($1, $1 * 10) returning v")).await.unwrap();
+    // tokio-postgres pipelines concurrent requests on one connection: all Parse/Bind/Execute/Sync batches are
+    // written before the first reply is read.
+    let futures = (0..20i32).map(|i| {
+        let c = &c;
+        let stmt = &stmt;
+        async move { c.query_one(stmt, &[&i]).await.map(|r| r.get::<_, i32>(0)) }
+    });
+    let results = join_all(futures).await;
+    for (i, r) in results.into_iter().enumerate() {
+        assert_eq!(r.unwrap(), i as i32 * 10, "reply {i} matched to the wrong request");
+    }
+    // A failure in the middle of a pipeline only fails its own request.
+    let a = c.query_one(&stmt, &[&100i32]);
+    let b = c.query_one(&stmt, &[&0i32]); // duplicate key
+    let d = c.query_one(&stmt, &[&101i32]);
+    let (a, b, d) = tokio::join!(a, b, d);
+    assert!(a.is_ok() && b.is_err() && d.is_ok(), "{a:?} {b:?} {d:?}");
+    drop(c);
+
+    let txns = p.wait_for(&t, 24).await;
+    let committed = txns.iter().filter(|r| r.outcome == Some(Outcome::Committed)).count();
+    let aborted = txns.iter().filter(|r| r.outcome == Some(Outcome::Aborted)).count();
+    // create table + 20 inserts + 2 inserts committed; the duplicate aborted.
+    assert_eq!((committed, aborted), (23, 1), "{txns:#?}");
+    for r in &txns {
+        assert_eq!(r.txn.statements.len(), 1, "each pipelined insert is its own implicit transaction: {r:?}");
+    }
+    p.handle.shutdown().await.unwrap();
+}
+
+async fn join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let handles: Vec<_> = futures.collect();
+    let mut out = Vec::new();
+    // Poll them all concurrently without an extra dependency: pin each and drive them together.
+    let mut pinned: Vec<std::pin::Pin<Box<F>>> = handles.into_iter().map(Box::pin).collect();
+    let mut results: Vec<Option<F::Output>> = pinned.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, slot) in pinned.iter_mut().zip(results.iter_mut()) {
+            if slot.is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *slot = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending { std::task::Poll::Pending } else { std::task::Poll::Ready(()) }
+    })
+    .await;
+    out.extend(results.into_iter().flatten());
+    out
+}
