@@ -271,11 +271,8 @@ impl<'a> Certifier<'a> {
             }
             Origin::Decided { decision, edge, .. } => {
                 let dec = self.decisions[decision as usize];
-                let c = &self.constraints[dec.constraint as usize];
-                let side_edges = match dec.chosen {
-                    Side::A => &c.side_a,
-                    Side::B => &c.side_b,
-                };
+                let side_edges =
+                    self.constraints[dec.constraint as usize].side(self.norm, self.chains, dec.chosen);
                 let ce = side_edges.get(edge as usize).copied().unwrap_or(CEdge {
                     from: e.from,
                     to: e.to,
@@ -430,8 +427,10 @@ impl<'a> Certifier<'a> {
             }
             let found = core.iter().find_map(|&ci| {
                 let c = &self.constraints[ci as usize];
-                let a = c.side_a.iter().find(|e| e.from == u && e.to == v).map(|e| (ci, Side::A, *e));
-                a.or_else(|| c.side_b.iter().find(|e| e.from == u && e.to == v).map(|e| (ci, Side::B, *e)))
+                [Side::A, Side::B].into_iter().find_map(|side| {
+                    let edges = c.side(self.norm, self.chains, side);
+                    edges.iter().find(|e| e.from == u && e.to == v).map(|e| (ci, side, *e))
+                })
             });
             if let Some((ci, side, ce)) = found {
                 let c = &self.constraints[ci as usize];

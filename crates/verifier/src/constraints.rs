@@ -11,6 +11,7 @@
 //! accept the same histories.
 
 use history::Key;
+use solver::Side;
 
 use crate::chains::Chains;
 use crate::known_graph::{KnownGraph, Origin};
@@ -27,16 +28,31 @@ pub(crate) struct CEdge {
     pub to_version: u32,
 }
 
-/// A choice between the two orders of two chains of one key.
-#[derive(Clone, Debug)]
+/// A choice between the two orders of two chains of one key. Side A is `first` before `second`, side B the
+/// opposite. The edges are not stored: they are recomputed from the chains when needed ([`Constraint::side`]),
+/// which keeps a constraint at 16 bytes, as most of them are pruned after one look.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Constraint {
     pub key: Key,
     pub first: u32,
     pub second: u32,
-    /// `first` before `second`.
-    pub side_a: Vec<CEdge>,
-    /// `second` before `first`.
-    pub side_b: Vec<CEdge>,
+    /// Without coalescing: the one edge of each side this constraint keeps (indices into the full sides).
+    pub pick: Option<(u32, u32)>,
+}
+
+impl Constraint {
+    /// The edges of one side.
+    pub(crate) fn side(&self, norm: &Normalized, chains: &Chains, side: Side) -> Vec<CEdge> {
+        let (c1, c2, pick) = match side {
+            Side::A => (self.first, self.second, self.pick.map(|p| p.0)),
+            Side::B => (self.second, self.first, self.pick.map(|p| p.1)),
+        };
+        let edges = chain_to_chain(norm, chains, c1, c2);
+        match pick {
+            Some(i) => edges.get(i as usize).copied().into_iter().collect(),
+            None => edges,
+        }
+    }
 }
 
 /// The edges implied by chain `c1` preceding chain `c2` (Cobra Fig. 3, GenChainToChainEdges). A reader of the
@@ -106,11 +122,11 @@ pub(crate) fn generate(
                     continue;
                 }
                 if coalesce {
-                    out.push(Constraint { key, first, second, side_a, side_b });
+                    out.push(Constraint { key, first, second, pick: None });
                 } else {
-                    for a in &side_a {
-                        for b in &side_b {
-                            out.push(Constraint { key, first, second, side_a: vec![*a], side_b: vec![*b] });
+                    for a in 0..side_a.len() as u32 {
+                        for b in 0..side_b.len() as u32 {
+                            out.push(Constraint { key, first, second, pick: Some((a, b)) });
                         }
                     }
                 }

@@ -9,8 +9,10 @@ use kernels::{Graph, KernelError};
 use solver::{Constraint as SConstraint, Edge, Polygraph, Side, Solution};
 
 use crate::VerifyError;
+use crate::chains::Chains;
 use crate::constraints::{CEdge, Constraint};
 use crate::known_graph::KnownGraph;
+use crate::normalize::Normalized;
 
 /// The solver's answer, in the verifier's terms.
 pub(crate) enum Solved {
@@ -37,6 +39,8 @@ fn pairs(cycle: &[u32]) -> Vec<(u32, u32)> {
 pub(crate) fn solve(
     g: &KnownGraph,
     constraints: &[Constraint],
+    norm: &Normalized,
+    chains: &Chains,
     live: &[bool],
 ) -> Result<Solved, VerifyError> {
     let mut known: Vec<(u32, u32)> = g.edges.iter().map(|e| (e.from, e.to)).collect();
@@ -57,7 +61,10 @@ pub(crate) fn solve(
             .iter()
             .map(|&c| {
                 let c = &constraints[c as usize];
-                SConstraint { side_a: side(&c.side_a), side_b: side(&c.side_b) }
+                SConstraint {
+                    side_a: side(&c.side(norm, chains, Side::A)),
+                    side_b: side(&c.side(norm, chains, Side::B)),
+                }
             })
             .collect(),
     };
@@ -66,8 +73,7 @@ pub(crate) fn solve(
             let mut all = known;
             for (i, choice) in model.choices.iter().enumerate() {
                 let Some(&ci) = residual.get(i) else { continue };
-                let c = &constraints[ci as usize];
-                let edges = if *choice == Side::A { &c.side_a } else { &c.side_b };
+                let edges = constraints[ci as usize].side(norm, chains, *choice);
                 all.extend(edges.iter().map(|e| (e.from, e.to)));
             }
             match topo(g.vertices, &all)? {
@@ -88,8 +94,8 @@ pub(crate) fn solve(
             for pick_a in [true, false] {
                 let mut all = known.clone();
                 for &ci in &core_ids {
-                    let c = &constraints[ci as usize];
-                    let edges = if pick_a { &c.side_a } else { &c.side_b };
+                    let side = if pick_a { Side::A } else { Side::B };
+                    let edges = constraints[ci as usize].side(norm, chains, side);
                     all.extend(edges.iter().map(|e| (e.from, e.to)));
                 }
                 if let Err(cycle) = topo(g.vertices, &all)? {

@@ -188,7 +188,8 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
 
     // Stage 5.
     let prune_start = Instant::now();
-    let (outcome, pruned) = prune::prune(&mut g, &constraints, options.prune, options.reachability)?;
+    let (outcome, pruned) =
+        prune::prune(&mut g, &constraints, &norm, &chains, options.prune, options.reachability)?;
     report.timings.prune_ms = ms(prune_start);
     report.counts.prune_iterations = pruned.passes;
     report.counts.constraints_after_prune = pruned.live.iter().filter(|&&l| l).count() as u64;
@@ -197,15 +198,22 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
         report.options.reachability = b.name().to_owned();
     }
 
-    let mut cert =
-        Certifier::new(h, &norm, &g, &chains, &constraints, &pruned.decisions, options.clock_drift_ms);
-    let anomaly = match outcome {
-        prune::Outcome::Cyclic { round, cycle } => Some(cert.known_cycle(&cycle, round)),
-        prune::Outcome::Conflict { constraint, a, b, round } => Some(cert.conflict(constraint, a, b, round)),
+    let after_prune = Instant::now();
+    let certifier =
+        || Certifier::new(h, &norm, &g, &chains, &constraints, &pruned.decisions, options.clock_drift_ms);
+    let found = match outcome {
+        prune::Outcome::Cyclic { round, cycle } => {
+            let mut cert = certifier();
+            Some((cert.known_cycle(&cycle, round), cert))
+        }
+        prune::Outcome::Conflict { constraint, a, b, round } => {
+            let mut cert = certifier();
+            Some((cert.conflict(constraint, a, b, round), cert))
+        }
         prune::Outcome::Done => {
             // Stage 6.
             let solve_start = Instant::now();
-            let solved = encode::solve(&g, &constraints, &pruned.live)?;
+            let solved = encode::solve(&g, &constraints, &norm, &chains, &pruned.live)?;
             report.timings.solve_ms = ms(solve_start);
             match solved {
                 encode::Solved::Acyclic { order } => {
@@ -214,19 +222,21 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
                     );
                     None
                 }
-                encode::Solved::Cyclic { cycle, core } => Some(cert.solver_cycle(&cycle, &core)),
+                encode::Solved::Cyclic { cycle, core } => {
+                    let mut cert = certifier();
+                    Some((cert.solver_cycle(&cycle, &core), cert))
+                }
             }
         }
     };
     // Stage 7.
-    let report_start = Instant::now();
-    if let Some(anomaly) = anomaly {
+    if let Some((anomaly, mut cert)) = found {
         report.verdict = Verdict::Reject;
         report.anomalies.push(anomaly);
         report.transactions = cert.transactions([]);
         report.derivations = std::mem::take(&mut cert.derivations);
     }
-    report.timings.report_ms = ms(report_start);
+    report.timings.report_ms = (ms(after_prune) - report.timings.solve_ms).max(0.0);
     Ok(report)
 }
 
@@ -307,7 +317,7 @@ pub fn construct(history: &History, options: &Options) -> Result<Construction, V
     let mut live = vec![true; constraints.len()];
     let mut decisions = Vec::new();
     if options.prune {
-        let (_, pruned) = prune::prune(&mut g, &constraints, true, options.reachability)?;
+        let (_, pruned) = prune::prune(&mut g, &constraints, &norm, &chains, true, options.reachability)?;
         live = pruned.live;
         decisions = pruned.decisions;
     }
@@ -332,8 +342,7 @@ pub fn construct(history: &History, options: &Options) -> Result<Construction, V
                 }
                 Origin::Decided { decision, side, edge } => {
                     let c = &constraints[decisions[decision as usize].constraint as usize];
-                    let edges = if side == solver::Side::A { &c.side_a } else { &c.side_b };
-                    match edges.get(edge as usize) {
+                    match c.side(&norm, &chains, side).get(edge as usize) {
                         Some(e) if e.rw => EdgeKind::Rw,
                         _ => EdgeKind::Ww,
                     }
@@ -358,8 +367,8 @@ pub fn construct(history: &History, options: &Options) -> Result<Construction, V
         .filter(|(_, l)| **l)
         .map(|(c, _)| ConstraintView {
             key: normalize::key_name(h, c.key),
-            side_a: c.side_a.iter().map(pair).collect(),
-            side_b: c.side_b.iter().map(pair).collect(),
+            side_a: c.side(&norm, &chains, solver::Side::A).iter().map(pair).collect(),
+            side_b: c.side(&norm, &chains, solver::Side::B).iter().map(pair).collect(),
         })
         .collect();
     Ok(out)

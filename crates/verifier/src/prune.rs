@@ -11,8 +11,10 @@ use kernels::{Backend, Graph, KernelError, reachability};
 use solver::Side;
 
 use crate::VerifyError;
+use crate::chains::Chains;
 use crate::constraints::{CEdge, Constraint};
 use crate::known_graph::{KnownGraph, Origin};
+use crate::normalize::Normalized;
 
 /// A pruning decision: constraint `constraint` takes `chosen`, because `witness` (an edge of the other side)
 /// would close a cycle with the known edges of passes up to `round`.
@@ -42,6 +44,7 @@ pub(crate) struct PruneResult {
     pub decisions: Vec<Decision>,
     pub live: Vec<bool>,
     pub passes: u64,
+    pub edges_added: u64,
     pub backend: Option<Backend>,
 }
 
@@ -52,6 +55,8 @@ const MAX_PASSES: u32 = 64;
 pub(crate) fn prune(
     g: &mut KnownGraph,
     constraints: &[Constraint],
+    norm: &Normalized,
+    chains: &Chains,
     enabled: bool,
     backend: Backend,
 ) -> Result<(Outcome, PruneResult), VerifyError> {
@@ -82,20 +87,31 @@ pub(crate) fn prune(
             if !result.live[ci] {
                 continue;
             }
-            let a = c.side_a.iter().find(|e| closes_cycle(e));
-            let b = c.side_b.iter().find(|e| closes_cycle(e));
+            let (side_a, side_b) = (c.side(norm, chains, Side::A), c.side(norm, chains, Side::B));
+            let a = side_a.iter().find(|e| closes_cycle(e));
+            let b = side_b.iter().find(|e| closes_cycle(e));
             let (chosen, witness, edges) = match (a, b) {
                 (Some(a), Some(b)) => {
                     return Ok((Outcome::Conflict { constraint: ci as u32, a: *a, b: *b, round }, result));
                 }
-                (Some(a), None) => (Side::B, *a, &c.side_b),
-                (None, Some(b)) => (Side::A, *b, &c.side_a),
+                (Some(a), None) => (Side::B, *a, &side_b),
+                (None, Some(b)) => (Side::A, *b, &side_a),
                 (None, None) => continue,
             };
             let decision = result.decisions.len() as u32;
             result.decisions.push(Decision { constraint: ci as u32, chosen, witness, round });
             for (i, e) in edges.iter().enumerate() {
-                g.push(e.from, e.to, Origin::Decided { decision, side: chosen, edge: i as u32 }, round + 1);
+                // An edge whose tail already reaches its head adds nothing to reachability or to any cycle;
+                // leaving it out keeps the known graph (and the solver's input) small.
+                if !reach.reaches(e.from, e.to) {
+                    g.push(
+                        e.from,
+                        e.to,
+                        Origin::Decided { decision, side: chosen, edge: i as u32 },
+                        round + 1,
+                    );
+                    result.edges_added += 1;
+                }
             }
             result.live[ci] = false;
             added = true;
