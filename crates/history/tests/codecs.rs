@@ -257,6 +257,11 @@ fn json_lines_errors_name_the_line() {
     let line_of_bad = bad.lines().position(|l| l.contains("nope")).unwrap() + 1;
     assert_eq!(err.line, line_of_bad);
 
+    // Hex key bytes take hex digits only (no sign, as integer parsing would allow).
+    let bad = text.replacen("\"hex\":\"00ff07\"", "\"hex\":\"+0ff07\"", 1);
+    assert_ne!(bad, text);
+    assert!(jsonl::decode(&bad).unwrap_err().message.contains("not an even-length hex string"));
+
     assert_eq!(jsonl::decode("").unwrap_err().line, 1);
     assert!(jsonl::decode_bytes(b"{\"krait_history\"\xff").unwrap_err().message.contains("not UTF-8"));
 }

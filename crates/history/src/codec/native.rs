@@ -670,7 +670,8 @@ pub fn decode(data: &[u8]) -> Result<History, NativeError> {
         let total =
             run.checked_mul(len).ok_or_else(|| NativeError::invalid(at, "a key run longer than the file"))?;
         let bytes = c.bytes(total, "a key run")?;
-        // A zero-length run would otherwise spin without reading.
+        // Zero-length keys take no bytes, but a run of them repeats a name on its second key and fails, so a
+        // crafted run cannot build many keys from few bytes.
         for i in 0..run {
             let start = (i * len) as usize;
             let name =
