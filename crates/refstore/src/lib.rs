@@ -31,6 +31,17 @@
 //! step, and a stale view shows up as a real-time violation (which is how serializability's stale read-only
 //! transactions separate it from strict serializability).
 
+//! **Reading the table.** Where DESIGN.md's Appendix leaves room, the choices are:
+//! - Consistent prefix, SI and serializability take views that are prefixes of the *actual* commit order.
+//!   The paper's consistent prefix closes views under an approximation of that order (§4.1.6), which allows
+//!   more views; ours are a subset, so every history is still consistent-prefix (sound, less complete).
+//! - Update atomic closes the view under WW⁻¹ restricted to the keys the transaction writes (the paper's
+//!   `R_UA`); parallel SI closes it under `R_UA ∪ SO ∪ WR ∪ WW` as one relation (§4.1.5).
+//! - Weak SI (§4.1.9, consistent prefix plus update atomic) is not offered: with prefix views its commit test
+//!   is SI's, so it would generate exactly SI's histories.
+//! - A view shift happens before each transaction; the view after a commit is the one the transaction ran
+//!   on plus the transaction itself, which is what read-your-writes asks for.
+
 pub mod generate;
 pub mod model;
 pub mod store;

@@ -244,3 +244,91 @@ impl ClientState {
         self.last = Some(t);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use history::{TxnId, WriteId};
+
+    use super::*;
+
+    /// Client 0 wrote x (t1); client 1 read x from t1 (t2, read-only), then wrote y (t3).
+    fn store() -> (KvStore, [TxnIndex; 3]) {
+        let mut store = KvStore::new(2);
+        let t1 = store.commit(TxnId(1), 0, &[], &[(Key(0), WriteId(1))], None);
+        let t2 = store.commit(TxnId(2), 1, &[(Key(0), 1)], &[], None);
+        let t3 = store.commit(TxnId(3), 1, &[], &[(Key(1), WriteId(2))], Some(t2));
+        (store, [t1, t2, t3])
+    }
+
+    fn view(ts: &[TxnIndex]) -> View {
+        let mut v = View::initial();
+        for &t in ts {
+            v.add(t);
+        }
+        v
+    }
+
+    #[test]
+    fn causal_vshift_refuses_a_view_that_misses_a_cause() {
+        let (store, [t1, _, t3]) = store();
+        let client = ClientState::new();
+        assert!(!Model::Causal.vshift(&store, &client, &view(&[t3]), true));
+        assert!(Model::Causal.vshift(&store, &client, &view(&[t1, t3]), true));
+        // The session guarantees do not care about causes.
+        assert!(Model::SessionGuarantees.vshift(&store, &client, &view(&[t3]), true));
+    }
+
+    #[test]
+    fn session_vshift_refuses_to_shrink_or_drop_own_writes() {
+        let (store, [t1, _, t3]) = store();
+        let mut client = ClientState::new();
+        client.committed(view(&[t1]), t3, true);
+        assert!(!Model::SessionGuarantees.vshift(&store, &client, &view(&[t3]), false), "lost t1");
+        assert!(!Model::SessionGuarantees.vshift(&store, &client, &view(&[t1]), false), "lost own t3");
+        assert!(Model::SessionGuarantees.vshift(&store, &client, &view(&[t1, t3]), false));
+        assert!(Model::ReadAtomic.vshift(&store, &client, &View::initial(), false));
+    }
+
+    #[test]
+    fn prefix_vshift_refuses_holes_and_stale_prefixes() {
+        let (store, [t1, t2, t3]) = store();
+        let mut client = ClientState::new();
+        client.committed(View::prefix(2), t2, false);
+        let cp = Model::ConsistentPrefix;
+        assert!(!cp.vshift(&store, &client, &View::prefix(2), false), "must contain its own t2");
+        assert!(cp.vshift(&store, &client, &View::prefix(3), false));
+        assert!(!cp.vshift(&store, &client, &view(&[t3]), false), "a hole at t1");
+        let fresh = ClientState::new();
+        assert!(cp.vshift(&store, &fresh, &View::prefix(1), false));
+        assert!(!Model::Serializable.vshift(&store, &fresh, &View::prefix(2), true), "updates see all");
+        assert!(Model::Serializable.vshift(&store, &fresh, &View::prefix(2), false), "read-only may lag");
+        assert!(Model::Serializable.vshift(&store, &fresh, &view(&[t1, t2, t3]), true));
+    }
+
+    #[test]
+    fn write_conflicts_fail_the_commit_tests_that_forbid_them() {
+        let (store, [t1, _, t3]) = store();
+        let x = [Key(0)];
+        let stale = View::initial();
+        for model in [Model::UpdateAtomic, Model::ParallelSi, Model::SnapshotIsolation, Model::Serializable] {
+            assert!(!model.can_commit(&store, &stale, &x), "{model} lets a stale writer of x commit");
+            assert!(model.can_commit(&store, &stale, &[]), "{model} refuses a read-only transaction");
+        }
+        for model in [Model::ReadAtomic, Model::SessionGuarantees, Model::Causal, Model::ConsistentPrefix] {
+            assert!(model.can_commit(&store, &stale, &x), "{model} has no write-conflict test");
+        }
+        // Update atomic only needs x's versions; parallel SI also needs the view closed under SO ∪ WR ∪ WW.
+        assert!(Model::UpdateAtomic.can_commit(&store, &view(&[t1]), &x));
+        assert!(Model::ParallelSi.can_commit(&store, &view(&[t1]), &x));
+        assert!(!Model::ParallelSi.can_commit(&store, &view(&[t3]), &[Key(1)]), "t3's cause t1 is missing");
+        assert!(Model::UpdateAtomic.can_commit(&store, &view(&[t3]), &[Key(1)]));
+    }
+
+    #[test]
+    fn model_names_round_trip() {
+        for model in Model::ALL {
+            assert_eq!(model.name().parse::<Model>(), Ok(model));
+        }
+        assert!("snapshot".parse::<Model>().is_err());
+    }
+}

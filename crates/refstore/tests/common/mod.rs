@@ -337,20 +337,9 @@ pub fn has_causality_violation(sim: &Simulation) -> bool {
     })
 }
 
-/// A small, high-contention configuration: few keys, several clients, stale views.
+/// The high-contention preset, kept as a plain function so tests can pass it around.
 pub fn contended(model: Model, seed: u64) -> GenConfig {
-    GenConfig {
-        model,
-        clients: 3,
-        txns: 6,
-        keys: 2,
-        ops_per_txn: 4,
-        read_ratio: 0.5,
-        seed,
-        fresh_view_share: 0.3,
-        hot_key_share: 0.0,
-        record_aborted: true,
-    }
+    GenConfig::high_contention(model, seed)
 }
 
 /// Runs `config` for seeds `0..n`, panicking (with the seed) if generation fails.
