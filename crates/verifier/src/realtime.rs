@@ -62,3 +62,52 @@ pub(crate) fn realtime_edges(h: &History, norm: &Normalized, drift_ns: u64) -> (
     }
     (edges, missing)
 }
+
+#[cfg(test)]
+mod tests {
+    use history::HistoryBuilder;
+    use kernels::{Backend, Graph, reachability};
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::realtime_edges;
+    use crate::normalize::normalize;
+
+    /// The sweep's edges must have exactly the naive pairwise relation as their transitive closure, and none
+    /// of them may be implied by the others (the set is minimal).
+    #[test]
+    fn sweep_edges_are_the_transitive_reduction_of_the_pairwise_relation() {
+        let mut rng = StdRng::seed_from_u64(3);
+        for _ in 0..300 {
+            let n = rng.gen_range(1..30);
+            let drift = rng.gen_range(0..5u64);
+            let mut b = HistoryBuilder::new();
+            let mut times = Vec::new();
+            for i in 0..n {
+                let start = rng.gen_range(0..100u64);
+                let commit = start + rng.gen_range(0..20u64);
+                times.push((start, commit));
+                b = b.txn(i, |t| t).at(start, commit);
+            }
+            let h = b.build();
+            let norm = normalize(&h);
+            let (edges, missing) = realtime_edges(&h, &norm, drift);
+            assert_eq!(missing, 0);
+            let g = Graph::from_edges(n as u32, &edges).unwrap();
+            let reach = reachability(&g, None, Backend::Dfs).unwrap();
+            for u in 0..n as usize {
+                for v in 0..n as usize {
+                    let naive = times[u].1 + drift < times[v].0;
+                    assert_eq!(u != v && reach.reaches(u as u32, v as u32), naive, "{u} -> {v} in {times:?}");
+                }
+            }
+            for (i, &(u, v)) in edges.iter().enumerate() {
+                let others: Vec<(u32, u32)> =
+                    edges.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, &e)| e).collect();
+                let without =
+                    reachability(&Graph::from_edges(n as u32, &others).unwrap(), None, Backend::Dfs).unwrap();
+                assert!(!without.reaches(u, v), "edge {u} -> {v} is redundant in {times:?}");
+            }
+        }
+    }
+}
