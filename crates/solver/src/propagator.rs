@@ -91,7 +91,8 @@ pub struct AcyclicityPropagator {
     known: Vec<Edge>,
     /// Edge variables: the edge and its (positive) SAT variable.
     edges: Vec<(Edge, i32)>,
-    edge_of_var: HashMap<i32, u32>,
+    /// Edge index by variable (`NONE` for variables that are not edge variables).
+    edge_of_var: Vec<u32>,
     edge_index: HashMap<Edge, u32>,
     state: Vec<EdgeState>,
     /// Whether the edge's negation is queued for propagation.
@@ -106,8 +107,9 @@ pub struct AcyclicityPropagator {
     pending: Vec<u32>,
     lemmas: VecDeque<Vec<i32>>,
     props: VecDeque<i32>,
-    /// For each propagated variable, its cycle as (tail, edge tag) steps, the propagated edge first.
-    reasons: HashMap<i32, Vec<(u32, u32)>>,
+    /// For each propagated edge variable (by edge index), its cycle as (tail, edge tag) steps, the propagated
+    /// edge first.
+    reasons: Vec<Vec<(u32, u32)>>,
     record: bool,
     cycles: Vec<Vec<Edge>>,
     budget: usize,
@@ -134,11 +136,12 @@ impl AcyclicityPropagator {
             inn[e.to as usize].push(Arc { other: e.from, edge: NONE });
         }
         let mut out_vars = vec![Vec::new(); n];
-        let mut edge_of_var = HashMap::with_capacity(edges.len());
+        let max_var = edges.iter().map(|&(_, v)| v.unsigned_abs() as usize).max().unwrap_or(0);
+        let mut edge_of_var = vec![NONE; max_var + 1];
         let mut edge_index = HashMap::with_capacity(edges.len());
         for (i, &(e, var)) in edges.iter().enumerate() {
             out_vars[e.from as usize].push(i as u32);
-            edge_of_var.insert(var, i as u32);
+            edge_of_var[var.unsigned_abs() as usize] = i as u32;
             edge_index.insert(e, i as u32);
         }
         let m = edges.len();
@@ -158,7 +161,7 @@ impl AcyclicityPropagator {
             pending: Vec::new(),
             lemmas: VecDeque::new(),
             props: VecDeque::new(),
-            reasons: HashMap::new(),
+            reasons: vec![Vec::new(); m],
             record: false,
             cycles: Vec::new(),
             budget,
@@ -195,6 +198,10 @@ impl AcyclicityPropagator {
             self.epoch = 1;
         }
         self.epoch
+    }
+
+    fn edge(&self, lit: i32) -> Option<u32> {
+        edge_index_of(&self.edge_of_var, lit)
     }
 
     fn lit_of(&self, edge: u32) -> i32 {
@@ -408,7 +415,7 @@ impl AcyclicityPropagator {
                 let cycle = self.steps_to_edges(&steps);
                 self.record_cycle(cycle);
             }
-            self.reasons.insert(var, steps);
+            self.reasons[c as usize] = steps;
             self.stats.propagations += 1;
         }
     }
@@ -445,6 +452,11 @@ impl AcyclicityPropagator {
     }
 }
 
+/// The edge index of `lit`'s variable, if it is an edge variable.
+fn edge_index_of(edge_of_var: &[u32], lit: i32) -> Option<u32> {
+    edge_of_var.get(lit.unsigned_abs() as usize).copied().filter(|&e| e != NONE)
+}
+
 fn remove_arc(list: &mut Vec<Arc>, ei: u32) {
     if let Some(p) = list.iter().rposition(|a| a.edge == ei) {
         list.swap_remove(p);
@@ -453,7 +465,7 @@ fn remove_arc(list: &mut Vec<Arc>, ei: u32) {
 
 impl Theory for AcyclicityPropagator {
     fn notify_assignment(&mut self, lit: i32) {
-        let Some(&ei) = self.edge_of_var.get(&lit.abs()) else { return };
+        let Some(ei) = self.edge(lit) else { return };
         if self.state[ei as usize] != EdgeState::Unassigned {
             return;
         }
@@ -479,7 +491,7 @@ impl Theory for AcyclicityPropagator {
             }
         }
         for lit in self.props.drain(..) {
-            if let Some(&ei) = self.edge_of_var.get(&lit.abs()) {
+            if let Some(ei) = edge_index_of(&self.edge_of_var, lit) {
                 self.queued[ei as usize] = false;
             }
         }
@@ -488,7 +500,7 @@ impl Theory for AcyclicityPropagator {
     fn propagate(&mut self) -> Option<i32> {
         self.retry_pending();
         while let Some(lit) = self.props.pop_front() {
-            let ei = *self.edge_of_var.get(&lit.abs())?;
+            let ei = self.edge(lit)?;
             self.queued[ei as usize] = false;
             if self.state[ei as usize] == EdgeState::Unassigned {
                 return Some(lit);
@@ -498,7 +510,10 @@ impl Theory for AcyclicityPropagator {
     }
 
     fn reason(&mut self, lit: i32) -> Option<Vec<i32>> {
-        let steps = self.reasons.get(&lit.abs())?;
+        let steps = self.reasons.get(self.edge(lit)? as usize)?;
+        if steps.is_empty() {
+            return None;
+        }
         let tags: Vec<u32> = steps.iter().skip(1).map(|&(_, t)| t).collect();
         let mut clause = vec![lit];
         clause.extend(self.clause_of(&tags));
@@ -514,7 +529,7 @@ impl Theory for AcyclicityPropagator {
         let mut graph = self.known.clone();
         for &lit in model {
             if lit > 0
-                && let Some(&ei) = self.edge_of_var.get(&lit)
+                && let Some(ei) = self.edge(lit)
             {
                 graph.push(self.edges[ei as usize].0);
             }
@@ -530,5 +545,196 @@ impl Theory for AcyclicityPropagator {
         self.lemmas.push_back(clause);
         self.record_cycle(cycle);
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    /// Checks the invariants from the module docs against the simulated solver's assignment.
+    fn check_invariants(t: &AcyclicityPropagator, value: &[i8]) {
+        let n = t.ord.len();
+        // `ord` is a permutation.
+        let mut seen = vec![false; n];
+        for &o in &t.ord {
+            assert!(!std::mem::replace(&mut seen[o as usize], true), "ord is not a permutation");
+        }
+        // `ord` is a topological order of the known edges plus the inserted ones, and the adjacency lists hold
+        // exactly those.
+        for (v, arcs) in t.out.iter().enumerate() {
+            for a in arcs {
+                assert!(t.ord[v] < t.ord[a.other as usize], "arc {v}->{} against the order", a.other);
+                if a.edge != NONE {
+                    assert_eq!(t.state[a.edge as usize], EdgeState::Inserted);
+                }
+            }
+        }
+        for (ei, &(e, var)) in t.edges.iter().enumerate() {
+            let solver_true = value[var as usize] > 0;
+            match t.state[ei] {
+                EdgeState::Inserted => {
+                    assert!(solver_true, "stale edge {e:?} in the graph");
+                    assert!(t.out[e.from as usize].iter().any(|a| a.edge == ei as u32));
+                    assert!(t.inn[e.to as usize].iter().any(|a| a.edge == ei as u32));
+                }
+                EdgeState::Pending => assert!(solver_true && t.pending.contains(&(ei as u32))),
+                EdgeState::False => assert!(value[var as usize] < 0),
+                EdgeState::Unassigned => {
+                    assert!(!t.out[e.from as usize].iter().any(|a| a.edge == ei as u32));
+                }
+            }
+        }
+    }
+
+    /// A clause is falsified except for `except`.
+    fn all_false_but(clause: &[i32], value: &[i8], except: Option<i32>) -> bool {
+        clause.iter().all(|&l| Some(l) == except || value[l.unsigned_abs() as usize] == -(l.signum() as i8))
+    }
+
+    /// A closed walk over known edges and true edge variables.
+    fn is_cycle_of(t: &AcyclicityPropagator, cycle: &[Edge]) -> bool {
+        crate::graph::is_closed_walk(cycle)
+            && cycle.iter().all(|e| t.known.contains(e) || t.edge_index.contains_key(e))
+    }
+
+    /// Drives the propagator like a CDCL solver would, at random: decisions, assignments, theory
+    /// propagations, conflicts, and backtracking, checking every invariant, reason and lemma on the way.
+    #[test]
+    fn random_trails_keep_every_invariant() {
+        for seed in 0..300u64 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let n = rng.gen_range(2..=9u32);
+            let perm: Vec<u32> = {
+                let mut p: Vec<u32> = (0..n).collect();
+                for i in (1..p.len()).rev() {
+                    p.swap(i, rng.gen_range(0..=i));
+                }
+                p
+            };
+            let mut known = Vec::new();
+            for _ in 0..rng.gen_range(0..n) {
+                let (a, b) = (rng.gen_range(0..n), rng.gen_range(0..n));
+                if perm[a as usize] < perm[b as usize] {
+                    known.push(Edge::new(a, b));
+                }
+            }
+            let mut edges: Vec<(Edge, i32)> = Vec::new();
+            for _ in 0..rng.gen_range(1..=14) {
+                let e = Edge::new(rng.gen_range(0..n), rng.gen_range(0..n));
+                if !known.contains(&e) && !edges.iter().any(|&(x, _)| x == e) {
+                    edges.push((e, edges.len() as i32 + 1));
+                }
+            }
+            let m = edges.len();
+            let budget = [0, 1, 3, 1000][rng.gen_range(0..4)];
+            let mut t = AcyclicityPropagator::new(n as usize, &known, edges, budget).expect("acyclic known");
+            t.set_recording(true);
+            // The simulated solver: value per var, and its trail by level.
+            let mut value = vec![0i8; m + 1];
+            let mut trail: Vec<Vec<i32>> = vec![Vec::new()];
+            let assign =
+                |t: &mut AcyclicityPropagator, value: &mut Vec<i8>, trail: &mut Vec<Vec<i32>>, l: i32| {
+                    value[l.unsigned_abs() as usize] = l.signum() as i8;
+                    if let Some(last) = trail.last_mut() {
+                        last.push(l);
+                    }
+                    t.notify_assignment(l);
+                };
+            let backtrack =
+                |t: &mut AcyclicityPropagator, value: &mut Vec<i8>, trail: &mut Vec<Vec<i32>>, to| {
+                    while trail.len() > to + 1 {
+                        for l in trail.pop().unwrap_or_default() {
+                            value[l.unsigned_abs() as usize] = 0;
+                        }
+                    }
+                    t.notify_backtrack(to);
+                };
+            for _step in 0..200 {
+                // Lemmas first: each is falsified now; a solver backtracks below the conflict.
+                if let Some(lemma) = t.next_lemma() {
+                    assert!(
+                        all_false_but(&lemma, &value, None),
+                        "seed {seed}: lemma {lemma:?} not falsified"
+                    );
+                    // Every assignment is a decision at its own level, so a falsified lemma has a literal above
+                    // level 0, and the solver backtracks below the conflict level.
+                    assert!(trail.len() > 1);
+                    let to = rng.gen_range(0..trail.len() - 1);
+                    backtrack(&mut t, &mut value, &mut trail, to);
+                    // Lemmas queued before a backtrack need no longer be falsified; they are still cycles, and
+                    // an engine may take them as ordinary clauses.
+                    while t.next_lemma().is_some() {}
+                    check_invariants(&t, &value);
+                    continue;
+                }
+                if let Some(lit) = t.propagate() {
+                    let reason = t.reason(lit).expect("a reason for every propagation");
+                    assert!(reason.contains(&lit));
+                    assert!(all_false_but(&reason, &value, Some(lit)), "seed {seed}: reason {reason:?}");
+                    if value[lit.unsigned_abs() as usize] == 0 {
+                        assign(&mut t, &mut value, &mut trail, lit);
+                    }
+                    check_invariants(&t, &value);
+                    continue;
+                }
+                let unassigned: Vec<i32> = (1..=m as i32).filter(|&v| value[v as usize] == 0).collect();
+                if unassigned.is_empty() || rng.gen_ratio(1, 10) {
+                    let to = rng.gen_range(0..trail.len());
+                    backtrack(&mut t, &mut value, &mut trail, to);
+                    while t.next_lemma().is_some() {}
+                } else {
+                    trail.push(Vec::new());
+                    t.notify_new_decision_level();
+                    let v = unassigned[rng.gen_range(0..unassigned.len())];
+                    // Mostly true, so cycles happen.
+                    let lit = if rng.gen_ratio(3, 4) { v } else { -v };
+                    assign(&mut t, &mut value, &mut trail, lit);
+                    // Sometimes repeat a notification, as CaDiCaL does after some backtracks.
+                    if rng.gen_ratio(1, 8) {
+                        t.notify_assignment(lit);
+                    }
+                }
+                check_invariants(&t, &value);
+            }
+            for c in t.cycles() {
+                assert!(is_cycle_of(&t, c), "seed {seed}: recorded {c:?} is not a cycle");
+            }
+        }
+    }
+
+    #[test]
+    fn complete_cyclic_model_is_rejected_with_a_lemma() {
+        let known = [Edge::new(0, 1)];
+        let edges = vec![(Edge::new(1, 2), 1), (Edge::new(2, 0), 2), (Edge::new(0, 2), 3)];
+        let mut t = AcyclicityPropagator::new(3, &known, edges, 16).expect("acyclic");
+        assert!(t.check_model(&[1, -2, 3]));
+        assert!(t.next_lemma().is_none());
+        assert!(!t.check_model(&[1, 2, -3]));
+        let mut lemma = t.next_lemma().expect("lemma");
+        lemma.sort();
+        assert_eq!(lemma, vec![-2, -1]);
+    }
+
+    #[test]
+    fn closing_edge_is_propagated_false_with_the_path_as_reason() {
+        // Known 0 -> 1; once 1 -> 2 holds, 2 -> 0 would close 0 -> 1 -> 2 -> 0.
+        let known = [Edge::new(0, 1)];
+        let edges = vec![(Edge::new(1, 2), 1), (Edge::new(2, 0), 2)];
+        let mut t = AcyclicityPropagator::new(3, &known, edges, 16).expect("acyclic");
+        t.notify_new_decision_level();
+        t.notify_assignment(1);
+        assert_eq!(t.propagate(), Some(-2));
+        let mut reason = t.reason(-2).expect("reason");
+        reason.sort();
+        assert_eq!(reason, vec![-2, -1]);
+        // After backtracking, the propagation is gone and the edge can be inserted.
+        t.notify_backtrack(0);
+        assert_eq!(t.propagate(), None);
+        t.notify_new_decision_level();
+        t.notify_assignment(2);
+        assert_eq!(t.propagate(), Some(-1));
     }
 }
