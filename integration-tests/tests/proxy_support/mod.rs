@@ -186,3 +186,37 @@ pub fn unique(name: &str) -> String {
 pub fn outcomes(txns: &[Recorded]) -> Vec<Option<Outcome>> {
     txns.iter().map(|r| r.outcome).collect()
 }
+
+/// Writes a fresh self-signed certificate for `localhost` and 127.0.0.1 into `dir`, returning the PEM paths
+/// `(cert, key)`. The certificate is its own CA, so clients can verify it with `sslrootcert=<cert>`.
+pub fn self_signed(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .expect("generate a certificate");
+    let cert = dir.join(format!("{name}.crt"));
+    let key = dir.join(format!("{name}.key"));
+    std::fs::write(&cert, ck.cert.pem()).expect("write cert");
+    std::fs::write(&key, ck.signing_key.serialize_pem()).expect("write key");
+    (cert, key)
+}
+
+/// Runs psql with a connection string and arguments; returns (success, stdout, stderr). Bounded in time.
+pub async fn psql(conn: &str, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new("psql")
+            .arg(conn)
+            .args(["-X", "-v", "ON_ERROR_STOP=1", "-At"])
+            .args(args)
+            .env_remove("PGSSLMODE")
+            .stdin(std::process::Stdio::null())
+            .output(),
+    )
+    .await
+    .expect("psql finished in time")
+    .expect("psql runs (is postgresql-client installed?)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -1,0 +1,95 @@
+//! pgbench through the proxy in all three query modes, 8 clients: no errors, and exactly one committed
+//! transaction recorded per pgbench transaction.
+
+mod proxy_support;
+
+use std::time::Duration;
+
+use history::Outcome;
+use proxy_support::*;
+
+const CLIENTS: u32 = 8;
+const TXNS_PER_CLIENT: u32 = 25;
+
+async fn run(cmd: &str, args: &[&str]) -> String {
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new(cmd).args(args).stdin(std::process::Stdio::null()).output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{cmd} timed out"))
+    .unwrap_or_else(|e| panic!("{cmd} does not run: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{cmd} {args:?} failed:\n{stdout}\n{stderr}");
+    stdout
+}
+
+fn field(report: &str, prefix: &str) -> String {
+    report
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} in pgbench output:\n{report}"))
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbench_through_the_proxy_records_every_transaction_in_every_mode() {
+    let db = unique("pgbench");
+    let admin = direct().await;
+    admin.batch_execute(&format!("drop database if exists {db} with (force)")).await.unwrap();
+    admin.batch_execute(&format!("create database {db}")).await.unwrap();
+    run("pgbench", &["-i", "-q", "-s", "1", "-h", "127.0.0.1", "-p", "5432", "-U", PG_USER, &db]).await;
+
+    for mode in ["simple", "extended", "prepared"] {
+        let p = start_proxy().await;
+        let port = p.handle.listen_addr().port().to_string();
+        let clients = CLIENTS.to_string();
+        let txns = TXNS_PER_CLIENT.to_string();
+        let report = run(
+            "pgbench",
+            &[
+                "-n",
+                "-M",
+                mode,
+                "-c",
+                &clients,
+                "-j",
+                "2",
+                "-t",
+                &txns,
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                PG_USER,
+                &db,
+            ],
+        )
+        .await;
+        let expected = CLIENTS * TXNS_PER_CLIENT;
+        assert_eq!(
+            field(&report, "number of transactions actually processed:"),
+            format!("{expected}/{expected}"),
+            "{mode}: {report}"
+        );
+        let failed = report.lines().find_map(|l| l.strip_prefix("number of failed transactions:"));
+        if let Some(failed) = failed {
+            assert!(failed.trim().starts_with("0 "), "{mode}: {report}");
+        }
+        // Every tpcb-like transaction updates pgbench_accounts exactly once.
+        let recorded = p.wait_for("UPDATE pgbench_accounts", expected as usize).await;
+        let committed = recorded.iter().filter(|r| r.outcome == Some(Outcome::Committed)).count();
+        assert_eq!(committed, expected as usize, "{mode}: recorded {} transactions", recorded.len());
+        assert_eq!(recorded.len(), expected as usize, "{mode}: nothing but committed transactions");
+        for r in &recorded {
+            assert_eq!(r.txn.statements.len(), 7, "{mode}: BEGIN, 5 statements, END: {r:?}");
+        }
+        let sessions: std::collections::HashSet<_> = recorded.iter().map(|r| r.txn.session).collect();
+        assert_eq!(sessions.len(), CLIENTS as usize, "{mode}");
+        p.handle.shutdown().await.unwrap();
+    }
+    admin.batch_execute(&format!("drop database if exists {db} with (force)")).await.unwrap();
+}
