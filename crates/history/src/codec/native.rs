@@ -32,8 +32,8 @@
 //!   session only when it changes, the sequence number only when it is not the next in its session.
 //!
 //! A transaction is, with optional parts in parentheses: flags · id delta · (session delta) · (seq) ·
-//! (start) · (commit) · (collector) · op count · ops. Flags: bits 0–1 the outcome, 2 fence, 3 has start, 4 has commit, 5 has collector, 6 explicit
-//! seq, 7 same session as the previous transaction.
+//! (start) · (commit) · (collector) · op count · ops. Flags: bits 0–1 the outcome, 2 fence, 3 has start,
+//! 4 has commit, 5 has collector, 6 explicit seq, 7 same session as the previous transaction.
 //!
 //! An op is a header byte `kind | stmt << 3 | key_code << 4`, then the write id part, the key escape and the
 //! statement reference, as each needs. Kinds: 0/1 write of a new write id (delta/raw), 2 write of a known
