@@ -135,16 +135,25 @@ pub fn simulate(config: &GenConfig) -> Result<Simulation, GenError> {
     Ok(Simulation { history: run.history, store: run.store })
 }
 
+/// The most clients a configuration may ask for.
+pub const MAX_CLIENTS: usize = 1 << 20;
+/// The most keys a configuration may ask for.
+pub const MAX_KEYS: usize = 1 << 24;
+/// The most ops a transaction may be asked to have.
+pub const MAX_OPS_PER_TXN: usize = 1 << 16;
+
 fn validate(config: &GenConfig) -> Result<(), GenError> {
     let probability = |p: f64| (0.0..=1.0).contains(&p);
-    if config.clients == 0 {
-        return Err(GenError::InvalidConfig("clients must be at least 1"));
+    // The store allocates per key, per client and per op up front, so all three are capped well below what
+    // would exhaust memory.
+    if config.clients == 0 || config.clients > MAX_CLIENTS {
+        return Err(GenError::InvalidConfig("clients must be between 1 and 2^20"));
     }
-    if config.keys == 0 || u32::try_from(config.keys).is_err() {
-        return Err(GenError::InvalidConfig("keys must be between 1 and 2^32 - 1"));
+    if config.keys == 0 || config.keys > MAX_KEYS {
+        return Err(GenError::InvalidConfig("keys must be between 1 and 2^24"));
     }
-    if config.ops_per_txn == 0 {
-        return Err(GenError::InvalidConfig("ops_per_txn must be at least 1"));
+    if config.ops_per_txn == 0 || config.ops_per_txn > MAX_OPS_PER_TXN {
+        return Err(GenError::InvalidConfig("ops_per_txn must be between 1 and 2^16"));
     }
     if !probability(config.read_ratio) {
         return Err(GenError::InvalidConfig("read_ratio must be between 0 and 1"));

@@ -46,6 +46,8 @@ pub mod generate;
 pub mod model;
 pub mod store;
 
-pub use generate::{GenConfig, GenError, Simulation, generate, simulate};
+pub use generate::{
+    GenConfig, GenError, MAX_CLIENTS, MAX_KEYS, MAX_OPS_PER_TXN, Simulation, generate, simulate,
+};
 pub use model::{ClientState, Model, UnknownModel};
 pub use store::{KvStore, TxnIndex, Version, View};

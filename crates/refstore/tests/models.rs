@@ -61,7 +61,10 @@ fn bad_configurations_are_errors() {
     let bad = [
         GenConfig { clients: 0, ..GenConfig::default() },
         GenConfig { keys: 0, ..GenConfig::default() },
+        GenConfig { keys: usize::MAX, ..GenConfig::default() },
+        GenConfig { clients: usize::MAX, ..GenConfig::default() },
         GenConfig { ops_per_txn: 0, ..GenConfig::default() },
+        GenConfig { ops_per_txn: usize::MAX, ..GenConfig::default() },
         GenConfig { read_ratio: 1.5, ..GenConfig::default() },
         GenConfig { fresh_view_share: f64::NAN, ..GenConfig::default() },
         GenConfig { hot_key_share: -0.1, ..GenConfig::default() },
