@@ -230,11 +230,19 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
         }
     };
     // Stage 7.
-    if let Some((anomaly, mut cert)) = found {
+    if let Some((mut anomaly, mut cert)) = found {
         report.verdict = Verdict::Reject;
+        report.derivations = std::mem::take(&mut cert.derivations);
+        // A reject depends on real time if any cycle of its proof uses a real-time edge, or, for a solver
+        // refutation (whose other branches are not shown), if there are real-time edges at all.
+        let in_proofs = report.derivations.iter().any(|d| match &d.basis {
+            report::Basis::OtherOrderCycle { cycle } => cycle.iter().any(|e| e.kind == EdgeKind::Rt),
+            report::Basis::Solver => report.counts.rt_edges > 0,
+            _ => false,
+        });
+        anomaly.uses_real_time |= in_proofs;
         report.anomalies.push(anomaly);
         report.transactions = cert.transactions([]);
-        report.derivations = std::mem::take(&mut cert.derivations);
     }
     report.timings.report_ms = (ms(after_prune) - report.timings.solve_ms).max(0.0);
     Ok(report)

@@ -215,6 +215,7 @@ fn verifier_agrees_with_brute_force_on_random_histories() {
     let mut rng = StdRng::seed_from_u64(0x006b_7261_6974);
     let mut rejects = [0usize; 2];
     let mut total = [0usize; 2];
+    let mut realtime_only = 0usize;
     let mut classes: std::collections::BTreeMap<&'static str, usize> = Default::default();
     let backends = [Backend::Auto, Backend::ChainClocks, Backend::BitsetRows, Backend::Dfs];
     for case in 0..count {
@@ -242,6 +243,15 @@ fn verifier_agrees_with_brute_force_on_random_histories() {
             );
             if let Some(a) = report.anomalies.first() {
                 *classes.entry(a.class.name()).or_default() += 1;
+                // A strict reject of a serializable history can only come from real time, and must say so.
+                if level == Level::StrictSerializable && oracle(&h, Level::Serializable, drift_ms) {
+                    assert!(
+                        a.uses_real_time,
+                        "case {case}: a real-time reject does not say so\n{}",
+                        report.render_text()
+                    );
+                    realtime_only += 1;
+                }
             }
             if let Err(e) = check_report(&h, &report) {
                 panic!(
@@ -264,7 +274,7 @@ fn verifier_agrees_with_brute_force_on_random_histories() {
         total[1],
         share(1) * 100.0
     );
-    println!("reject classes: {classes:?}");
+    println!("reject classes: {classes:?}; strict-only rejects (real time): {realtime_only}");
     assert!(share(0) >= 0.2 && share(0) <= 0.8, "serializable reject share {:.2} is unbalanced", share(0));
     assert!(share(1) >= 0.2 && share(1) <= 0.8, "strict reject share {:.2} is unbalanced", share(1));
 }
