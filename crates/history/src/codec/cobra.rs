@@ -57,7 +57,7 @@ pub struct CobraOptions {
 
 /// A Cobra log could not be imported.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("Cobra log {}{}: {kind}", file.display(), offset.map(|o| format!(", byte offset {o}")).unwrap_or_default())]
+#[error("Cobra log {}{}: {kind}", file.display(), at_offset(*offset))]
 pub struct CobraError {
     /// The file (or folder) with the problem.
     pub file: PathBuf,
@@ -105,7 +105,7 @@ pub enum CobraErrorKind {
         open_at: u64,
     },
     /// A `C` record that does not match the open transaction.
-    #[error("commit of transaction {committed:#x}, but {}", match open { Some(t) => format!("transaction {t:#x} is open"), None => "no transaction is open".to_owned() })]
+    #[error("commit of transaction {committed:#x}, but {}", open_txn(*open))]
     CommitMismatch {
         /// The txn id of the `C`.
         committed: u64,
@@ -128,7 +128,7 @@ pub enum CobraErrorKind {
     },
     /// A read's marker fields disagree: one says initial state, the other does not.
     #[error(
-        "a read with writer txn id {writer:#x} and write id {write:#x}: only one of them is an initial-state marker"
+        "a read with writer txn id {writer:#x} and write id {write:#x}: only one is an initial-state marker"
     )]
     HalfMarker {
         /// The read's writer txn id.
@@ -142,7 +142,7 @@ pub enum CobraErrorKind {
     /// A read's writer txn id contradicts who wrote the write id.
     #[error(
         "a read in transaction {reader:#x} names write id {write:#x} with writer {claimed:#x}, but {}",
-        match actual { Some(a) => format!("transaction {a:#x} wrote it"), None => format!("transaction {claimed:#x} never wrote it") }
+        actual_writer(*actual, *claimed)
     )]
     WriterMismatch {
         /// The reading transaction.
@@ -154,6 +154,24 @@ pub enum CobraErrorKind {
         /// The transaction that wrote the write id, if any did.
         actual: Option<u64>,
     },
+}
+
+fn at_offset(offset: Option<u64>) -> String {
+    offset.map(|o| format!(", byte offset {o}")).unwrap_or_default()
+}
+
+fn open_txn(open: Option<u64>) -> String {
+    match open {
+        Some(t) => format!("transaction {t:#x} is open"),
+        None => "no transaction is open".to_owned(),
+    }
+}
+
+fn actual_writer(actual: Option<u64>, claimed: u64) -> String {
+    match actual {
+        Some(a) => format!("transaction {a:#x} wrote it"),
+        None => format!("transaction {claimed:#x} never wrote it"),
+    }
 }
 
 /// A read's claim about its writer, kept until every file is read.

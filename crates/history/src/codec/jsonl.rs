@@ -38,7 +38,7 @@ pub const VERSION: u32 = 1;
 
 /// A JSON Lines history could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("JSON Lines history, line {line}{}: {message}", column.map(|c| format!(", column {c}")).unwrap_or_default())]
+#[error("JSON Lines history, line {line}{}: {message}", at_column(*column))]
 pub struct JsonlError {
     /// The line, counting from 1.
     pub line: usize,
@@ -46,6 +46,10 @@ pub struct JsonlError {
     pub column: Option<usize>,
     /// What is wrong.
     pub message: String,
+}
+
+fn at_column(column: Option<usize>) -> String {
+    column.map(|c| format!(", column {c}")).unwrap_or_default()
 }
 
 impl JsonlError {
