@@ -5,7 +5,7 @@
 //! - **vshift**: may a client move from its previous view to a new one before a transaction?
 //! - **can-commit**: may a transaction that writes these keys commit, having run on this view?
 //!
-//! The generator also needs to *choose* a view the model allows; [`Model::choose_view`] draws one at random,
+//! The generator also needs to *choose* a view the model allows; `Model::choose_view` draws one at random,
 //! and the driver checks the choice against [`Model::vshift`] so that the chooser can never quietly widen a
 //! model. Read committed has no views; it is interpreted separately (see `generate`).
 
