@@ -56,6 +56,20 @@ impl Backend {
     }
 }
 
+impl std::str::FromStr for Backend {
+    type Err = String;
+
+    /// Parses a backend's [`name`](Backend::name).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Backend::Auto, Backend::ChainClocks, Backend::BitsetRows, Backend::Dfs]
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| {
+                format!("unknown reachability backend {s:?} (auto, chain-clocks, bitset-rows, dfs)")
+            })
+    }
+}
+
 /// Why reachability could not be computed.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum KernelError {

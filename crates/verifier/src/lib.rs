@@ -62,6 +62,29 @@ pub enum Level {
     StrictSerializable,
 }
 
+impl Level {
+    /// The level's name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Serializable => "serializable",
+            Level::StrictSerializable => "strict-serializable",
+        }
+    }
+}
+
+impl std::str::FromStr for Level {
+    type Err = String;
+
+    /// Parses `serializable` or `strict-serializable`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "serializable" => Ok(Level::Serializable),
+            "strict-serializable" => Ok(Level::StrictSerializable),
+            _ => Err(format!("unknown level {s:?} (serializable, strict-serializable)")),
+        }
+    }
+}
+
 /// How to verify. `Options::default()` is serializability with every Cobra technique on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {

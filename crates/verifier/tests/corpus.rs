@@ -54,3 +54,31 @@ fn ten_thousand_transaction_histories_are_accepted() {
 fn the_hundred_thousand_transaction_history_is_accepted() {
     expect("cobra/scaling/twitter-100000", true);
 }
+
+/// Differential runs: every reachability backend and every technique switched off must give the same
+/// verdicts, and the backends the same pruning.
+#[test]
+fn backends_and_techniques_agree_on_corpus_histories() {
+    use verifier::Backend;
+    for path in
+        ["cobra/one-shot-chengRW/chengRW-500", "cobra/ser-violation/cock-G2", "polysi/yugabyte-si.txt"]
+    {
+        let full = corpus().join(path);
+        assert!(full.exists(), "corpus history {} is missing (set KRAIT_CORPUS)", full.display());
+        let h = read_history(&full, None).unwrap_or_else(|e| panic!("{path}: cannot read: {e}"));
+        let base = verify(&h, &Options::default()).unwrap();
+        for backend in [Backend::ChainClocks, Backend::BitsetRows, Backend::Dfs] {
+            let r = verify(&h, &Options { reachability: backend, ..Options::default() }).unwrap();
+            assert_eq!(r.verdict, base.verdict, "{path} with {backend:?}");
+            assert_eq!(r.counts, base.counts, "{path} with {backend:?}: pruning differs");
+        }
+        for (prune, coalesce, combine) in
+            [(false, true, true), (true, false, true), (true, true, false), (false, false, false)]
+        {
+            let opts = Options { prune, coalesce, combine, ..Options::default() };
+            let r = verify(&h, &opts).unwrap();
+            assert_eq!(r.verdict, base.verdict, "{path} with {opts:?}");
+            check_report_detailed(&h, &r).unwrap_or_else(|e| panic!("{path} with {opts:?}: {e}"));
+        }
+    }
+}
