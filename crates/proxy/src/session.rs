@@ -104,9 +104,14 @@ async fn run_session(
     recorder: SessionRecorder,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), SessionError> {
+    // Until the message loop starts there is nothing to record, so shutdown simply drops the connection.
+    let mut stopping = shutdown.clone();
     let startup = tokio::time::timeout(shared.config.startup_timeout(), negotiate(shared, tcp));
-    let Some((mut client, mut cbuf, packet)) = startup.await.map_err(|_| SessionError::StartupTimeout)??
-    else {
+    let negotiated = tokio::select! {
+        r = startup => r.map_err(|_| SessionError::StartupTimeout)??,
+        _ = stopping.changed() => None,
+    };
+    let Some((mut client, mut cbuf, packet)) = negotiated else {
         return Ok(());
     };
     if let Some(user) = packet.param("user") {
@@ -132,13 +137,14 @@ async fn run_session(
     // Step 4: authentication, relayed message by message until the first ReadyForQuery.
     let mut sbuf = BytesMut::new();
     let mut cancel_key = None;
-    let authenticated = tokio::time::timeout(
+    let auth = tokio::time::timeout(
         shared.config.startup_timeout(),
         relay_auth(shared, &mut client, &mut cbuf, &mut upstream, &mut sbuf, &mut cancel_key),
-    )
-    .await
-    .map_err(|_| SessionError::StartupTimeout)
-    .and_then(|r| r);
+    );
+    let authenticated = tokio::select! {
+        r = auth => r.map_err(|_| SessionError::StartupTimeout).and_then(|r| r),
+        _ = stopping.changed() => Ok(false),
+    };
     let result = match authenticated {
         Ok(true) => message_loop(shared, client, cbuf, upstream, sbuf, recorder, shutdown).await,
         Ok(false) => Ok(()),

@@ -1,0 +1,244 @@
+//! Error paths: the database down or killed mid-transaction, clients that send garbage, oversized messages
+//! or broken TLS, and cancel requests. Each failure must stay with the client that caused it.
+
+mod proxy_support;
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use history::Outcome;
+use proxy_support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use wire::pg::backend::BackendMessage;
+use wire::pg::{StartupPacket, split_frame};
+
+/// Opens a raw connection and completes startup as `postgres`, up to the first ReadyForQuery.
+async fn raw_session(p: &TestProxy) -> (TcpStream, BytesMut) {
+    let mut s = TcpStream::connect(p.handle.listen_addr()).await.unwrap();
+    let mut buf = BytesMut::new();
+    StartupPacket::Startup {
+        major: 3,
+        minor: 0,
+        params: vec![
+            (Bytes::from("user"), Bytes::from(PG_USER)),
+            (Bytes::from("database"), Bytes::from(PG_DB)),
+        ],
+    }
+    .encode(&mut buf);
+    s.write_all(&buf).await.unwrap();
+    let mut rbuf = BytesMut::new();
+    loop {
+        let m = read_backend(&mut s, &mut rbuf).await.expect("startup reply");
+        if matches!(m, BackendMessage::ReadyForQuery(_)) {
+            return (s, rbuf);
+        }
+    }
+}
+
+/// Reads one backend message, or `None` at EOF. Bounded in time.
+async fn read_backend(s: &mut TcpStream, buf: &mut BytesMut) -> Option<BackendMessage> {
+    loop {
+        if let Some(f) = split_frame(buf, 1 << 20).unwrap() {
+            return Some(BackendMessage::decode(&f).unwrap());
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read_buf(buf)).await.expect("reply in time");
+        if n.unwrap_or(0) == 0 {
+            return None;
+        }
+    }
+}
+
+/// Reads until EOF and returns the FATAL error's message, if one came.
+async fn fatal_then_eof(s: &mut TcpStream, buf: &mut BytesMut) -> String {
+    let mut message = String::new();
+    while let Some(m) = read_backend(s, buf).await {
+        if let BackendMessage::ErrorResponse(e) = m {
+            assert_eq!(e.severity().map(|s| s.to_vec()), Some(b"FATAL".to_vec()));
+            message = String::from_utf8_lossy(e.message().unwrap()).into_owned();
+        }
+    }
+    message
+}
+
+async fn still_serves(p: &TestProxy) {
+    let c = p.connect().await;
+    let row = c.query_one("select 1 + 1", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_down_gives_the_client_a_clear_error_and_the_proxy_stays_up() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let p = start_proxy_with(Opts { upstream: Some(addr.to_string()), ..Opts::default() }).await;
+    for _ in 0..2 {
+        let err =
+            tokio_postgres::connect(&p.conn_str(), tokio_postgres::NoTls).await.err().expect("must fail");
+        let text = format!("{err:?} {err}");
+        assert!(text.contains("cannot connect to the database"), "{text}");
+        assert!(text.contains(&addr.to_string()), "{text}");
+    }
+    assert_eq!(p.admin_get("/healthz").await, "ok\n");
+    let metrics = p.admin_get("/metrics").await;
+    assert!(metrics.contains("krait_upstream_errors_total 2"), "{metrics}");
+    p.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_killed_inside_a_transaction_block_records_it_aborted() {
+    let p = start_proxy().await;
+    let t = unique("killed_block");
+    let c = p.connect().await;
+    c.batch_execute(&format!("drop table if exists {t}; create table {t} (id int)")).await.unwrap();
+    c.batch_execute("begin").await.unwrap();
+    c.batch_execute(&format!("insert into {t} values (1)")).await.unwrap();
+    let pid: i32 = c.query_one("select pg_backend_pid()", &[]).await.unwrap().get(0);
+    direct().await.execute("select pg_terminate_backend($1)", &[&pid]).await.unwrap();
+    assert!(c.batch_execute("select 1").await.is_err(), "the session must be gone");
+    let txns = p.wait_for(&t, 2).await;
+    assert_eq!(outcomes(&txns), vec![Some(Outcome::Committed), Some(Outcome::Aborted)], "{txns:#?}");
+    assert_eq!(txns[1].txn.statements[0], "begin");
+    still_serves(&p).await;
+    p.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_killed_while_a_commit_is_in_flight_records_it_indeterminate() {
+    let p = start_proxy().await;
+    let t = unique("killed_commit");
+    let c = p.connect().await;
+    // An autocommit statement may commit when it ends, so its intent is logged before it is forwarded.
+    let sql = format!("select pg_sleep(30), '{t}'");
+    let running = tokio::spawn(async move { c.batch_execute(&sql).await });
+    let d = direct().await;
+    let mut killed = 0;
+    for _ in 0..100 {
+        let rows = d
+            .query(
+                "select pg_terminate_backend(pid) from pg_stat_activity where query like $1 and pid <> pg_backend_pid()",
+                &[&format!("%pg_sleep(30), '{t}'%")],
+            )
+            .await
+            .unwrap();
+        killed = rows.len();
+        if killed > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(killed, 1, "the sleeping backend was not found");
+    let result = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap();
+    assert!(result.is_err());
+    let txns = p.wait_for(&t, 1).await;
+    assert_eq!(outcomes(&txns), vec![Some(Outcome::Indeterminate)], "{txns:#?}");
+    p.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_and_unknown_messages_close_only_that_client() {
+    let p = start_proxy_with(Opts { max_message_bytes: Some(64 * 1024), ..Opts::default() }).await;
+    let bystander = p.connect().await;
+
+    let (mut s, mut buf) = raw_session(&p).await;
+    s.write_all(b"Q\x7f\xff\xff\xff").await.unwrap();
+    let msg = fatal_then_eof(&mut s, &mut buf).await;
+    assert!(msg.contains("exceeds the limit"), "{msg}");
+
+    let (mut s, mut buf) = raw_session(&p).await;
+    s.write_all(b"Y\0\0\0\x04").await.unwrap();
+    let msg = fatal_then_eof(&mut s, &mut buf).await;
+    assert!(msg.contains("unknown frontend message type"), "{msg}");
+
+    let (mut s, mut buf) = raw_session(&p).await;
+    s.write_all(b"Q\0\0\0\x09abcde").await.unwrap(); // a Query without its terminator
+    let msg = fatal_then_eof(&mut s, &mut buf).await;
+    assert!(msg.contains("Query"), "{msg}");
+
+    // Not PostgreSQL at all.
+    let mut s = TcpStream::connect(p.handle.listen_addr()).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest)).await.unwrap();
+    assert!(n.is_ok(), "the connection must be closed");
+
+    assert_eq!(bystander.query_one("select 3", &[]).await.unwrap().get::<_, i32>(0), 3);
+    let metrics = p.admin_get("/metrics").await;
+    assert!(metrics.contains("krait_client_protocol_errors_total 4"), "{metrics}");
+    p.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_tls_handshake_closes_only_that_connection() {
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(certs.path(), "server");
+    let p = start_proxy_with(Opts { tls: Some((cert, key, "prefer")), ..Opts::default() }).await;
+    let mut s = TcpStream::connect(p.handle.listen_addr()).await.unwrap();
+    let mut req = BytesMut::new();
+    StartupPacket::SslRequest.encode(&mut req);
+    s.write_all(&req).await.unwrap();
+    let mut answer = [0u8; 1];
+    s.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"S");
+    s.write_all(b"\x16\x03\x01\x00\x05junk! this is not a ClientHello").await.unwrap();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest)).await.unwrap();
+    // GSSENCRequest is refused cleanly, and the client may go on without it.
+    let mut s = TcpStream::connect(p.handle.listen_addr()).await.unwrap();
+    let mut req = BytesMut::new();
+    StartupPacket::GssEncRequest.encode(&mut req);
+    s.write_all(&req).await.unwrap();
+    s.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"N");
+    still_serves(&p).await;
+    for _ in 0..50 {
+        if p.admin_get("/metrics").await.contains("krait_tls_handshake_errors_total 1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(p.admin_get("/metrics").await.contains("krait_tls_handshake_errors_total 1"));
+    p.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_request_reaches_the_right_backend() {
+    let p = start_proxy().await;
+    let c = p.connect().await;
+    let token = c.cancel_token();
+    let running = tokio::spawn(async move { c.batch_execute("select pg_sleep(30)").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    token.cancel_query(tokio_postgres::NoTls).await.unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap();
+    let err = result.unwrap_err();
+    assert_eq!(err.code(), Some(&tokio_postgres::error::SqlState::QUERY_CANCELED), "{err:?}");
+    assert!(p.admin_get("/metrics").await.contains("krait_cancels_relayed_total 1"));
+    p.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_endpoints_report_health_metrics_and_status() {
+    let p = start_proxy().await;
+    let t = unique("admin");
+    let c = p.connect().await;
+    c.batch_execute(&format!("drop table if exists {t}; create table {t} (id int)")).await.unwrap();
+    drop(c);
+    p.wait_for(&t, 1).await;
+    assert_eq!(p.admin_get("/healthz").await, "ok\n");
+    let metrics = p.admin_get("/metrics").await;
+    for needle in [
+        "krait_connections_total 1",
+        "krait_transactions_recorded_total{outcome=\"committed\"} 1",
+        "# TYPE krait_log_fsync_seconds histogram",
+        "krait_log_fsync_seconds_bucket{le=\"+Inf\"}",
+        "krait_log_bytes ",
+    ] {
+        assert!(metrics.contains(needle), "{needle} missing from\n{metrics}");
+    }
+    let status: serde_json::Value = serde_json::from_str(&p.admin_get("/api/status").await).unwrap();
+    assert_eq!(status["transactions"]["committed"], 1);
+    assert_eq!(status["log"]["durability"], "strict");
+    assert!(status["log"]["fsyncs"].as_u64().unwrap() >= 1, "strict durability fsyncs: {status}");
+    p.handle.shutdown().await.unwrap();
+}
