@@ -68,8 +68,12 @@ pub struct KeyName {
 
 impl fmt::Display for KeyName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Show a key as text only when it looks like one: hashed keys (Cobra's are 8 bytes of xxHash) are
+        // often valid UTF-8 by chance, and would print as noise.
+        let looks_like_text = !self.bytes.is_empty()
+            && self.bytes.iter().all(|b| b.is_ascii_alphanumeric() || b"_-.:/@ ,".contains(b));
         let shown = match std::str::from_utf8(&self.bytes) {
-            Ok(s) if s.chars().all(|c| !c.is_control()) => s.to_owned(),
+            Ok(s) if looks_like_text => s.to_owned(),
             _ => self.bytes.iter().map(|b| format!("{b:02x}")).collect(),
         };
         if self.namespace.is_empty() { write!(f, "{shown}") } else { write!(f, "{}:{shown}", self.namespace) }
@@ -340,4 +344,21 @@ pub struct HistoryStats {
     pub keys: u64,
     /// Ops inside fence transactions.
     pub fence_ops: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KeyName;
+
+    fn name(namespace: &str, bytes: &[u8]) -> String {
+        KeyName { namespace: namespace.to_owned(), bytes: bytes.to_vec() }.to_string()
+    }
+
+    #[test]
+    fn key_names_that_look_like_text_print_as_text_and_hashes_print_as_hex() {
+        assert_eq!(name("", b"x"), "x");
+        assert_eq!(name("accounts", b"42"), "accounts:42");
+        // Eight hash bytes that happen to be valid UTF-8 still print as hex.
+        assert_eq!(name("", &[0x41, 0x7e, 0x20, 0x21, 0x5b, 0x00, 0x10, 0x7f]), "417e20215b00107f");
+    }
 }
