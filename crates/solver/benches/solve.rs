@@ -71,6 +71,43 @@ fn history(n: u32, stale: bool, seed: u64) -> Polygraph {
     Polygraph { vertices, known, constraints }
 }
 
+/// A denser, less structured family where the search has to work: `n` vertices in a hidden order, random
+/// known edges along it, and `3n` constraints whose sides follow the order with `noise` percent exceptions.
+fn noisy(n: u32, noise: u32, seed: u64) -> Polygraph {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rank: Vec<u32> = (0..n).collect();
+    for i in (1..rank.len()).rev() {
+        rank.swap(i, rng.gen_range(0..=i));
+    }
+    let before = |a: u32, b: u32| rank[a as usize] < rank[b as usize];
+    let mut known = Vec::new();
+    for _ in 0..n / 2 {
+        let (a, b) = (rng.gen_range(0..n), rng.gen_range(0..n));
+        if before(a, b) {
+            known.push(Edge::new(a, b));
+        }
+    }
+    let constraints = (0..3 * n)
+        .map(|_| {
+            let mut side = || -> Vec<Edge> {
+                (0..rng.gen_range(1..=3))
+                    .map(|_| {
+                        let (a, b) = (rng.gen_range(0..n), rng.gen_range(0..n));
+                        if rng.gen_range(0..100) < noise || before(a, b) {
+                            Edge::new(a, b)
+                        } else {
+                            Edge::new(b, a)
+                        }
+                    })
+                    .filter(|e| e.from != e.to)
+                    .collect()
+            };
+            Constraint { side_a: side(), side_b: side() }
+        })
+        .collect();
+    Polygraph { vertices: n, known, constraints }
+}
+
 fn run(p: &Polygraph, engine: Engine) -> Result<(Solution, Stats), SolverError> {
     let mut opts = SolveOptions { engine, plain_clause_limit: 10_000_000, ..SolveOptions::default() };
     if let Some(b) = std::env::var("SOLVER_BENCH_BUDGET").ok().and_then(|b| b.parse().ok()) {
@@ -87,63 +124,70 @@ fn verdict(s: &Solution) -> String {
 }
 
 fn main() {
+    let sizes: Vec<u32> = match std::env::var("SOLVER_BENCH_SIZES") {
+        Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+        Err(_) => vec![300, 1_000, 3_000, 10_000, 100_000],
+    };
+    let mut rows: Vec<(String, Polygraph)> = Vec::new();
+    for &n in &sizes {
+        rows.push(("serial".into(), history(n, false, 7 + n as u64)));
+        rows.push(("stale".into(), history(n, true, 7 + n as u64)));
+    }
+    if std::env::var("SOLVER_BENCH_NOISY").map_or(true, |v| v != "0") {
+        for &(n, noise) in &[(100u32, 20u32), (100, 35), (200, 15), (200, 30), (400, 14), (400, 25)] {
+            rows.push((format!("noisy{noise}"), noisy(n, noise, n as u64)));
+        }
+    }
     println!(
-        "{:>8} {:>8} {:>7} | {:<16} {:>9} {:>9} {:>8} {:>8} | {:>40} | {:>8}",
+        "{:>8} {:>8} {:>7} | {:<16} {:>9} {:>9} {:>8} {:>8} | {:>42} | {:>10}",
         "vertices",
         "constr",
         "variant",
         "verdict",
         "prop ms",
-        "conflicts",
+        "sat confl",
         "th.confl",
         "th.props",
-        "plain (ms, conflicts)",
+        "plain (ms, sat conflicts)",
         "plain/prop"
     );
-    let sizes: Vec<u32> = match std::env::var("SOLVER_BENCH_SIZES") {
-        Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
-        Err(_) => vec![300, 1_000, 3_000, 10_000, 100_000],
-    };
-    for &n in &sizes {
-        for stale in [false, true] {
-            let p = history(n, stale, 7 + n as u64);
-            let t = Instant::now();
-            let (sol, st) = match run(&p, Engine::Propagator) {
-                Ok(r) => r,
-                Err(e) => {
-                    println!("{n:>8} propagator error: {e}");
-                    continue;
-                }
-            };
-            let prop_ms = t.elapsed().as_secs_f64() * 1e3;
-            let t = Instant::now();
-            let (plain, ratio) = match run(&p, Engine::Plain) {
-                Ok((psol, pst)) => {
-                    let ms = t.elapsed().as_secs_f64() * 1e3;
-                    let agree = if verdict(&psol) == verdict(&sol) { "" } else { " DISAGREES" };
-                    (
-                        format!("{ms:.1} ms, {} conflicts{agree}", pst.conflicts),
-                        format!("{:.1}x", ms / prop_ms.max(1e-3)),
-                    )
-                }
-                Err(SolverError::TooLarge { clauses, .. }) => {
-                    (format!("skipped (too large: {clauses} clauses)"), "-".into())
-                }
-                Err(e) => (format!("error: {e}"), "-".into()),
-            };
-            println!(
-                "{:>8} {:>8} {:>7} | {:<16} {:>9.1} {:>9} {:>8} {:>8} | {:>40} | {:>8}",
-                p.vertices,
-                p.constraints.len(),
-                if stale { "stale" } else { "serial" },
-                verdict(&sol),
-                prop_ms,
-                st.conflicts,
-                st.theory_conflicts,
-                st.theory_propagations,
-                plain,
-                ratio
-            );
-        }
+    for (variant, p) in &rows {
+        let t = Instant::now();
+        let (sol, st) = match run(p, Engine::Propagator) {
+            Ok(r) => r,
+            Err(e) => {
+                println!("{:>8} propagator error: {e}", p.vertices);
+                continue;
+            }
+        };
+        let prop_ms = t.elapsed().as_secs_f64() * 1e3;
+        let t = Instant::now();
+        let (plain, ratio) = match run(p, Engine::Plain) {
+            Ok((psol, pst)) => {
+                let ms = t.elapsed().as_secs_f64() * 1e3;
+                let agree = if verdict(&psol) == verdict(&sol) { "" } else { " DISAGREES" };
+                (
+                    format!("{ms:.1} ms, {} conflicts{agree}", pst.conflicts),
+                    format!("{:.1}x", ms / prop_ms.max(1e-3)),
+                )
+            }
+            Err(SolverError::TooLarge { clauses, .. }) => {
+                (format!("skipped (too large: {clauses} clauses)"), "-".into())
+            }
+            Err(e) => (format!("error: {e}"), "-".into()),
+        };
+        println!(
+            "{:>8} {:>8} {:>7} | {:<16} {:>9.1} {:>9} {:>8} {:>8} | {:>42} | {:>10}",
+            p.vertices,
+            p.constraints.len(),
+            variant,
+            verdict(&sol),
+            prop_ms,
+            st.conflicts,
+            st.theory_conflicts,
+            st.theory_propagations,
+            plain,
+            ratio
+        );
     }
 }

@@ -105,6 +105,8 @@ pub struct AcyclicityPropagator {
     trail: Vec<u32>,
     levels: Vec<usize>,
     pending: Vec<u32>,
+    /// Set by a backtrack that left pending edges assigned: their cycle may be broken now.
+    retry: bool,
     lemmas: VecDeque<Vec<i32>>,
     props: VecDeque<i32>,
     /// For each propagated edge variable (by edge index), its cycle as (tail, edge tag) steps, the propagated
@@ -159,6 +161,7 @@ impl AcyclicityPropagator {
             trail: Vec::new(),
             levels: Vec::new(),
             pending: Vec::new(),
+            retry: false,
             lemmas: VecDeque::new(),
             props: VecDeque::new(),
             reasons: vec![Vec::new(); m],
@@ -439,7 +442,7 @@ impl AcyclicityPropagator {
 
     /// Retries pending edges whose cycle may have been broken by backtracking.
     fn retry_pending(&mut self) {
-        if self.pending.is_empty() {
+        if !std::mem::take(&mut self.retry) || self.pending.is_empty() {
             return;
         }
         let pending = std::mem::take(&mut self.pending);
@@ -490,6 +493,7 @@ impl Theory for AcyclicityPropagator {
                 }
             }
         }
+        self.retry = !self.pending.is_empty();
         for lit in self.props.drain(..) {
             if let Some(ei) = edge_index_of(&self.edge_of_var, lit) {
                 self.queued[ei as usize] = false;
@@ -499,6 +503,10 @@ impl Theory for AcyclicityPropagator {
 
     fn propagate(&mut self) -> Option<i32> {
         self.retry_pending();
+        // A conflict first: propagating further under a falsified lemma is wasted work.
+        if !self.lemmas.is_empty() {
+            return None;
+        }
         while let Some(lit) = self.props.pop_front() {
             let ei = self.edge(lit)?;
             self.queued[ei as usize] = false;

@@ -185,15 +185,30 @@ fn solve_cdcl(
             Solution::Acyclic(model)
         }
         SatResult::Unsat => {
-            let mut core: Vec<usize> =
-                (0..layout.act.len()).filter(|&k| engine.failed(layout.act[k])).collect();
+            let core: Vec<usize> = (0..layout.act.len()).filter(|&k| engine.failed(layout.act[k])).collect();
             if core.is_empty() {
                 return Err(SolverError::Engine("UNSAT without any failed assumption".into()));
             }
-            if opts.shrink_core {
-                core = shrink_by_deletion(engine, layout, core, stats)?;
+            let mut core: Vec<usize> = core.iter().map(|&k| layout.subset[k]).collect();
+            if opts.shrink_core && core.len() > 1 {
+                // Shrink on a solver over the first core only: with a few constraints instead of all of them,
+                // each deletion step is a small solve even when the polygraph is huge.
+                let mut sub = match opts.engine {
+                    Engine::Plain => {
+                        let (e, l) = build_plain(p, &core, &p.known);
+                        Cdcl::Plain(e, l)
+                    }
+                    _ => {
+                        let (e, l, t) = build_propagator(p, &core, &p.known, opts.propagation_budget, false)?;
+                        Cdcl::Propagator(e, l, t)
+                    }
+                };
+                let (sub_engine, sub_layout) = sub.parts();
+                let all_sub: Vec<usize> = (0..sub_layout.act.len()).collect();
+                let shrunk = shrink_by_deletion(sub_engine, sub_layout, all_sub, stats)?;
+                stats.conflicts += sub_engine.conflicts();
+                core = shrunk.iter().map(|&k| sub_layout.subset[k]).collect();
             }
-            let core: Vec<usize> = core.iter().map(|&k| layout.subset[k]).collect();
             let cycles = core_cycles(p, &core, opts, stats)?;
             Solution::Cyclic(core_from_cycles(p, core, cycles))
         }
