@@ -1,0 +1,146 @@
+//! Generated histories: serializable by construction (the verifier accepts them), with the intended mix of
+//! transaction types, and reproducible from their seed.
+
+use std::collections::HashMap;
+
+use history::{History, Observed, Op, Outcome};
+use workloads::memory::{GenerateOptions, Generated, Interleave, generate};
+use workloads::{Sizes, Workload, WorkloadName};
+
+/// Small initial states, so that a few hundred transactions still touch shared rows.
+fn small(name: WorkloadName) -> Workload {
+    Workload::new(name, &Sizes { users: Some(200), items: Some(500), customers: Some(30), keys: Some(300) })
+}
+
+fn gen_for(name: WorkloadName, txns: u64, seed: u64, interleave: Interleave) -> Generated {
+    let opts = GenerateOptions { txns, clients: 8, seed, interleave };
+    generate(&small(name), &opts).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn every_workload_generates_a_history_the_verifier_accepts() {
+    for name in WorkloadName::ALL {
+        for interleave in [Interleave::Random, Interleave::RoundRobin] {
+            let g = gen_for(name, 600, 11, interleave);
+            let h = &g.history;
+            assert_eq!(h.transactions.len(), 600, "{name}");
+            assert!(h.stats().reads > 0 && h.stats().writes > 0, "{name}: {:?}", h.stats());
+            let report = verifier::verify(h, &verifier::Options::default()).unwrap();
+            assert!(report.is_accept(), "{name} {interleave:?}: {:?}", report.verdict);
+            let strict =
+                verifier::Options { level: verifier::Level::StrictSerializable, ..Default::default() };
+            assert!(
+                verifier::verify(h, &strict).unwrap().is_accept(),
+                "{name}: serial order is real-time order"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_mix_matches_the_workload() {
+    for name in WorkloadName::ALL {
+        let w = small(name);
+        let g = gen_for(name, 4000, 5, Interleave::Random);
+        let total: u64 = g.mix.values().sum();
+        assert_eq!(total, 4000);
+        for (kind, share) in w.expected_mix() {
+            let got = g.mix.get(kind).copied().unwrap_or(0) as f64 / total as f64;
+            assert!((got - share).abs() < 0.03, "{name}: {kind} is {got:.3}, expected {share:.3}");
+        }
+        assert!(g.mix.keys().all(|k| w.expected_mix().contains_key(k)), "{name}: {:?}", g.mix);
+    }
+}
+
+#[test]
+fn blindw_transactions_are_read_only_or_write_only_with_eight_ops() {
+    for name in [WorkloadName::BlindWRm, WorkloadName::BlindWRw, WorkloadName::BlindWWm] {
+        let g = gen_for(name, 1000, 3, Interleave::Random);
+        let mut read_only = 0;
+        for t in &g.history.transactions {
+            assert_eq!(t.ops.len(), 8, "{name}");
+            let reads = t.ops.iter().filter(|op| matches!(op, Op::Read { .. })).count();
+            assert!(reads == 0 || reads == 8, "{name}: a mixed transaction");
+            read_only += usize::from(reads == 8);
+        }
+        assert_eq!(read_only as u64, g.mix["read_only"], "{name}");
+    }
+}
+
+#[test]
+fn tpcc_rolls_back_about_one_percent_of_new_orders() {
+    let g = gen_for(WorkloadName::Tpcc, 6000, 9, Interleave::Random);
+    let aborted = g.history.transactions.iter().filter(|t| t.outcome == Outcome::Aborted).count() as u64;
+    assert_eq!(aborted, g.rollbacks);
+    let new_orders = g.mix["new_order"];
+    assert!(aborted > 0 && aborted < new_orders / 30, "{aborted} of {new_orders}");
+}
+
+#[test]
+fn reads_of_initial_and_missing_rows_are_labelled() {
+    let g = gen_for(WorkloadName::Rubis, 2000, 4, Interleave::Random);
+    let observed: Vec<Observed> = g
+        .history
+        .transactions
+        .iter()
+        .flat_map(|t| &t.ops)
+        .filter_map(|op| match *op {
+            Op::Read { observed, .. } => Some(observed),
+            Op::Write { .. } => None,
+        })
+        .collect();
+    assert!(observed.contains(&Observed::PreHistory(0)));
+    assert!(observed.contains(&Observed::Absent), "the first id allocation of a client reads a missing row");
+    assert!(observed.iter().any(|o| matches!(o, Observed::Version(_))));
+    let names: Vec<&str> = g.history.keys.names().iter().map(|k| k.namespace.as_str()).collect();
+    assert!(names.contains(&"rb_item") && names.contains(&"rb_bid"), "{names:?}");
+}
+
+#[test]
+fn the_same_seed_gives_the_same_history() {
+    for name in WorkloadName::ALL {
+        let a = gen_for(name, 300, 42, Interleave::Random);
+        let b = gen_for(name, 300, 42, Interleave::Random);
+        assert_eq!(a.history, b.history, "{name}");
+        let c = gen_for(name, 300, 43, Interleave::Random);
+        assert_ne!(a.history, c.history, "{name}");
+    }
+}
+
+/// Makes the last of two read-modify-writes of one key read the version the first one read: a lost update.
+fn inject_lost_update(h: &mut History) -> bool {
+    let mut first_rmw: HashMap<history::Key, (usize, Observed)> = HashMap::new();
+    for (i, t) in h.transactions.iter().enumerate() {
+        if t.outcome != Outcome::Committed {
+            continue;
+        }
+        for op in &t.ops {
+            if let Op::Read { key, observed, .. } = *op
+                && t.ops.iter().any(|w| matches!(w, Op::Write { key: k, .. } if *k == key))
+            {
+                if let Some(&(_, old)) = first_rmw.get(&key)
+                    && old != observed
+                {
+                    for op in &mut h.transactions[i].ops {
+                        if let Op::Read { key: k, observed: o, .. } = op
+                            && *k == key
+                        {
+                            *o = old;
+                        }
+                    }
+                    return true;
+                }
+                first_rmw.entry(key).or_insert((i, observed));
+            }
+        }
+    }
+    false
+}
+
+#[test]
+fn a_tampered_history_is_rejected() {
+    let mut h = gen_for(WorkloadName::Tpcc, 300, 1, Interleave::Random).history;
+    assert!(inject_lost_update(&mut h), "no read-modify-write pair to tamper with");
+    let report = verifier::verify(&h, &verifier::Options::default()).unwrap();
+    assert!(!report.is_accept(), "a lost update must be rejected");
+}
