@@ -4,6 +4,31 @@
 //! constraints ⟨A, B⟩, each a choice between two edge sets (Cobra §2.3). Its output is a [`Solution`]:
 //! either a model (the chosen side of every constraint, re-checkable as a DAG) or a minimal core of
 //! constraints for which no choice is acyclic.
+//!
+//! The default engine is CaDiCaL with our own acyclicity propagator ([`AcyclicityPropagator`], behind the
+//! [`Theory`] and [`SatEngine`] traits); `README.md` beside this crate explains the encoding, the propagator's
+//! invariants and how cores and their cycles are certified.
+//!
+//! ```
+//! use solver::{Constraint, Edge, Polygraph, Solution, Side, check_core_brute_force, solve};
+//!
+//! // Known: 0 → 1. Constraint 0: either 1 → 2 or 1 → 0 (which would close a cycle).
+//! let p = Polygraph {
+//!     vertices: 3,
+//!     known: vec![Edge::new(0, 1)],
+//!     constraints: vec![Constraint { side_a: vec![Edge::new(1, 2)], side_b: vec![Edge::new(1, 0)] }],
+//! };
+//! let Solution::Acyclic(model) = solve(&p)? else { panic!("satisfiable") };
+//! assert_eq!(model.choices, vec![Side::A]);
+//!
+//! // Adding "2 → 0 or 2 → 1" makes every choice cyclic; both constraints form the core.
+//! let mut q = p.clone();
+//! q.constraints.push(Constraint { side_a: vec![Edge::new(2, 0)], side_b: vec![Edge::new(2, 1)] });
+//! let Solution::Cyclic(core) = solve(&q)? else { panic!("unsatisfiable") };
+//! assert_eq!(core.constraints, vec![0, 1]);
+//! assert!(check_core_brute_force(&q, &core));
+//! # Ok::<(), solver::SolverError>(())
+//! ```
 
 use thiserror::Error;
 

@@ -65,6 +65,10 @@ pub struct TheoryStats {
     pub model_checks: u64,
     /// Complete models that the final check rejected.
     pub model_rejections: u64,
+    /// Vertices visited by Pearce–Kelly reordering searches.
+    pub order_visits: u64,
+    /// Vertices visited by propagation searches.
+    pub propagation_visits: u64,
 }
 
 const NONE: u32 = u32::MAX;
@@ -280,6 +284,7 @@ impl AcyclicityPropagator {
                     }
                 }
             }
+            self.stats.order_visits += (delta_f.len() + delta_b.len()) as u64;
             // Renumber: the backward region keeps its relative order and goes first, then the forward one.
             delta_b.sort_unstable_by_key(|&x| self.ord[x as usize]);
             delta_f.sort_unstable_by_key(|&x| self.ord[x as usize]);
@@ -362,6 +367,7 @@ impl AcyclicityPropagator {
             }
         }
         self.stack.clear();
+        self.stats.propagation_visits += visited as u64;
         if candidates.is_empty() {
             return;
         }
@@ -387,6 +393,7 @@ impl AcyclicityPropagator {
             }
         }
         self.stack.clear();
+        self.stats.propagation_visits += visited as u64;
         for c in candidates {
             let (ce, var) = self.edges[c as usize];
             if self.bstamp[ce.to as usize] != epoch || self.queued[c as usize] {
