@@ -93,3 +93,81 @@ async fn reloaded_certificate_is_used_for_new_connections() {
     assert!(ok, "a failed reload broke TLS: {err}");
     p.handle.shutdown().await.unwrap();
 }
+
+/// PostgreSQL 17 "direct TLS" (`sslnegotiation=direct`): the client starts the TLS handshake at once, with
+/// ALPN `postgresql`, instead of sending SSLRequest. psql here is older, so a rustls client plays it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_tls_with_alpn_postgresql_is_accepted_and_without_alpn_refused() {
+    use bytes::{Bytes, BytesMut};
+    use rustls_pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use wire::pg::backend::BackendMessage;
+    use wire::pg::{StartupPacket, split_frame};
+
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(certs.path(), "server");
+    let p = start_proxy_with(Opts { tls: Some((cert.clone(), key, "require")), ..Opts::default() }).await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls_pki_types::CertificateDer::from_pem_file(&cert).unwrap()).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let client_config = |alpn: bool| {
+        let mut c = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots.clone())
+            .with_no_client_auth();
+        if alpn {
+            c.alpn_protocols = vec![b"postgresql".to_vec()];
+        }
+        tokio_rustls::TlsConnector::from(std::sync::Arc::new(c))
+    };
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+
+    let tcp = tokio::net::TcpStream::connect(p.handle.listen_addr()).await.unwrap();
+    let mut tls = client_config(true).connect(name.clone(), tcp).await.unwrap();
+    let mut buf = BytesMut::new();
+    StartupPacket::Startup {
+        major: 3,
+        minor: 0,
+        params: vec![
+            (Bytes::from("user"), Bytes::from(PG_USER)),
+            (Bytes::from("database"), Bytes::from(PG_DB)),
+        ],
+    }
+    .encode(&mut buf);
+    wire::pg::FrontendMessage::Query { sql: Bytes::from("select 'direct'") }.encode(&mut buf);
+    tls.write_all(&buf).await.unwrap();
+    let mut rbuf = BytesMut::new();
+    let mut got_row = false;
+    let mut ready = 0;
+    while ready < 2 {
+        if let Some(f) = split_frame(&mut rbuf, 1 << 20).unwrap() {
+            match BackendMessage::decode(&f).unwrap() {
+                BackendMessage::DataRow { values } => got_row = values[0].as_deref() == Some(&b"direct"[..]),
+                BackendMessage::ReadyForQuery(_) => ready += 1,
+                BackendMessage::ErrorResponse(e) => panic!("{e:?}"),
+                _ => {}
+            }
+            continue;
+        }
+        let n =
+            tokio::time::timeout(std::time::Duration::from_secs(10), tls.read_buf(&mut rbuf)).await.unwrap();
+        assert!(n.unwrap() > 0, "closed early");
+    }
+    assert!(got_row);
+
+    // Without ALPN, direct TLS is refused (PostgreSQL 17 does the same, against cross-protocol attacks).
+    let tcp = tokio::net::TcpStream::connect(p.handle.listen_addr()).await.unwrap();
+    let refused = match client_config(false).connect(name, tcp).await {
+        Err(_) => true,
+        Ok(mut tls) => {
+            let mut rest = Vec::new();
+            let r = tokio::time::timeout(std::time::Duration::from_secs(10), tls.read_to_end(&mut rest))
+                .await
+                .unwrap();
+            r.is_err() || rest.is_empty()
+        }
+    };
+    assert!(refused);
+    p.handle.shutdown().await.unwrap();
+}

@@ -11,6 +11,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use history::{History, Op};
+use kernels::{Backend, Graph, Reachability};
 use solver::Side;
 
 use crate::chains::Chains;
@@ -18,12 +19,24 @@ use crate::constraints::{CEdge, Constraint};
 use crate::known_graph::{KnownGraph, Origin};
 use crate::normalize::{Normalized, key_name, show};
 use crate::prune::Decision;
-use crate::report::{Anomaly, AnomalyClass, Basis, CycleEdge, Derivation, EdgeKind, OpReport, TxnReport};
+use crate::report::{
+    Anomaly, AnomalyClass, Basis, Choice, CycleEdge, Derivation, EdgeKind, OpReport, Refutation,
+    RefutationNode, TxnReport,
+};
 
 /// The most derivations a report carries; beyond, facts are marked [`Basis::Omitted`].
 const MAX_DERIVATIONS: usize = 400;
+/// The most splits a refutation may take (a core of up to about ten constraints).
+const MAX_SPLITS: usize = 1024;
 /// How many edges of a found cycle are tried as anchors for a shorter one.
 const SHORTEN_TRIES: usize = 12;
+
+/// The state of a refutation being built.
+struct Splits {
+    choices: Vec<Choice>,
+    index: HashMap<u32, usize>,
+    budget: usize,
+}
 
 /// Builds the evidence of one reject.
 pub(crate) struct Certifier<'a> {
@@ -182,6 +195,7 @@ impl<'a> Certifier<'a> {
             to_version: None,
             derivation: None,
             hypothetical: false,
+            assumption: None,
             reason,
         };
         match e.origin {
@@ -379,6 +393,7 @@ impl<'a> Certifier<'a> {
             to_version: Some(self.norm.versions[ce.to_version as usize].observed()),
             derivation: if hypothetical { None } else { Some(d) },
             hypothetical,
+            assumption: None,
             reason,
         }
     }
@@ -454,6 +469,165 @@ impl<'a> Certifier<'a> {
         a
     }
 
+    /// A proof by cases that the core's constraints admit no acyclic choice: split on each constraint in turn
+    /// until the choices made close a cycle with the known graph. `None` when the proof would exceed
+    /// [`MAX_SPLITS`] splits (the report then rests on the solver's word for the other branches).
+    pub(crate) fn refutation(&mut self, core: &[u32]) -> Option<Refutation> {
+        let pairs: Vec<(u32, u32)> = self.g.edges.iter().map(|e| (e.from, e.to)).collect();
+        let graph = Graph::from_edges(self.g.vertices, &pairs).ok()?;
+        let reach = kernels::reachability(&graph, Some(&self.g.sessions), Backend::Auto).ok()?;
+        let mut state = Splits { choices: Vec::new(), index: HashMap::new(), budget: MAX_SPLITS };
+        let tree = self.refute(core, 0, &mut Vec::new(), &*reach, &mut state)?;
+        Some(Refutation { choices: state.choices, tree })
+    }
+
+    fn refute(
+        &mut self,
+        core: &[u32],
+        depth: usize,
+        assumed: &mut Vec<(u32, Side)>,
+        reach: &dyn Reachability,
+        state: &mut Splits,
+    ) -> Option<RefutationNode> {
+        if let Some(cycle) = self.leaf_cycle(assumed, reach, &state.index) {
+            return Some(RefutationNode::Cycle { cycle });
+        }
+        if depth >= core.len() || state.budget == 0 {
+            return None;
+        }
+        state.budget -= 1;
+        let ci = core[depth];
+        let choice = match state.index.get(&ci) {
+            Some(&i) => i,
+            None => {
+                let c = self.constraints[ci as usize];
+                state.choices.push(Choice {
+                    key: key_name(self.h, c.key),
+                    key_id: c.key.0,
+                    first: self.chain_observed(c.first),
+                    second: self.chain_observed(c.second),
+                });
+                state.index.insert(ci, state.choices.len() - 1);
+                state.choices.len() - 1
+            }
+        };
+        assumed.push((ci, Side::A));
+        let a = self.refute(core, depth + 1, assumed, reach, state);
+        assumed.pop();
+        let a = a?;
+        assumed.push((ci, Side::B));
+        let b = self.refute(core, depth + 1, assumed, reach, state);
+        assumed.pop();
+        Some(RefutationNode::Split {
+            choice,
+            first_before_second: Box::new(a),
+            second_before_first: Box::new(b?),
+        })
+    }
+
+    /// The shortest cycle through the edges of the assumed constraint sides and known paths, if any.
+    fn leaf_cycle(
+        &mut self,
+        assumed: &[(u32, Side)],
+        reach: &dyn Reachability,
+        index: &HashMap<u32, usize>,
+    ) -> Option<Vec<CycleEdge>> {
+        let mut extra: Vec<(CEdge, usize)> = Vec::new();
+        for &(ci, side) in assumed {
+            let choice = index.get(&ci).copied()?;
+            for e in self.constraints[ci as usize].side(self.norm, self.chains, side) {
+                extra.push((e, choice));
+            }
+        }
+        if extra.is_empty() {
+            return None;
+        }
+        let mut nodes: Vec<u32> = extra.iter().flat_map(|(e, _)| [e.from, e.to]).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let at = |v: u32| nodes.binary_search(&v).unwrap_or(0);
+        // Links of the small graph over the endpoints: known paths, and the assumed edges themselves.
+        #[derive(Clone, Copy)]
+        enum Link {
+            Known,
+            Assumed(usize),
+        }
+        let mut adj: Vec<Vec<(usize, Link)>> = vec![Vec::new(); nodes.len()];
+        for (i, (e, _)) in extra.iter().enumerate() {
+            adj[at(e.from)].push((at(e.to), Link::Assumed(i)));
+        }
+        for (xi, &x) in nodes.iter().enumerate() {
+            for (yi, &y) in nodes.iter().enumerate() {
+                if xi != yi && reach.reaches(x, y) {
+                    adj[xi].push((yi, Link::Known));
+                }
+            }
+        }
+        // Shortest cycle through some assumed edge: BFS from its head back to its tail.
+        let mut best: Option<Vec<(usize, usize, Link)>> = None;
+        for (i, (e, _)) in extra.iter().enumerate() {
+            let (start, goal) = (at(e.to), at(e.from));
+            let mut via: Vec<Option<(usize, Link)>> = vec![None; nodes.len()];
+            let mut seen = vec![false; nodes.len()];
+            seen[start] = true;
+            let mut queue = std::collections::VecDeque::from([start]);
+            let mut found = start == goal;
+            while let Some(v) = queue.pop_front() {
+                if found {
+                    break;
+                }
+                for &(w, link) in &adj[v] {
+                    if !seen[w] {
+                        seen[w] = true;
+                        via[w] = Some((v, link));
+                        if w == goal {
+                            found = true;
+                            break;
+                        }
+                        queue.push_back(w);
+                    }
+                }
+            }
+            if !found {
+                continue;
+            }
+            let mut hops = vec![(goal, start, Link::Assumed(i))];
+            let mut back = Vec::new();
+            let mut w = goal;
+            while w != start {
+                let Some((v, link)) = via[w] else { break };
+                back.push((v, w, link));
+                w = v;
+            }
+            back.reverse();
+            hops.extend(back);
+            if best.as_ref().is_none_or(|b| hops.len() < b.len()) {
+                best = Some(hops);
+            }
+        }
+        let hops = best?;
+        let mut cycle = Vec::new();
+        for (x, y, link) in hops {
+            match link {
+                Link::Assumed(i) => {
+                    let (ce, choice) = extra[i];
+                    let mut edge = self.constraint_edge(&ce, 0, false, "assumed in this branch");
+                    edge.derivation = None;
+                    edge.assumption = Some(choice);
+                    edge.reason =
+                        edge.reason.replace(" [0]: assumed in this branch", " (assumed in this branch)");
+                    cycle.push(edge);
+                }
+                Link::Known => {
+                    for ei in self.path(nodes[x], nodes[y], u32::MAX)? {
+                        cycle.push(self.known_edge(ei));
+                    }
+                }
+            }
+        }
+        Some(cycle)
+    }
+
     /// The transactions involved, with their ops.
     pub(crate) fn transactions(&self, extra: impl IntoIterator<Item = usize>) -> Vec<TxnReport> {
         let mut all = self.involved.clone();
@@ -509,5 +683,13 @@ pub(crate) fn classify(cycle: Vec<CycleEdge>) -> Anomaly {
         }
         None => "a dependency cycle (not reconstructed)".to_owned(),
     };
-    Anomaly { class, summary, ops: Vec::new(), uses_real_time: rt > 0, uses_session_order: so > 0, cycle }
+    Anomaly {
+        class,
+        summary,
+        ops: Vec::new(),
+        uses_real_time: rt > 0,
+        uses_session_order: so > 0,
+        cycle,
+        refutation: None,
+    }
 }

@@ -17,7 +17,10 @@ use history::{History, Key, Observed, Op, Outcome, Transaction, TxnId, WriteId};
 use thiserror::Error;
 
 use crate::Level;
-use crate::report::{AnomalyClass, Basis, CycleEdge, Derivation, EdgeKind, OpRef, Report, Verdict};
+use crate::report::{
+    AnomalyClass, Basis, Choice, CycleEdge, Derivation, EdgeKind, OpRef, Refutation, RefutationNode, Report,
+    Verdict,
+};
 
 /// Why a report does not hold.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -40,6 +43,8 @@ pub struct CheckSummary {
     pub derivations_omitted: u64,
     /// Transactions replayed (accept reports).
     pub replayed: u64,
+    /// Case-split proofs of solver rejects checked in full (every branch ends in a valid cycle).
+    pub refutations_proved: u64,
 }
 
 /// Re-checks `report` against `history`.
@@ -154,7 +159,14 @@ pub fn check_report_detailed(history: &History, report: &Report) -> Result<Check
             if report.anomalies.is_empty() {
                 return bad("a reject report without an anomaly");
             }
-            let mut checker = Checker { f: &facts, report, proved: HashMap::new(), summary: &mut summary };
+            let mut checker = Checker {
+                f: &facts,
+                report,
+                proved: HashMap::new(),
+                summary: &mut summary,
+                choices: Vec::new(),
+                assumed: Vec::new(),
+            };
             for a in &report.anomalies {
                 checker.anomaly(a)?;
             }
@@ -260,10 +272,17 @@ struct Checker<'a, 'b> {
     report: &'a Report,
     proved: HashMap<usize, ()>,
     summary: &'b mut CheckSummary,
+    /// Inside a refutation: its choices, and the order assumed for each on the current branch
+    /// (`Some(true)`: first before second).
+    choices: Vec<Choice>,
+    assumed: Vec<Option<bool>>,
 }
 
 impl Checker<'_, '_> {
     fn anomaly(&mut self, a: &crate::report::Anomaly) -> Result<(), CheckError> {
+        if let Some(r) = &a.refutation {
+            self.refutation(r)?;
+        }
         if !a.cycle.is_empty() {
             return self.cycle(&a.cycle, None, usize::MAX);
         }
@@ -391,6 +410,49 @@ impl Checker<'_, '_> {
         Ok(())
     }
 
+    /// Checks a proof by cases: every choice is a pair of disjoint chains of one key, and every branch of the
+    /// tree ends in a valid cycle under the orders assumed on the way.
+    fn refutation(&mut self, r: &Refutation) -> Result<(), CheckError> {
+        for (i, c) in r.choices.iter().enumerate() {
+            let key = Key(c.key_id);
+            if c.first.is_empty() || c.second.is_empty() || c.first.iter().any(|v| c.second.contains(v)) {
+                return bad(format!("choice {i} has empty or overlapping chains"));
+            }
+            self.chain(key, &c.first)?;
+            self.chain(key, &c.second)?;
+        }
+        self.choices = r.choices.clone();
+        self.assumed = vec![None; r.choices.len()];
+        let result = self.node(&r.tree);
+        self.choices.clear();
+        self.assumed.clear();
+        result?;
+        self.summary.refutations_proved += 1;
+        Ok(())
+    }
+
+    fn node(&mut self, n: &RefutationNode) -> Result<(), CheckError> {
+        match n {
+            RefutationNode::Cycle { cycle } => self.cycle(cycle, None, usize::MAX),
+            RefutationNode::Split { choice, first_before_second, second_before_first } => {
+                match self.assumed.get(*choice) {
+                    Some(None) => {}
+                    _ => {
+                        return bad(format!(
+                            "a split on choice {choice}, which is unknown or already assumed"
+                        ));
+                    }
+                }
+                self.assumed[*choice] = Some(true);
+                let a = self.node(first_before_second);
+                self.assumed[*choice] = Some(false);
+                let b = self.node(second_before_first);
+                self.assumed[*choice] = None;
+                a.and(b)
+            }
+        }
+    }
+
     /// Checks a closed cycle. Inside the proof of derivation `within` (whose index is `limit`), exactly one
     /// edge must be the hypothetical one, and cited derivations must come before `limit`.
     fn cycle(
@@ -465,6 +527,28 @@ impl Checker<'_, '_> {
                         "{} -> {}: the stated reads/writes are not in the history",
                         e.from, e.to
                     ));
+                }
+                if let Some(i) = e.assumption {
+                    let (Some(c), Some(Some(first_first))) = (self.choices.get(i), self.assumed.get(i))
+                    else {
+                        return bad(format!(
+                            "{} -> {}: cites a choice not assumed on this branch",
+                            e.from, e.to
+                        ));
+                    };
+                    let (earlier, later) =
+                        if *first_first { (&c.first, &c.second) } else { (&c.second, &c.first) };
+                    if e.hypothetical
+                        || c.key_id != k.0
+                        || !earlier.contains(&fv)
+                        || !later.contains(&Observed::Version(tw))
+                    {
+                        return bad(format!(
+                            "{} -> {}: the edge does not follow from the assumed order",
+                            e.from, e.to
+                        ));
+                    }
+                    return Ok(());
                 }
                 let (d, earlier, later) = if e.hypothetical {
                     let Some(d) = within else { return bad("a hypothetical edge outside a proof") };

@@ -247,7 +247,9 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
                 }
                 encode::Solved::Cyclic { cycle, core } => {
                     let mut cert = certifier();
-                    Some((cert.solver_cycle(&cycle, &core), cert))
+                    let mut anomaly = cert.solver_cycle(&cycle, &core);
+                    anomaly.refutation = cert.refutation(&core);
+                    Some((anomaly, cert))
                 }
             }
         }
@@ -291,6 +293,7 @@ fn non_cycle_reject(h: &History, mut report: Report, found: Vec<normalize::Found
             cycle: Vec::new(),
             uses_real_time: false,
             uses_session_order: false,
+            refutation: None,
         });
     }
     report.transactions = involved.into_iter().map(|i| txn_report(h, i)).collect();

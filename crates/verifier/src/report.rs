@@ -161,8 +161,55 @@ pub struct CycleEdge {
     /// being proved (see [`Basis::OtherOrderCycle`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hypothetical: bool,
+    /// Only inside a [`Refutation`]: the index of the choice whose assumed order (on the path from the
+    /// root to this cycle) implies the edge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assumption: Option<usize>,
     /// The reason as a sentence a person can check.
     pub reason: String,
+}
+
+/// A choice between the two orders of two chains of one key (a constraint, Cobra §3.2).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Choice {
+    /// The key's printable name.
+    pub key: String,
+    /// The key's index in the history's key table.
+    pub key_id: u32,
+    /// One chain of versions.
+    pub first: Vec<Observed>,
+    /// The other chain.
+    pub second: Vec<Observed>,
+}
+
+/// A node of a case-split proof.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefutationNode {
+    /// The choices assumed on the way here close this cycle.
+    Cycle {
+        /// The cycle; edges implied by an assumed choice carry `assumption`.
+        cycle: Vec<CycleEdge>,
+    },
+    /// Both orders of choice `choice` lead to a cycle.
+    Split {
+        /// Index into [`Refutation::choices`].
+        choice: usize,
+        /// Assuming every version of `first` precedes every version of `second`.
+        first_before_second: Box<RefutationNode>,
+        /// Assuming the opposite.
+        second_before_first: Box<RefutationNode>,
+    },
+}
+
+/// A proof by cases that no version order avoids a cycle: the solver's unsatisfiable core, replayed as a
+/// tree of choices whose every leaf is a cycle (Cobra §3.4's "set of unsatisfiable clauses", made checkable).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refutation {
+    /// The choices split on.
+    pub choices: Vec<Choice>,
+    /// The tree.
+    pub tree: RefutationNode,
 }
 
 /// Why one run of versions of a key precedes another in every serial order that could explain the history.
@@ -223,6 +270,9 @@ pub struct Anomaly {
     /// Whether the cycle uses a session-order edge.
     #[serde(default)]
     pub uses_session_order: bool,
+    /// For a reject found by the solver: a proof by cases over the core's choices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refutation: Option<Refutation>,
 }
 
 /// One op, as the report shows it.

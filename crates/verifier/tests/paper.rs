@@ -140,6 +140,21 @@ fn section_4_3_gc_counter_example_is_rejected() {
         Options { coalesce: false, combine: false, ..no_prune() },
     ] {
         let report = rejects(&h, &opts);
+        // Without pruning the solver finds the reject, and the report carries a proof by cases; swapping the
+        // branches of its root must make the check fail.
+        if !opts.prune {
+            let summary = check_report_detailed(&h, &report).unwrap();
+            assert_eq!(summary.refutations_proved, 1);
+            let mut tampered = report.clone();
+            let refutation = tampered.anomalies[0].refutation.as_mut().unwrap();
+            if let verifier::report::RefutationNode::Split {
+                first_before_second, second_before_first, ..
+            } = &mut refutation.tree
+            {
+                std::mem::swap(first_before_second, second_before_first);
+            }
+            assert!(check_report_detailed(&h, &tampered).is_err());
+        }
         // With pruning, the certificate is the paper's cycle; the solver may show another branch's cycle.
         if opts.prune {
             let cycle = &report.anomalies[0].cycle;
