@@ -76,8 +76,10 @@ pub fn check_model(p: &Polygraph, m: &Model) -> bool {
     if !edges_in_range(p) || m.choices.len() != p.constraints.len() {
         return false;
     }
-    let chosen = p.constraints.iter().zip(&m.choices).flat_map(|(c, &s)| side(c, s).iter().copied());
-    is_acyclic(p.vertices as usize, p.known.iter().copied().chain(chosen))
+    // Over the touched vertices only, so a sparse numbering costs nothing.
+    let small = Compact::new(p, &(0..p.constraints.len()).collect::<Vec<_>>(), &p.known);
+    let chosen = small.constraints.iter().zip(&m.choices).flat_map(|(c, &s)| side(c, s).iter().copied());
+    is_acyclic(small.n, small.known.iter().copied().chain(chosen))
 }
 
 /// Whether `core` is a correct, minimal refutation of `p`, re-checked by brute force:

@@ -88,6 +88,21 @@ pub fn solve_with(p: &Polygraph, opts: &SolveOptions) -> Result<Solution, Solver
 pub fn solve_with_stats(p: &Polygraph, opts: &SolveOptions) -> Result<(Solution, Stats), SolverError> {
     let start = Instant::now();
     validate(p)?;
+    // Every search allocates per vertex. When most vertex numbers are unused (a sparse or hostile numbering),
+    // solve a renumbered copy over the vertices the edges touch, and translate the answer back.
+    if let Some((compact, original)) = compacted(p) {
+        let (solution, stats) = solve_with_stats(&compact, opts)?;
+        let back = |e: &Edge| Edge::new(original[e.from as usize], original[e.to as usize]);
+        let solution = match solution {
+            Solution::Acyclic(m) => Solution::Acyclic(m),
+            Solution::Cyclic(core) => Solution::Cyclic(Core {
+                constraints: core.constraints,
+                known: core.known.iter().map(back).collect(),
+                cycles: core.cycles.iter().map(|c| c.iter().map(back).collect()).collect(),
+            }),
+        };
+        return Ok((solution, stats));
+    }
     let mut stats = Stats::default();
     // Known-graph shortcut: a cyclic known graph needs no SAT call.
     if let Some(cycle) = find_cycle(p.vertices as usize, &p.known) {
@@ -348,6 +363,35 @@ fn core_cycles(
         }
     }
     Ok(active.into_iter().map(|k| cycles[k].clone()).collect())
+}
+
+/// A copy of `p` over only the vertices its edges touch, numbered in increasing order (so edge order and
+/// sortedness survive the translation back), with the original number of each; `None` when `p` is already
+/// dense enough.
+fn compacted(p: &Polygraph) -> Option<(Polygraph, Vec<u32>)> {
+    let edges = || p.known.iter().chain(p.constraints.iter().flat_map(|c| c.side_a.iter().chain(&c.side_b)));
+    let edge_count = edges().count();
+    if (p.vertices as usize) <= 4 * edge_count + 1024 {
+        return None;
+    }
+    let mut original: Vec<u32> = edges().flat_map(|e| [e.from, e.to]).collect();
+    original.sort_unstable();
+    original.dedup();
+    let id: HashMap<u32, u32> = original.iter().enumerate().map(|(i, &v)| (v, i as u32)).collect();
+    let map = |e: &Edge| Edge::new(id[&e.from], id[&e.to]);
+    let compact = Polygraph {
+        vertices: original.len() as u32,
+        known: p.known.iter().map(map).collect(),
+        constraints: p
+            .constraints
+            .iter()
+            .map(|c| crate::Constraint {
+                side_a: c.side_a.iter().map(map).collect(),
+                side_b: c.side_b.iter().map(map).collect(),
+            })
+            .collect(),
+    };
+    Some((compact, original))
 }
 
 /// Rejects edges that name a vertex outside `0..vertices`.

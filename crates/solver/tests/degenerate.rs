@@ -108,6 +108,11 @@ fn duplicate_edges_are_harmless() {
         let Solution::Cyclic(core) = s else { panic!("expected cyclic: got {s:?}") };
         assert!(check_core_brute_force(&p, &core), "{core:?}");
     }
+    let sat = Polygraph { constraints: vec![p.constraints[0].clone()], ..p.clone() };
+    for o in engines() {
+        let Solution::Acyclic(m) = solve_with(&sat, &o).expect("solves") else { panic!("expected acyclic") };
+        assert!(check_model(&sat, &m));
+    }
 }
 
 #[test]
@@ -134,4 +139,25 @@ fn two_opposed_constraints_form_a_minimal_core() {
         assert!(check_core_brute_force(&p, &core));
     }
     let _ = Engine::default();
+}
+
+#[test]
+fn huge_sparse_vertex_numbers_are_renumbered_not_allocated() {
+    let big = u32::MAX - 1;
+    let p = Polygraph {
+        vertices: u32::MAX,
+        known: vec![e(big, 7)],
+        constraints: vec![c(&[(7, big)], &[(7, 3)]), c(&[(3, big)], &[(7, big)])],
+    };
+    for o in engines() {
+        let Solution::Cyclic(core) = solve_with(&p, &o).expect("solves") else { panic!("expected cyclic") };
+        assert_eq!(core.constraints, vec![0, 1]);
+        assert!(core.cycles.iter().flatten().all(|x| [big, 7, 3].contains(&x.from)));
+        assert!(check_core_brute_force(&p, &core), "{core:?}");
+    }
+    let sat = Polygraph { constraints: vec![p.constraints[0].clone()], ..p.clone() };
+    for o in engines() {
+        let Solution::Acyclic(m) = solve_with(&sat, &o).expect("solves") else { panic!("expected acyclic") };
+        assert!(check_model(&sat, &m));
+    }
 }
