@@ -30,11 +30,15 @@ mod chains;
 mod check;
 mod constraints;
 mod encode;
+mod epochs;
+mod gc;
 mod known_graph;
 mod normalize;
 mod prune;
 mod realtime;
 pub mod report;
+pub mod reports;
+pub mod rounds;
 
 use std::time::Instant;
 
@@ -45,6 +49,8 @@ use thiserror::Error;
 pub use check::{CheckError, CheckSummary, check_report, check_report_detailed};
 pub use kernels::Backend;
 pub use report::{Anomaly, AnomalyClass, CycleEdge, EdgeKind, Report, Verdict};
+pub use reports::{ReportStore, ReportStoreError, ReportSummary};
+pub use rounds::{OnlineVerifier, RoundOptions, RoundStats, RoundsError, RoundsOutcome, verify_in_rounds};
 
 use crate::certificate::{Certifier, txn_report};
 use crate::normalize::MAX_ANOMALIES;

@@ -1,0 +1,176 @@
+//! Epochs from fence transactions (Cobra §4.2), kept incrementally as transactions are admitted round by
+//! round.
+//!
+//! A fence touches one dedicated key (`krait_fence` from the proxy, `FZVERSION` in Cobra's logs). Fences that
+//! read-modify-write it chain through their read-modify-writes: the one that overwrote the version of epoch
+//! `e` has epoch `e + 1` (the initial version has epoch 0). Cobra's own logs also have *read-only* fences
+//! (one session advances the key, the others read it): a read-only fence gets the epoch of the version it
+//! read, and it precedes the next epoch's fence through the rw edge of the chain, so the Guarantee below
+//! holds for it too. A normal transaction between two fences of its session with epochs `i` and `j` gets
+//! epoch `j − 1`; one after its session's latest fence has no epoch yet ("open"): it can only get later
+//! epochs, so it is never old.
+//!
+//! `epoch_agree` is the largest epoch that every *open* session has reached with a fence. Then (the
+//! Guarantee of §4.2) every transaction with epoch ≤ `epoch_agree − 2` precedes, in the known graph, every
+//! transaction admitted later from any open session, because that session's later transactions follow its
+//! fence of epoch ≥ `epoch_agree` in session order.
+//!
+//! **Sessions that go quiet.** The history has no session-end marker, so the caller says when a session has
+//! ended ([`crate::rounds::OnlineVerifier::session_ended`]; the proxy calls it when a client connection
+//! closes, and `verify --rounds` when a session's last transaction has been admitted). An ended session no
+//! longer holds `epoch_agree` back: it will add no transaction, so the Guarantee needs nothing from it. Its
+//! transactions after its last fence stay open (never collected); the proxy can avoid even that by running a
+//! fence just before it closes the upstream connection.
+//!
+//! **Sessions that start late.** A session that has not yet run a fence holds `epoch_agree` at 0 while it
+//! is open. A session first seen *after* garbage collection began is covered by the Guarantee only from its
+//! first fence on; the proxy therefore runs a fence at the start of every connection (see the rounds
+//! module's notes).
+
+use std::collections::HashMap;
+
+use history::{Key, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId};
+
+/// The epoch state of one session.
+#[derive(Clone, Debug, Default)]
+struct SessionEpochs {
+    /// The epoch of the session's latest admitted fence.
+    last_fence: Option<u64>,
+    /// Transactions admitted after that fence: their epoch waits for the next fence.
+    open: Vec<TxnId>,
+    /// The session has ended: it adds no more transactions.
+    ended: bool,
+}
+
+/// Epochs of the live transactions, and `epoch_agree`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Epochs {
+    /// The fence key, fixed by the first fence.
+    fence_key: Option<Key>,
+    /// The version each recent fence wrote, with the fence's epoch.
+    fence_epoch: HashMap<WriteId, u64>,
+    /// The largest fence epoch so far.
+    max_epoch: u64,
+    sessions: HashMap<SessionId, SessionEpochs>,
+    /// Epochs assigned so far (transactions absent here are open).
+    txn_epoch: HashMap<TxnId, u64>,
+    /// Why epochs cannot be trusted any more, if they cannot (garbage collection then stops).
+    broken: Option<String>,
+}
+
+/// A fence's read of the fence key, and its write if it is a read-modify-write; `None` unless it reads one
+/// key first and touches no other.
+fn fence_ops(t: &Transaction) -> Option<(Key, Observed, Option<WriteId>)> {
+    let Some(&Op::Read { key, observed, .. }) = t.ops.first() else { return None };
+    let mut write = None;
+    for op in &t.ops {
+        match *op {
+            Op::Write { key: k, write: w, .. } if k == key => write = Some(w),
+            Op::Read { key: k, .. } if k == key => {}
+            _ => return None,
+        }
+    }
+    Some((key, observed, write))
+}
+
+impl Epochs {
+    /// Declares a session, so that it holds `epoch_agree` back until its first fence.
+    pub(crate) fn declare(&mut self, session: SessionId) {
+        self.sessions.entry(session).or_default();
+    }
+
+    /// The session has ended.
+    pub(crate) fn end(&mut self, session: SessionId) {
+        self.sessions.entry(session).or_default().ended = true;
+    }
+
+    /// Whether a session has been declared or seen.
+    pub(crate) fn knows(&self, session: SessionId) -> bool {
+        self.sessions.contains_key(&session)
+    }
+
+    /// Records an admitted transaction (in session order).
+    pub(crate) fn admit(&mut self, t: &Transaction) {
+        let fence = if t.fence && t.outcome == Outcome::Committed { Some(t) } else { None };
+        let Some(f) = fence else {
+            self.sessions.entry(t.session).or_default().open.push(t.id);
+            return;
+        };
+        let Some((key, observed, wrote)) = fence_ops(f) else {
+            self.break_with(format!("fence {} does not read (and maybe write) one key only", f.id));
+            self.sessions.entry(t.session).or_default().open.push(t.id);
+            return;
+        };
+        if *self.fence_key.get_or_insert(key) != key {
+            self.break_with(format!("fence {} uses a different key from the earlier fences", f.id));
+        }
+        // The version read has the epoch of the fence that wrote it (0: the initial version).
+        let read_epoch = match observed {
+            Observed::Version(w) => match self.fence_epoch.get(&w) {
+                Some(&e) => e,
+                None => {
+                    self.break_with(format!("fence {} read a version of the fence key no fence wrote", f.id));
+                    self.max_epoch
+                }
+            },
+            Observed::Absent | Observed::PreHistory(_) => {
+                if wrote.is_some() && self.max_epoch > 0 {
+                    self.break_with(format!(
+                        "fence {} overwrote the fence key's initial version again",
+                        f.id
+                    ));
+                }
+                0
+            }
+        };
+        let epoch = if wrote.is_some() { read_epoch + 1 } else { read_epoch };
+        let s = self.sessions.entry(t.session).or_default();
+        if s.last_fence.is_some_and(|last| epoch < last) {
+            self.broken.get_or_insert_with(|| {
+                format!("fence {} has an epoch earlier than its session's previous fence", f.id)
+            });
+        }
+        for id in std::mem::take(&mut s.open) {
+            self.txn_epoch.insert(id, epoch.saturating_sub(1));
+        }
+        s.last_fence = Some(epoch);
+        self.txn_epoch.insert(t.id, epoch);
+        if let Some(w) = wrote {
+            self.fence_epoch.insert(w, epoch);
+        }
+        self.max_epoch = self.max_epoch.max(epoch);
+    }
+
+    fn break_with(&mut self, why: String) {
+        self.broken.get_or_insert(why);
+    }
+
+    /// Why epochs are unusable, if they are.
+    pub(crate) fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    /// A transaction's epoch; `None` while it is open.
+    pub(crate) fn epoch(&self, id: TxnId) -> Option<u64> {
+        self.txn_epoch.get(&id).copied()
+    }
+
+    /// The largest epoch every open session has reached with a fence (Cobra §4.2). With no open session
+    /// left, every fence so far counts.
+    pub(crate) fn epoch_agree(&self) -> u64 {
+        self.sessions
+            .values()
+            .filter(|s| !s.ended)
+            .map(|s| s.last_fence.unwrap_or(0))
+            .min()
+            .unwrap_or(self.max_epoch)
+    }
+
+    /// Forgets collected transactions. (Fence versions are kept: one per epoch, a few hundred per 100k
+    /// transactions.)
+    pub(crate) fn forget(&mut self, ids: impl IntoIterator<Item = TxnId>) {
+        for id in ids {
+            self.txn_epoch.remove(&id);
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! Garbage collection between rounds (Cobra §4.3; the longer text's "frozen transactions" and tombstones).
+//!
+//! In: a round's accepted polygraph (the known graph after pruning, and the constraints pruning left), each
+//! vertex's epoch, and `epoch_agree`. Out: a [`Plan`]: which transactions to delete, which of their versions
+//! become tombstones, and which become the new *base* (initial) version of their key.
+//!
+//! The rules, and why each is safe:
+//! 1. **Superseded** (§4.3 (2), (3)): a vertex is a candidate when its epoch is ≤ `epoch_agree − 2` and no
+//!    vertex with a later (or no) epoch reaches it in the known graph. By the Guarantee of §4.2, no future
+//!    transaction can precede it either.
+//! 2. **Cycles in g′** (§4.3 (ii), the trap of the §4.3 counter-example): g′ is the known graph plus *both*
+//!    sides of every constraint pruning left. Candidates are deleted a whole strongly connected component of
+//!    g′ at a time, and only when every member of the component is a candidate. So nothing deleted lies on a
+//!    cycle of g′ with anything kept, and a constraint among old transactions that future transactions
+//!    could still resolve (T4 → T3 → T1 in §4.3) keeps its transactions.
+//! 3. **Frontier** (§4.3 (1)): a version is superseded when an old transaction the writer reaches wrote a
+//!    later version of the key. A future read of a superseded version is a stale read (the later writer
+//!    precedes the reader by the Guarantee), so it becomes a **tombstone**, and the admission of a later read
+//!    of it is a reject. Every *live* reader of a superseded version must be deleted with it (otherwise its
+//!    read would dangle); when one cannot be, the writer stays.
+//! 4. **Frontier versions become the base.** Cobra keeps frontier transactions whole; on C-Twitter that is
+//!    half of all transactions (most keys are written once), so Krait deletes a frontier transaction too when
+//!    its frontier version can stand in for the key's initial version: every other live version of the key
+//!    is written by a transaction the writer reaches (so it is later in every serial order), and no live
+//!    transaction reads any other initial version of the key. Live and future reads of the version are
+//!    rewritten to read the key's base (`Observed::PreHistory`), which precedes every recorded write, exactly
+//!    as the deleted writer did; a later read of any *other* initial version of the key is a stale read.
+//!
+//! The residual history (live transactions, reads rewritten) is closed under reads-from, so a serial order of
+//! the whole history restricted to it explains it: collection never causes a false reject. The no-false-
+//! accept direction is Cobra's argument (Appendix C of the extended version) for rules 1–3; rule 4 only
+//! removes a transaction whose one relation to what stays is the order of its key's versions, which the base
+//! keeps. The differential tests in `tests/rounds.rs` check both directions against one-shot verification.
+
+use std::collections::{HashMap, HashSet};
+
+use history::{History, Key, Observed, Op, Outcome, WriteId};
+use kernels::{Graph, reachability};
+use solver::Side;
+
+use crate::chains::Chains;
+use crate::constraints::Constraint;
+use crate::known_graph::KnownGraph;
+use crate::normalize::{Label, Normalized};
+use crate::{
+    Level, Options, VerifyError, chains, constraints, encode, known_graph, normalize, prune, realtime,
+};
+
+/// The accepted polygraph of one round.
+pub(crate) struct Polygraph {
+    pub norm: Normalized,
+    pub g: KnownGraph,
+    pub chains: Chains,
+    pub constraints: Vec<Constraint>,
+    pub live: Vec<bool>,
+}
+
+/// Runs the pipeline's stages 1–6 as `verify` does, keeping the polygraph. `None` means the history is
+/// rejected (the caller runs `verify` for the report).
+pub(crate) fn check(h: &History, options: &Options) -> Result<Option<Polygraph>, VerifyError> {
+    let norm = normalize::normalize(h);
+    if !norm.anomalies.is_empty() {
+        return Ok(None);
+    }
+    let (mut g, lost) = known_graph::create_known_graph(h, &norm, options.combine);
+    if !lost.is_empty() {
+        return Ok(None);
+    }
+    if options.level == Level::StrictSerializable {
+        let (edges, _) = realtime::realtime_edges(h, &norm, options.clock_drift_ms.saturating_mul(1_000_000));
+        for (u, v) in edges {
+            g.push(u, v, known_graph::Origin::Rt, 0);
+        }
+    }
+    let (chains, _) = chains::combine_writes(&norm, &mut g, options.combine);
+    let (constraints, _) = constraints::generate(&norm, &chains, &mut g, options.coalesce);
+    let (outcome, pruned) =
+        prune::prune(&mut g, &constraints, &norm, &chains, options.prune, options.reachability)?;
+    if !matches!(outcome, prune::Outcome::Done) {
+        return Ok(None);
+    }
+    match encode::solve(&g, &constraints, &norm, &chains, &pruned.live)? {
+        encode::Solved::Acyclic { .. } => {}
+        encode::Solved::Cyclic { .. } => return Ok(None),
+    }
+    Ok(Some(Polygraph { norm, g, chains, constraints, live: pruned.live }))
+}
+
+/// What one collection does.
+#[derive(Debug, Default)]
+pub(crate) struct Plan {
+    /// Indices into the round's `History::transactions` to delete.
+    pub delete: Vec<usize>,
+    /// Versions that become tombstones: (write id, key, the deleted writer's index).
+    pub tombstones: Vec<(WriteId, Key, usize)>,
+    /// Versions that become their key's base: (key, write id, the deleted writer's index).
+    pub promote: Vec<(Key, WriteId, usize)>,
+    /// Aborted transactions' writes, now tombstones of aborted versions.
+    pub aborted: Vec<(WriteId, Key, usize)>,
+}
+
+/// Strongly connected components (iterative Tarjan); returns each vertex's component.
+fn components(n: usize, adj: &[Vec<u32>]) -> Vec<u32> {
+    const NONE: u32 = u32::MAX;
+    let mut index = vec![NONE; n];
+    let mut low = vec![0u32; n];
+    let mut on_stack = vec![false; n];
+    let mut comp = vec![NONE; n];
+    let mut stack: Vec<u32> = Vec::new();
+    let mut next_index = 0u32;
+    let mut next_comp = 0u32;
+    for root in 0..n as u32 {
+        if index[root as usize] != NONE {
+            continue;
+        }
+        let mut call: Vec<(u32, usize)> = vec![(root, 0)];
+        index[root as usize] = next_index;
+        low[root as usize] = next_index;
+        next_index += 1;
+        stack.push(root);
+        on_stack[root as usize] = true;
+        while let Some(&mut (v, ref mut i)) = call.last_mut() {
+            if let Some(&w) = adj[v as usize].get(*i) {
+                *i += 1;
+                if index[w as usize] == NONE {
+                    index[w as usize] = next_index;
+                    low[w as usize] = next_index;
+                    next_index += 1;
+                    stack.push(w);
+                    on_stack[w as usize] = true;
+                    call.push((w, 0));
+                } else if on_stack[w as usize] {
+                    low[v as usize] = low[v as usize].min(index[w as usize]);
+                }
+                continue;
+            }
+            call.pop();
+            if let Some(&(parent, _)) = call.last() {
+                low[parent as usize] = low[parent as usize].min(low[v as usize]);
+            }
+            if low[v as usize] == index[v as usize] {
+                while let Some(w) = stack.pop() {
+                    on_stack[w as usize] = false;
+                    comp[w as usize] = next_comp;
+                    if w == v {
+                        break;
+                    }
+                }
+                next_comp += 1;
+            }
+        }
+    }
+    comp
+}
+
+/// Plans a collection. `epoch[i]` is the epoch of `h.transactions[i]` (`None`: open). `pinned` lists write
+/// ids that live transactions outside the polygraph (indeterminate ones nobody read from yet) read: their
+/// writers stay.
+pub(crate) fn plan(
+    h: &History,
+    p: &Polygraph,
+    epoch: &[Option<u64>],
+    epoch_agree: u64,
+    pinned: &HashSet<WriteId>,
+    options: &Options,
+) -> Result<Plan, VerifyError> {
+    let mut out = Plan::default();
+    if epoch_agree < 2 {
+        return Ok(out);
+    }
+    let old_epoch = |i: usize| epoch[i].is_some_and(|e| e + 2 <= epoch_agree);
+    // Aborted transactions: not vertices; collect them by epoch alone, leaving their writes as tombstones of
+    // aborted versions (a later read of one is G1a).
+    for (i, t) in h.transactions.iter().enumerate() {
+        if t.outcome == Outcome::Aborted && old_epoch(i) {
+            out.delete.push(i);
+            for op in &t.ops {
+                if let Op::Write { key, write, .. } = *op {
+                    out.aborted.push((write, key, i));
+                }
+            }
+        }
+    }
+    let norm = &p.norm;
+    let n = norm.txns.len();
+    if n == 0 {
+        return Ok(out);
+    }
+    let old: Vec<bool> = (0..n).map(|v| old_epoch(norm.txns[v].hist)).collect();
+    // Rule 1: reachable in the known graph from a vertex that is not old.
+    let mut known_adj: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for e in &p.g.edges {
+        known_adj[e.from as usize].push(e.to);
+    }
+    let mut tainted: Vec<bool> = old.iter().map(|o| !o).collect();
+    let mut work: Vec<u32> = (0..n as u32).filter(|&v| tainted[v as usize]).collect();
+    while let Some(v) = work.pop() {
+        for &w in &known_adj[v as usize] {
+            if !tainted[w as usize] {
+                tainted[w as usize] = true;
+                work.push(w);
+            }
+        }
+    }
+    let candidate: Vec<bool> = (0..n).map(|v| !tainted[v]).collect();
+    if !candidate.iter().any(|&c| c) {
+        return Ok(out);
+    }
+    // Rule 2: components of g′.
+    let mut adj = known_adj;
+    for (c, &l) in p.constraints.iter().zip(&p.live) {
+        if l {
+            for side in [Side::A, Side::B] {
+                for e in c.side(norm, &p.chains, side) {
+                    adj[e.from as usize].push(e.to);
+                }
+            }
+        }
+    }
+    let comp = components(n, &adj);
+    drop(adj);
+    let ncomp = comp.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
+    let mut comp_ok = vec![true; ncomp];
+    for v in 0..n {
+        if !candidate[v] {
+            comp_ok[comp[v] as usize] = false;
+        }
+    }
+    let mut members: Vec<Vec<u32>> = vec![Vec::new(); ncomp];
+    for v in 0..n {
+        members[comp[v] as usize].push(v as u32);
+    }
+    let mut del: Vec<bool> = (0..n).map(|v| comp_ok[comp[v] as usize]).collect();
+    if !del.iter().any(|&d| d) {
+        return Ok(out);
+    }
+    // Rule 3: frontier, by reachability in the known graph.
+    let pairs: Vec<(u32, u32)> = p.g.edges.iter().map(|e| (e.from, e.to)).collect();
+    let graph = Graph::from_edges(n as u32, &pairs).map_err(VerifyError::Reachability)?;
+    let reach = reachability(&graph, Some(&p.g.sessions), options.reachability)?;
+    let mut by_key: HashMap<Key, Vec<u32>> = HashMap::new();
+    for (i, ver) in norm.versions.iter().enumerate() {
+        by_key.entry(ver.key).or_default().push(i as u32);
+    }
+    let writer = |x: u32| norm.versions[x as usize].writer;
+    let frontier: Vec<bool> = (0..norm.versions.len() as u32)
+        .map(|x| {
+            let Some(t) = writer(x) else { return false };
+            !by_key[&norm.versions[x as usize].key].iter().any(|&y| {
+                y != x && writer(y).is_some_and(|u| u != t && old[u as usize] && reach.reaches(t, u))
+            })
+        })
+        .collect();
+    let write_id = |x: u32| match norm.versions[x as usize].label {
+        Label::Write(w) => Some(w),
+        Label::Initial(_) => None,
+    };
+    // Rule 5: a fence goes only after everything before it in its session. Deleted fences then always form
+    // a prefix of the fence chain (rule 4 keeps a fence whose chain predecessor stays), so every live old
+    // transaction still reaches, in the residual history, its session's next fence and through the chain every
+    // later transaction: the Guarantee of §4.2 holds inside what is kept, not only in the whole history.
+    let mut session_pos: Vec<(usize, usize)> = vec![(0, 0); n];
+    for (si, path) in p.g.sessions.iter().enumerate() {
+        for (pos, &v) in path.iter().enumerate() {
+            session_pos[v as usize] = (si, pos);
+        }
+    }
+    // Rules 3 and 4, to a fixpoint: drop a whole component whenever one member cannot go.
+    let can_go = |v: u32, del: &[bool]| -> bool {
+        if h.transactions[norm.txns[v as usize].hist].fence {
+            let (si, pos) = session_pos[v as usize];
+            if p.g.sessions[si][..pos].iter().any(|&u| !del[u as usize]) {
+                return false;
+            }
+        }
+        for &(key, x) in &norm.txns[v as usize].writes {
+            if write_id(x).is_some_and(|w| pinned.contains(&w)) {
+                return false;
+            }
+            if !frontier[x as usize] {
+                if norm.versions[x as usize].readers.iter().any(|&r| r != v && !del[r as usize]) {
+                    return false;
+                }
+                continue;
+            }
+            for &y in &by_key[&key] {
+                if y == x {
+                    continue;
+                }
+                let ok = match writer(y) {
+                    Some(u) if del[u as usize] => !frontier[y as usize],
+                    Some(u) => reach.reaches(v, u),
+                    None => norm.versions[y as usize].readers.iter().all(|&r| del[r as usize]),
+                };
+                if !ok {
+                    return false;
+                }
+            }
+        }
+        true
+    };
+    loop {
+        let mut changed = false;
+        for v in 0..n as u32 {
+            if del[v as usize] && !can_go(v, &del) {
+                for &m in &members[comp[v as usize] as usize] {
+                    del[m as usize] = false;
+                }
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for v in 0..n as u32 {
+        if !del[v as usize] {
+            continue;
+        }
+        let i = norm.txns[v as usize].hist;
+        out.delete.push(i);
+        let visible: HashMap<u32, bool> =
+            norm.txns[v as usize].writes.iter().map(|&(_, x)| (x, frontier[x as usize])).collect();
+        for op in &h.transactions[i].ops {
+            let Op::Write { key, write, .. } = *op else { continue };
+            let promoted = visible
+                .iter()
+                .any(|(&x, &f)| f && write_id(x) == Some(write) && norm.versions[x as usize].key == key);
+            if promoted {
+                out.promote.push((key, write, i));
+            } else {
+                out.tombstones.push((write, key, i));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The pre-history tag that stands for a promoted base version: the write id with the top bit set, so it
+/// never collides with the small tags importers use.
+pub(crate) fn base_tag(w: WriteId) -> u64 {
+    w.0 | (1 << 63)
+}
+
+/// Whether a read observed one of a key's initial versions.
+pub(crate) fn is_initial(o: Observed) -> bool {
+    matches!(o, Observed::Absent | Observed::PreHistory(_))
+}
