@@ -358,16 +358,13 @@ impl Checker<'_, '_> {
                 let ((k1, w), (k2, o)) = (write(0)?, read(1)?);
                 f.included_txn(ops[0].0.id)?;
                 let t = ops[0].0;
-                let between = t.ops[a.ops[0].op + 1..a.ops[1].op.max(a.ops[0].op + 1)]
-                    .iter()
-                    .any(|op| matches!(*op, Op::Write { key, .. } if key == k1));
-                if t.id != ops[1].0.id
-                    || k1 != k2
-                    || a.ops[1].op <= a.ops[0].op
-                    || between
-                    || o == Observed::Version(w)
-                {
+                let (wi, ri) = (a.ops[0].op, a.ops[1].op);
+                if t.id != ops[1].0.id || k1 != k2 || ri <= wi || o == Observed::Version(w) {
                     return bad("internal-read evidence is not a read that missed the own write before it");
+                }
+                // Both ops are in `t` (checked above), so `wi < ri < t.ops.len()`.
+                if t.ops[wi + 1..ri].iter().any(|op| matches!(*op, Op::Write { key, .. } if key == k1)) {
+                    return bad("internal-read evidence: another own write comes between");
                 }
             }
             AnomalyClass::NonRepeatableRead => {

@@ -208,6 +208,58 @@ fn search(
     false
 }
 
+/// Changes one detail of a report at random: the check may accept or refute it, but must never panic.
+fn tamper(h: &History, report: &verifier::Report, rng: &mut StdRng) {
+    let mut r = report.clone();
+    let n = h.transactions.len() as u64 + 2;
+    match rng.gen_range(0..6) {
+        0 => {
+            if let Some(a) = r.anomalies.first_mut() {
+                for op in &mut a.ops {
+                    op.op = rng.gen_range(0..6);
+                    op.txn = TxnId(rng.gen_range(0..n));
+                }
+            }
+        }
+        1 => {
+            if let Some(e) = r.anomalies.first_mut().and_then(|a| a.cycle.first_mut()) {
+                e.derivation = Some(rng.gen_range(0..4));
+                e.key_id = Some(rng.gen_range(0..5));
+            }
+        }
+        2 => {
+            for d in &mut r.derivations {
+                d.before.push(Observed::Version(WriteId(rng.gen_range(0..20))));
+                d.key_id = rng.gen_range(0..4);
+            }
+        }
+        3 => {
+            if let Some(order) = &mut r.serial_order {
+                if !order.is_empty() {
+                    let i = rng.gen_range(0..order.len());
+                    order[i] = TxnId(rng.gen_range(0..n));
+                }
+            }
+        }
+        4 => {
+            if let Some(a) = r.anomalies.first_mut() {
+                a.class = [
+                    verifier::AnomalyClass::G1a,
+                    verifier::AnomalyClass::LostUpdate,
+                    verifier::AnomalyClass::InternalRead,
+                ][rng.gen_range(0..3)];
+            }
+        }
+        _ => {
+            if let Some(e) = r.anomalies.first_mut().and_then(|a| a.cycle.last_mut()) {
+                e.to = TxnId(rng.gen_range(0..n));
+                e.from_version = Some(Observed::Absent);
+            }
+        }
+    }
+    let _ = check_report_detailed(h, &r);
+}
+
 #[test]
 fn verifier_agrees_with_brute_force_on_random_histories() {
     let count: usize =
