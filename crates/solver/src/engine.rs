@@ -8,8 +8,9 @@
 use std::cell::{Cell, RefCell};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
+use std::time::Instant;
 
-use cadical_sys::{CaDiCal, ExternalPropagator, Status, TerminateFlag};
+use cadical_sys::{CaDiCal, ExternalPropagator, Status, TerminateFlag, Terminator};
 
 use crate::SolverError;
 use crate::propagator::Theory;
@@ -49,20 +50,53 @@ pub struct Cadical {
     vars: i32,
     has_theory: bool,
     poisoned: Rc<Cell<bool>>,
+    terminate: TerminateFlag,
+    deadline: Rc<Cell<Option<Instant>>>,
+}
+
+/// Stops CaDiCaL when the bridge is poisoned or the deadline has passed.
+struct Stop {
+    flag: TerminateFlag,
+    deadline: Rc<Cell<Option<Instant>>>,
+}
+
+impl Terminator for Stop {
+    fn terminated(&mut self) -> bool {
+        self.flag.is_terminated() || self.deadline.get().is_some_and(|d| Instant::now() >= d)
+    }
 }
 
 impl Cadical {
     /// A plain CaDiCaL solver, with no theory.
     pub fn new() -> Self {
-        Cadical { solver: CaDiCal::new(), vars: 0, has_theory: false, poisoned: Rc::new(Cell::new(false)) }
+        let terminate = TerminateFlag::new();
+        let deadline = Rc::new(Cell::new(None));
+        let mut solver = CaDiCal::new();
+        solver.connect_terminator(Stop { flag: terminate.clone(), deadline: deadline.clone() });
+        Cadical {
+            solver,
+            vars: 0,
+            has_theory: false,
+            poisoned: Rc::new(Cell::new(false)),
+            terminate,
+            deadline,
+        }
+    }
+
+    /// Makes every later [`SatEngine::solve`] give up with [`SolverError::TimedOut`] once `deadline` passes.
+    pub fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline.set(deadline);
     }
 
     /// Connects `theory` as the external propagator. Call before [`SatEngine::observe`].
     pub fn attach_theory<T: Theory + 'static>(&mut self, theory: Rc<RefCell<T>>) {
-        let flag = TerminateFlag::new();
-        self.solver.connect_terminator(flag.clone());
-        let bridge =
-            Bridge { theory, poisoned: self.poisoned.clone(), terminate: flag, reason: None, lemma: None };
+        let bridge = Bridge {
+            theory,
+            poisoned: self.poisoned.clone(),
+            terminate: self.terminate.clone(),
+            reason: None,
+            lemma: None,
+        };
         self.solver.connect_external_propagator(bridge);
         self.has_theory = true;
     }
@@ -108,6 +142,9 @@ impl SatEngine for Cadical {
         match status {
             Status::SATISFIABLE => Ok(SatResult::Sat),
             Status::UNSATISFIABLE => Ok(SatResult::Unsat),
+            Status::UNKNOWN if self.deadline.get().is_some_and(|d| Instant::now() >= d) => {
+                Err(SolverError::TimedOut)
+            }
             Status::UNKNOWN => Err(SolverError::Engine("CaDiCaL returned UNKNOWN".into())),
         }
     }

@@ -133,6 +133,9 @@ pub enum SolverError {
     /// The SAT engine gave up or failed.
     #[error("SAT engine failed: {0}")]
     Engine(String),
+    /// The search ran past `SolveOptions::time_limit`.
+    #[error("solver time limit reached")]
+    TimedOut,
     /// The plain encoding would exceed its clause limit (see `SolveOptions::plain_clause_limit`).
     #[error("plain encoding too large: {clauses} clauses (limit {limit})")]
     TooLarge {

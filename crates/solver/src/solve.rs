@@ -42,6 +42,9 @@ pub struct SolveOptions {
     pub propagation_budget: usize,
     /// The most clauses the plain encoding may have; larger instances get [`SolverError::TooLarge`].
     pub plain_clause_limit: u64,
+    /// Give up with [`SolverError::TimedOut`] after this long (all SAT calls of one solve together; the CDCL
+    /// engines only). `None` waits for the answer however long it takes.
+    pub time_limit: Option<std::time::Duration>,
 }
 
 impl Default for SolveOptions {
@@ -51,6 +54,7 @@ impl Default for SolveOptions {
             shrink_core: true,
             propagation_budget: 32,
             plain_clause_limit: 5_000_000,
+            time_limit: None,
         }
     }
 }
@@ -60,7 +64,8 @@ impl Default for SolveOptions {
 pub struct Stats {
     /// Calls to the search: one for the answer, more while shrinking a core and collecting its cycles.
     pub solve_calls: u64,
-    /// CDCL conflicts over all calls.
+    /// CDCL conflicts found by unit propagation over all calls (CaDiCaL's `conflicts` statistic; conflicts
+    /// raised by a theory lemma are counted in `theory_conflicts` instead).
     pub conflicts: u64,
     /// Cycles the propagator closed (conflict lemmas), over all calls.
     pub theory_conflicts: u64,
@@ -169,6 +174,7 @@ fn solve_cdcl(
     start: Instant,
 ) -> Result<Solution, SolverError> {
     let all: Vec<usize> = (0..p.constraints.len()).collect();
+    let deadline = opts.time_limit.map(|d| start + d);
     let mut cdcl = match opts.engine {
         Engine::Plain => {
             let clauses = plain_clause_count(p, &all, &p.known);
@@ -185,6 +191,7 @@ fn solve_cdcl(
         }
     };
     let (engine, layout) = cdcl.parts();
+    engine.set_deadline(deadline);
     stats.solve_calls += 1;
     let result = engine.solve(&layout.act)?;
     stats.first_answer_secs = start.elapsed().as_secs_f64();
@@ -219,12 +226,13 @@ fn solve_cdcl(
                     }
                 };
                 let (sub_engine, sub_layout) = sub.parts();
+                sub_engine.set_deadline(deadline);
                 let all_sub: Vec<usize> = (0..sub_layout.act.len()).collect();
                 let shrunk = shrink_by_deletion(sub_engine, sub_layout, all_sub, stats)?;
                 stats.conflicts += sub_engine.conflicts();
                 core = shrunk.iter().map(|&k| sub_layout.subset[k]).collect();
             }
-            let cycles = core_cycles(p, &core, opts, stats)?;
+            let cycles = core_cycles(p, &core, opts, deadline, stats)?;
             Solution::Cyclic(core_from_cycles(p, core, cycles))
         }
     };
@@ -273,9 +281,11 @@ fn core_cycles(
     p: &Polygraph,
     core: &[usize],
     opts: &SolveOptions,
+    deadline: Option<Instant>,
     stats: &mut Stats,
 ) -> Result<Vec<Vec<Edge>>, SolverError> {
     let (mut engine, layout, theory) = build_propagator(p, core, &p.known, opts.propagation_budget, true)?;
+    engine.set_deadline(deadline);
     stats.solve_calls += 1;
     if engine.solve(&layout.act)? != SatResult::Unsat {
         return Err(SolverError::Engine("the core is satisfiable on its own".into()));
@@ -293,6 +303,7 @@ fn core_cycles(
 
     let known: HashSet<Edge> = p.known.iter().copied().collect();
     let mut cnf = Cadical::new();
+    cnf.set_deadline(deadline);
     let mut edge_var: HashMap<Edge, i32> = HashMap::new();
     for &i in core {
         let c = &p.constraints[i];

@@ -161,3 +161,22 @@ fn huge_sparse_vertex_numbers_are_renumbered_not_allocated() {
         assert!(check_model(&sat, &m));
     }
 }
+
+#[test]
+fn an_expired_time_limit_gives_up_instead_of_answering() {
+    // A ring of constraints, each "i → i+1 or i+1 → i": needs real search (decisions), so the terminator is
+    // consulted before any answer.
+    let n = 200u32;
+    let constraints = (0..n).map(|i| c(&[(i, (i + 1) % n)], &[((i + 1) % n, i)])).collect();
+    let p = Polygraph { vertices: n, known: vec![], constraints };
+    for engine in [Engine::Propagator, Engine::Plain] {
+        let opts =
+            SolveOptions { engine, time_limit: Some(std::time::Duration::ZERO), ..SolveOptions::default() };
+        let err = solve_with(&p, &opts).expect_err("must give up");
+        assert!(matches!(err, SolverError::TimedOut), "{err}");
+        // Without the limit it answers.
+        let opts = SolveOptions { engine, ..SolveOptions::default() };
+        let Solution::Acyclic(m) = solve_with(&p, &opts).expect("solves") else { panic!("satisfiable") };
+        assert!(check_model(&p, &m));
+    }
+}
