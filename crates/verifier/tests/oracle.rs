@@ -234,11 +234,9 @@ fn tamper(h: &History, report: &verifier::Report, rng: &mut StdRng) {
             }
         }
         3 => {
-            if let Some(order) = &mut r.serial_order {
-                if !order.is_empty() {
-                    let i = rng.gen_range(0..order.len());
-                    order[i] = TxnId(rng.gen_range(0..n));
-                }
+            if let Some(order) = r.serial_order.as_mut().filter(|o| !o.is_empty()) {
+                let i = rng.gen_range(0..order.len());
+                order[i] = TxnId(rng.gen_range(0..n));
             }
         }
         4 => {
@@ -313,6 +311,9 @@ fn verifier_agrees_with_brute_force_on_random_histories() {
                     h.transactions
                 )
             });
+            if case % 4 == 0 {
+                tamper(&h, &report, &mut rng);
+            }
             if report
                 .anomalies
                 .first()
