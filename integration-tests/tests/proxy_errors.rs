@@ -81,8 +81,7 @@ async fn database_down_gives_the_client_a_clear_error_and_the_proxy_stays_up() {
         assert!(text.contains(&addr.to_string()), "{text}");
     }
     assert_eq!(p.admin_get("/healthz").await, "ok\n");
-    let metrics = p.admin_get("/metrics").await;
-    assert!(metrics.contains("krait_upstream_errors_total 2"), "{metrics}");
+    p.wait_metric("krait_upstream_errors_total 2").await;
     p.handle.shutdown().await.unwrap();
 }
 
@@ -164,8 +163,7 @@ async fn oversized_and_unknown_messages_close_only_that_client() {
     assert!(n.is_ok(), "the connection must be closed");
 
     assert_eq!(bystander.query_one("select 3", &[]).await.unwrap().get::<_, i32>(0), 3);
-    let metrics = p.admin_get("/metrics").await;
-    assert!(metrics.contains("krait_client_protocol_errors_total 4"), "{metrics}");
+    p.wait_metric("krait_client_protocol_errors_total 4").await;
     p.handle.shutdown().await.unwrap();
 }
 
@@ -192,13 +190,7 @@ async fn junk_tls_handshake_closes_only_that_connection() {
     s.read_exact(&mut answer).await.unwrap();
     assert_eq!(&answer, b"N");
     still_serves(&p).await;
-    for _ in 0..50 {
-        if p.admin_get("/metrics").await.contains("krait_tls_handshake_errors_total 1") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(p.admin_get("/metrics").await.contains("krait_tls_handshake_errors_total 1"));
+    p.wait_metric("krait_tls_handshake_errors_total 1").await;
     p.handle.shutdown().await.unwrap();
 }
 
@@ -207,13 +199,27 @@ async fn cancel_request_reaches_the_right_backend() {
     let p = start_proxy().await;
     let c = p.connect().await;
     let token = c.cancel_token();
-    let running = tokio::spawn(async move { c.batch_execute("select pg_sleep(30)").await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let marker = unique("cancel_me");
+    let sql = format!("select pg_sleep(30), '{marker}'");
+    let running = tokio::spawn(async move { c.batch_execute(&sql).await });
+    // Cancel only once the query runs, or the cancel would find nothing to cancel.
+    let d = direct().await;
+    let pattern = format!("%pg_sleep(30), '{marker}'%");
+    let mut active = false;
+    for _ in 0..200 {
+        let q = "select 1 from pg_stat_activity where state = 'active' and query like $1 and pid <> pg_backend_pid()";
+        active = !d.query(q, &[&pattern]).await.unwrap().is_empty();
+        if active {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(active, "the query never started");
     token.cancel_query(tokio_postgres::NoTls).await.unwrap();
     let result = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap();
     let err = result.unwrap_err();
     assert_eq!(err.code(), Some(&tokio_postgres::error::SqlState::QUERY_CANCELED), "{err:?}");
-    assert!(p.admin_get("/metrics").await.contains("krait_cancels_relayed_total 1"));
+    p.wait_metric("krait_cancels_relayed_total 1").await;
     p.handle.shutdown().await.unwrap();
 }
 
@@ -226,6 +232,7 @@ async fn admin_endpoints_report_health_metrics_and_status() {
     drop(c);
     p.wait_for(&t, 1).await;
     assert_eq!(p.admin_get("/healthz").await, "ok\n");
+    p.wait_metric("krait_transactions_recorded_total{outcome=\"committed\"} 1").await;
     let metrics = p.admin_get("/metrics").await;
     for needle in [
         "krait_connections_total 1",

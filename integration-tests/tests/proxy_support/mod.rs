@@ -220,3 +220,19 @@ pub async fn psql(conn: &str, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+impl TestProxy {
+    /// Waits (bounded) until /metrics contains `needle`; counters for a closed connection are bumped just
+    /// after its socket closes, so a test must not read them at once.
+    pub async fn wait_metric(&self, needle: &str) {
+        let mut metrics = String::new();
+        for _ in 0..100 {
+            metrics = self.admin_get("/metrics").await;
+            if metrics.contains(needle) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{needle:?} not in /metrics:\n{metrics}");
+    }
+}
