@@ -23,6 +23,9 @@ fn expect(path: &str, accept: bool) {
     let summary = check_report_detailed(&h, &report)
         .unwrap_or_else(|e| panic!("{path}: report does not check: {e}\n{}", report.render_text()));
     println!("{path}: {} ({} txns) checked: {summary:?}", report.verdict_line(), report.counts.vertices);
+    if !accept {
+        println!("{}", report.render_text());
+    }
 }
 
 #[test]
