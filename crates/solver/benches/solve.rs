@@ -7,6 +7,9 @@
 //! built as Cobra §3.2 does (readers of one write → the other write, or write → write when unread), with no
 //! pruning. Those are satisfiable by construction. The "stale" variant also plants one stale read (a session
 //! reads an old version after its own newer write), which makes it unsatisfiable.
+//!
+//! Environment knobs: `SOLVER_BENCH_SIZES=300,1000` (history sizes), `SOLVER_BENCH_NOISY=0` (skip the noisy
+//! family), `SOLVER_BENCH_PLAIN=0` (skip the plain engine), `SOLVER_BENCH_BUDGET=N` (propagation budget).
 
 use std::time::Instant;
 
@@ -162,8 +165,10 @@ fn main() {
         };
         let prop_ms = t.elapsed().as_secs_f64() * 1e3;
         let t = Instant::now();
-        let (plain, ratio) = match run(p, Engine::Plain) {
-            Ok((psol, pst)) => {
+        let skip_plain = std::env::var("SOLVER_BENCH_PLAIN").is_ok_and(|v| v == "0");
+        let (plain, ratio) = match if skip_plain { None } else { Some(run(p, Engine::Plain)) } {
+            None => ("not run (SOLVER_BENCH_PLAIN=0)".into(), "-".into()),
+            Some(Ok((psol, pst))) => {
                 let ms = t.elapsed().as_secs_f64() * 1e3;
                 let agree = if verdict(&psol) == verdict(&sol) { "" } else { " DISAGREES" };
                 (
@@ -171,10 +176,10 @@ fn main() {
                     format!("{:.1}x", ms / prop_ms.max(1e-3)),
                 )
             }
-            Err(SolverError::TooLarge { clauses, .. }) => {
+            Some(Err(SolverError::TooLarge { clauses, .. })) => {
                 (format!("skipped (too large: {clauses} clauses)"), "-".into())
             }
-            Err(e) => (format!("error: {e}"), "-".into()),
+            Some(Err(e)) => (format!("error: {e}"), "-".into()),
         };
         println!(
             "{:>8} {:>8} {:>7} | {:<16} {:>9.1} {:>9} {:>8} {:>8} | {:>42} | {:>10}",
