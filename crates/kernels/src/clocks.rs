@@ -26,7 +26,8 @@ impl ChainCover {
         let mut pos = vec![0u32; n];
         let mut chains = 0u32;
         for path in hint.unwrap_or(&[]) {
-            if path.is_empty() {
+            // A one-node path would cost a whole chain for one node; the greedy cover does better with it.
+            if path.len() < 2 {
                 continue;
             }
             for (i, &v) in path.iter().enumerate() {
