@@ -279,3 +279,55 @@ impl<T: Theory> ExternalPropagator for Bridge<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A theory that panics on its first assignment.
+    struct Exploding;
+
+    impl Theory for Exploding {
+        fn notify_assignment(&mut self, _lit: i32) {
+            panic!("theory bug");
+        }
+        fn notify_new_decision_level(&mut self) {}
+        fn notify_backtrack(&mut self, _new_level: usize) {}
+        fn propagate(&mut self) -> Option<i32> {
+            None
+        }
+        fn reason(&mut self, _lit: i32) -> Option<Vec<i32>> {
+            None
+        }
+        fn next_lemma(&mut self) -> Option<Vec<i32>> {
+            None
+        }
+        fn check_model(&mut self, _model: &[i32]) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_panicking_theory_becomes_an_error_not_an_abort() {
+        let mut engine = Cadical::new();
+        engine.attach_theory(Rc::new(RefCell::new(Exploding)));
+        let (a, b) = (engine.new_var(), engine.new_var());
+        engine.observe(a);
+        engine.observe(b);
+        engine.add_clause(&[a, b]);
+        engine.add_clause(&[-a, b]);
+        let result = engine.solve(&[]);
+        assert!(matches!(result, Err(SolverError::Engine(_))), "{result:?}");
+    }
+
+    #[test]
+    fn assumptions_and_failed_literals_round_trip() {
+        let mut engine = Cadical::new();
+        let (a, b) = (engine.new_var(), engine.new_var());
+        engine.add_clause(&[-a, -b]);
+        assert_eq!(engine.solve(&[a]).expect("solves"), SatResult::Sat);
+        assert!(engine.value(a) && !engine.value(b));
+        assert_eq!(engine.solve(&[a, b]).expect("solves"), SatResult::Unsat);
+        assert!(engine.failed(a) || engine.failed(b));
+    }
+}

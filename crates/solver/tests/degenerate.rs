@@ -52,6 +52,8 @@ fn cyclic_known_graph_is_answered_with_its_cycle_and_no_constraints() {
         let Solution::Cyclic(core) = s else { panic!("expected cyclic") };
         assert!(core.constraints.is_empty());
         assert_eq!(core.cycles.len(), 1);
+        // Answered by the known-graph shortcut, without any SAT call.
+        assert_eq!(solver::solve_with_stats(&p, &SolveOptions::default()).expect("solves").1.solve_calls, 0);
         assert_eq!(core.cycles[0].len(), 3);
         assert!(check_core_brute_force(&p, &core));
     }
