@@ -50,6 +50,19 @@ use crate::sql::{StmtKind, classify, classify_one};
 /// a forgotten name is still matched; only its SQL text is missing from the record.
 const MAX_TRACKED_NAMES: usize = 10_000;
 
+/// A prepared statement's text and kind, classified once at Parse rather than at every Execute.
+#[derive(Debug, Clone)]
+struct Prepared {
+    sql: Arc<str>,
+    kind: StmtKind,
+}
+
+impl Prepared {
+    fn unknown() -> Self {
+        Prepared { sql: Arc::from(""), kind: StmtKind::Plain }
+    }
+}
+
 /// A request whose replies are still to come.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expect {
@@ -160,8 +173,8 @@ pub struct SessionMachine {
     implicit_pending: bool,
     txn: Option<OpenTxn>,
     next_seq: u64,
-    statements: HashMap<Bytes, Arc<str>>,
-    portals: HashMap<Bytes, Arc<str>>,
+    statements: HashMap<Bytes, Prepared>,
+    portals: HashMap<Bytes, Prepared>,
     suspended: HashMap<Bytes, ()>,
 }
 
@@ -249,18 +262,20 @@ impl SessionMachine {
                 if self.statements.len() >= MAX_TRACKED_NAMES && !self.statements.contains_key(name) {
                     self.statements.clear();
                 }
-                self.statements.insert(name.clone(), Arc::from(wire::pg::text(query).as_ref()));
+                let prepared =
+                    Prepared { sql: Arc::from(wire::pg::text(query).as_ref()), kind: classify_one(query) };
+                self.statements.insert(name.clone(), prepared);
                 self.push(Expect::Parse, false, false);
                 forward
             }
             FrontendMessage::Bind { portal, statement, .. } => {
-                let sql = self.statements.get(statement).cloned().unwrap_or_else(|| Arc::from(""));
+                let prepared = self.statements.get(statement).cloned().unwrap_or_else(Prepared::unknown);
                 if self.portals.len() >= MAX_TRACKED_NAMES {
                     // Named portals that are never closed die with their transaction on the server; forget
                     // them in bulk rather than grow without bound.
                     self.portals.clear();
                 }
-                self.portals.insert(portal.clone(), sql);
+                self.portals.insert(portal.clone(), prepared);
                 self.suspended.remove(portal);
                 self.push(Expect::Bind, false, false);
                 forward
@@ -314,8 +329,8 @@ impl SessionMachine {
                 if self.ends_in_flight > 0 {
                     return FrontendStep::Wait;
                 }
-                let sql = self.portals.get(portal).cloned().unwrap_or_else(|| Arc::from(""));
-                let kind = classify_one(sql.as_bytes());
+                let Prepared { sql, kind } =
+                    self.portals.get(portal).cloned().unwrap_or_else(Prepared::unknown);
                 let idle = self.predicted == TxnStatus::Idle;
                 let (may_end, may_commit) = match kind {
                     StmtKind::Begin => {

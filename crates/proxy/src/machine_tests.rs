@@ -402,8 +402,9 @@ fn extended_explicit_block_like_pgbench_prepared() {
             result_formats: vec![],
         });
         // pgbench -M prepared parses each statement once, by name; emulate with a Parse first.
-        h.m.statements.insert(b(sql), Arc::from(sql));
-        h.m.portals.insert(b(""), Arc::from(sql));
+        let prepared = Prepared { sql: Arc::from(sql), kind: crate::sql::classify_one(sql.as_bytes()) };
+        h.m.statements.insert(b(sql), prepared.clone());
+        h.m.portals.insert(b(""), prepared);
         h.send(FrontendMessage::Execute { portal: b(""), max_rows: 0 });
         h.send(FrontendMessage::Sync);
         let status = if sql == "END" { I } else { T };

@@ -62,9 +62,9 @@ impl Recorder {
         SessionRecorder { rec: self.clone(), id, intents: HashMap::new() }
     }
 
-    fn logged(&self, session: SessionId, id: TxnId, snap: &TxnSnapshot) -> LoggedTxn {
+    fn logged(&self, session: SessionId, id: TxnId, snap: TxnSnapshot) -> LoggedTxn {
         let mut txn = LoggedTxn::new(id, session, snap.seq);
-        txn.statements = snap.statements.clone();
+        txn.statements = snap.statements;
         txn.start_ns = Some(snap.start_ns);
         txn.collector = self.collector;
         txn
@@ -82,26 +82,28 @@ pub struct SessionRecorder {
 impl SessionRecorder {
     /// Logs the intent of a transaction about to (maybe) commit. The ticket is not waited on: the outcome's
     /// fsync covers the intent too.
-    pub fn intent(&mut self, snap: &TxnSnapshot) -> Result<(), LogError> {
+    pub fn intent(&mut self, snap: TxnSnapshot) -> Result<(), LogError> {
         let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
+        let seq = snap.seq;
         let txn = self.rec.logged(self.id, id, snap);
         let result = self.rec.log.append_intent(txn);
         if result.is_err() {
             Metrics::inc(&self.rec.metrics.log_errors);
         }
         let _ticket = result?;
-        self.intents.insert(snap.seq, id);
+        self.intents.insert(seq, id);
         Ok(())
     }
 
     /// Logs how a transaction ended. Returns the ticket to wait on before the client may see a commit.
     pub fn end(&mut self, end: TxnEnd) -> Result<Option<DurabilityTicket>, LogError> {
         let commit_ns = (end.outcome == Outcome::Committed).then_some(end.end_ns);
+        let outcome = end.outcome;
         let result = match self.intents.remove(&end.txn.seq) {
-            Some(id) => self.rec.log.append_outcome(id, end.outcome, commit_ns),
+            Some(id) => self.rec.log.append_outcome(id, outcome, commit_ns),
             None => {
                 let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
-                self.rec.log.append_finished(self.rec.logged(self.id, id, &end.txn), end.outcome, commit_ns)
+                self.rec.log.append_finished(self.rec.logged(self.id, id, end.txn), outcome, commit_ns)
             }
         };
         let ticket = match result {
@@ -112,11 +114,11 @@ impl SessionRecorder {
             }
         };
         let m = &self.rec.metrics;
-        Metrics::inc(match end.outcome {
+        Metrics::inc(match outcome {
             Outcome::Committed => &m.txns_committed,
             Outcome::Aborted => &m.txns_aborted,
             Outcome::Indeterminate => &m.txns_indeterminate,
         });
-        Ok((end.outcome == Outcome::Committed).then_some(ticket))
+        Ok((outcome == Outcome::Committed).then_some(ticket))
     }
 }

@@ -517,10 +517,13 @@ async fn client_to_server(
                 let (step, copy_in) = {
                     let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
                     let Core { machine, recorder } = &mut *guard;
-                    let step = machine.on_frontend(&msg, now_ns());
-                    if let FrontendStep::Forward { intent: Some(snap) } = &step {
-                        recorder.intent(snap).map_err(|e| Failure::Other(SessionError::Log(e)))?;
-                    }
+                    let step = match machine.on_frontend(&msg, now_ns()) {
+                        FrontendStep::Forward { intent: Some(snap) } => {
+                            recorder.intent(snap).map_err(|e| Failure::Other(SessionError::Log(e)))?;
+                            FrontendStep::Forward { intent: None }
+                        }
+                        other => other,
+                    };
                     (step, machine.in_copy_in())
                 };
                 match step {
