@@ -345,3 +345,31 @@ fn reports_round_trip_through_json() {
     assert_eq!(back, report);
     check_report_detailed(&h, &back).unwrap();
 }
+
+#[test]
+fn degenerate_histories_are_accepted() {
+    for h in [
+        history::History::default(),
+        HistoryBuilder::new().txn(1, |t| t).build(),
+        HistoryBuilder::new().aborted(1, |t| t.write("x", 1)).aborted(2, |t| t.read("x", 1)).build(),
+        HistoryBuilder::new().indeterminate(1, |t| t.read("x", 5)).build(),
+    ] {
+        for level in [Level::Serializable, Level::StrictSerializable] {
+            accepts(&h, &Options { level, ..Options::default() });
+        }
+    }
+}
+
+#[test]
+fn sql_text_and_sessions_appear_in_the_text_report() {
+    let (b, stmt) =
+        HistoryBuilder::new().statement("UPDATE accounts SET balance = balance - 10 WHERE id = 1");
+    let h = b
+        .txn(1, |t| t.stmt(stmt).read_init("x").write("x", 1))
+        .txn(2, |t| t.stmt(stmt).read_init("x").write("x", 2))
+        .build();
+    let text = rejects(&h, &Options::default()).render_text();
+    assert!(text.starts_with("REJECT"), "{text}");
+    assert!(text.contains("UPDATE accounts"), "{text}");
+    assert!(text.contains("session S1"), "{text}");
+}
