@@ -276,7 +276,8 @@ fn shrink_by_deletion<E: SatEngine>(
 /// propagation. Those candidates are then handed to a plain CNF (the core's clauses plus one clause per cycle,
 /// each behind a selector), which must be unsatisfiable: if it is not, the model's graph has a cycle, which
 /// joins the candidates (counter-example guided, so the result never depends on what was recorded). The
-/// failed selectors, shrunk by deletion when few, are the certificate.
+/// failed selectors, shrunk by deletion when few, are the certificate. Only closed walks over known edges
+/// and the core's sides are admitted, so an UNSAT answer rests on this theory-free CNF, not on the propagator.
 fn core_cycles(
     p: &Polygraph,
     core: &[usize],
@@ -319,6 +320,10 @@ fn core_cycles(
     let mut selectors: Vec<i32> = Vec::new();
     let add_cycle =
         |cnf: &mut Cadical, cycle: Vec<Edge>, cycles: &mut Vec<Vec<Edge>>, selectors: &mut Vec<i32>| {
+            // Only real cycles may refute: the certificate must not trust the propagator.
+            if !crate::graph::is_closed_walk(&cycle) {
+                return;
+            }
             let mut clause = Vec::with_capacity(cycle.len() + 1);
             for e in &cycle {
                 match edge_var.get(e) {
