@@ -175,7 +175,7 @@ impl WorkloadName {
 
 impl fmt::Display for WorkloadName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 

@@ -367,3 +367,158 @@ fn summary_json(name: WorkloadName, opts: &RunOptions, s: &RunSummary) -> serde_
         "mix": s.mix,
     })
 }
+
+/// Arguments of `krait bench`: verification time against history size, per workload, on generated
+/// histories (the shape of Cobra Fig. 5, which plots BlindW-RW against its baselines).
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Workloads to measure, comma-separated (default: all six).
+    #[arg(long, value_delimiter = ',')]
+    workloads: Vec<WorkloadName>,
+    /// History sizes in transactions, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000,2000,5000,10000,20000")]
+    txns: Vec<u64>,
+    /// Sessions per history (Cobra §6.1 used 24 clients).
+    #[arg(long, default_value_t = 24)]
+    clients: u32,
+    /// Seed of the generated histories.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Verify each history this many times and keep the fastest run.
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
+    /// Once verifying one size of a workload takes longer than this many seconds, skip its larger sizes.
+    #[arg(long, default_value_t = 120.0)]
+    budget_s: f64,
+    /// The folder for `verify_time.csv` and `verify_time.svg` (created if missing).
+    #[arg(long, default_value = "bench-out")]
+    out: PathBuf,
+    #[command(flatten)]
+    sizes: SizeArgs,
+}
+
+/// One measured point.
+struct BenchPoint {
+    workload: WorkloadName,
+    txns: u64,
+    committed: u64,
+    gen_ms: f64,
+    verify_ms: f64,
+    verdict: &'static str,
+}
+
+/// Runs `krait bench`: generates a history per workload and size, times `verifier::verify` on it, and
+/// writes a CSV table and an SVG plot. Exits 1 if any generated history was not accepted (it is
+/// serializable by construction, so that would be a verifier or generator bug).
+pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let names = if args.workloads.is_empty() { WorkloadName::ALL.to_vec() } else { args.workloads.clone() };
+    let mut sizes = args.txns.clone();
+    sizes.sort_unstable();
+    sizes.dedup();
+    if sizes.is_empty() || sizes[0] == 0 {
+        anyhow::bail!("--txns needs positive sizes");
+    }
+    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
+    println!(
+        "{:<10} {:>7} {:>9} {:>10} {:>11}  verdict",
+        "workload", "txns", "committed", "gen ms", "verify ms"
+    );
+    let mut points = Vec::new();
+    for name in names {
+        let workload = args.sizes.workload(name);
+        for &txns in &sizes {
+            let started = Instant::now();
+            let opts = GenerateOptions {
+                txns,
+                clients: args.clients,
+                seed: args.seed,
+                interleave: Interleave::Random,
+            };
+            let generated = generate(&workload, &opts)?;
+            let gen_ms = started.elapsed().as_secs_f64() * 1e3;
+            let mut verify_ms = f64::INFINITY;
+            let mut verdict = "accept";
+            for _ in 0..args.repeat.max(1) {
+                let started = Instant::now();
+                let report = verifier::verify(&generated.history, &verifier::Options::default())?;
+                verify_ms = verify_ms.min(started.elapsed().as_secs_f64() * 1e3);
+                if !report.is_accept() {
+                    verdict = "REJECT";
+                }
+            }
+            let committed = generated.history.stats().committed;
+            println!("{name:<10} {txns:>7} {committed:>9} {gen_ms:>10.1} {verify_ms:>11.1}  {verdict}");
+            points.push(BenchPoint { workload: name, txns, committed, gen_ms, verify_ms, verdict });
+            if verify_ms > args.budget_s * 1e3 {
+                eprintln!("{name}: {txns} transactions took over {} s; skipping larger sizes", args.budget_s);
+                break;
+            }
+        }
+    }
+    let csv_path = args.out.join("verify_time.csv");
+    let mut csv = String::from("workload,txns,committed,sessions,seed,gen_ms,verify_ms,verdict\n");
+    for p in &points {
+        csv.push_str(&format!(
+            "{},{},{},{},{},{:.3},{:.3},{}\n",
+            p.workload, p.txns, p.committed, args.clients, args.seed, p.gen_ms, p.verify_ms, p.verdict
+        ));
+    }
+    std::fs::write(&csv_path, csv).with_context(|| format!("cannot write {}", csv_path.display()))?;
+    let svg_path = args.out.join("verify_time.svg");
+    plot(&points, &svg_path).with_context(|| format!("cannot draw {}", svg_path.display()))?;
+    eprintln!("wrote {} and {}", csv_path.display(), svg_path.display());
+    let all_accepted = points.iter().all(|p| p.verdict == "accept");
+    Ok(if all_accepted { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// Verification time (s) against transactions, one line per workload.
+fn plot(points: &[BenchPoint], path: &std::path::Path) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+
+    let x_max = points.iter().map(|p| p.txns).max().unwrap_or(1) as f64 * 1.05;
+    let y_max = points.iter().map(|p| p.verify_ms / 1e3).fold(0.0, f64::max).max(1e-3) * 1.1;
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Verification time vs. number of transactions (generated histories)", ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("number of transactions")
+        .y_desc("verification time (s)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for (i, name) in WorkloadName::ALL.iter().enumerate() {
+        let series: Vec<(f64, f64)> = points
+            .iter()
+            .filter(|p| p.workload == *name)
+            .map(|p| (p.txns as f64, p.verify_ms / 1e3))
+            .collect();
+        if series.is_empty() {
+            continue;
+        }
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        chart
+            .draw_series(series.into_iter().map(|(x, y)| Circle::new((x, y), 3, color.filled())))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}
