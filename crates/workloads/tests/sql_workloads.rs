@@ -43,6 +43,7 @@ fn run_small(name: WorkloadName, txns: Option<u64>, duration: Option<Duration>) 
         };
         let progress = Arc::new(Progress::default());
         let summary = run(&url(), workload, &opts, progress.clone()).await.unwrap();
+        check_consistency(name, &opts.schema).await;
         assert_eq!(summary.errors, 0, "{name}: {:#?}", summary.error_samples);
         assert_eq!(
             progress.finished.load(std::sync::atomic::Ordering::Relaxed),
@@ -60,6 +61,52 @@ fn run_small(name: WorkloadName, txns: Option<u64>, duration: Option<Duration>) 
         );
         summary
     })
+}
+
+/// The invariants each workload keeps when every transaction is serializable: a lost update, or a retried
+/// transaction applied twice, breaks them (TPC-C's are its consistency conditions 1 and 2, clause 3.3.2).
+async fn check_consistency(name: WorkloadName, schema: &SchemaName) {
+    let (client, conn) = tokio_postgres::connect(&url(), tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client.batch_execute(&format!("SET search_path TO {schema}")).await.unwrap();
+    let violations: &[(&str, &str)] = match name {
+        WorkloadName::Tpcc => &[
+            (
+                "w_ytd = sum(d_ytd)",
+                "SELECT count(*) FROM tpcc_warehouse w WHERE w_ytd <> (SELECT sum(d_ytd) FROM tpcc_district)",
+            ),
+            (
+                "d_next_o_id - 1 = max(o_id)",
+                "SELECT count(*) FROM tpcc_district d WHERE d_next_o_id - 1 <> \
+                 (SELECT coalesce(max(o_id), 0) FROM tpcc_orders o WHERE o.o_d_id = d.d_id)",
+            ),
+            (
+                "o_ol_cnt = count(order lines)",
+                "SELECT count(*) FROM tpcc_orders o WHERE o_ol_cnt <> (SELECT count(*) FROM tpcc_order_line l \
+                 WHERE l.ol_d_id = o.o_d_id AND l.ol_o_id = o.o_id)",
+            ),
+        ],
+        WorkloadName::Twitter => &[(
+            "tweet_count = count(tweets)",
+            "SELECT count(*) FROM tw_user u WHERE tweet_count <> (SELECT count(*) FROM tw_tweet t WHERE t.t_uid = u.uid)",
+        )],
+        WorkloadName::Rubis => &[
+            (
+                "nb_bids = count(bids)",
+                "SELECT count(*) FROM rb_item i WHERE nb_bids <> (SELECT count(*) FROM rb_bid b WHERE b.b_iid = i.iid)",
+            ),
+            (
+                "nb_comments = count(comments)",
+                "SELECT count(*) FROM rb_user u WHERE nb_comments <> \
+                 (SELECT count(*) FROM rb_comment c WHERE c.c_to = u.uid)",
+            ),
+        ],
+        _ => &[],
+    };
+    for (what, sql) in violations {
+        let n: i64 = client.query_one(*sql, &[]).await.unwrap().get(0);
+        assert_eq!(n, 0, "{name}: {what} is violated in {n} rows");
+    }
 }
 
 fn run_count(name: WorkloadName) {
