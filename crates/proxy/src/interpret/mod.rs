@@ -1,0 +1,190 @@
+//! The SQL interpreter: from the statements unmodified clients send to the reads and writes of rows the
+//! verifier checks (DESIGN.md §3 "Making writes identifiable without changing the application").
+//!
+//! - [`classify`]: parse each statement with `sqlparser` (pure Rust, builds in seconds here; `pg_query`
+//!   would parse exactly as PostgreSQL does but needs a C build of the server's parser), decide what it
+//!   does to rows, and rewrite it to also return each row's version tag. What cannot be mapped is
+//!   [`classify::Opaque`], counted by [`classify::OpaqueKind`].
+//! - [`strip`]: cut the added columns from RowDescription and DataRow (a suffix cut; the rest is copied
+//!   byte for byte) and widen a Bind's per-column result formats.
+//! - [`versions`]: (table, pk, xmin) to write ids, tombstones, and the rule for pre-history versions; its
+//!   module docs list the limits of `xmin`.
+//! - [`catalog`]: primary keys from `pg_catalog`, cached.
+//! - [`fence`]: the fence transaction and the per-connection counter.
+//!
+//! # Strategies
+//!
+//! [`VersionStrategy`] is what a way of identifying versions must provide. [`XminStrategy`] is
+//! PostgreSQL's default. [`ColumnStrategy`] is the design for MySQL/MariaDB and databases without `xmin`:
+//!
+//! - Setup: for each tagged table, `ALTER TABLE t ADD COLUMN krait_wid BIGINT INVISIBLE` (MySQL 8.0.23+;
+//!   MariaDB 10.3+ has `INVISIBLE` too). Invisible columns are left out of `SELECT *` and of INSERTs
+//!   without a column list, so the application sees the same result shapes.
+//! - Writes: the proxy allocates a write id per statement and row and sets it in the same statement:
+//!   `UPDATE t SET ..., krait_wid = <id>`; `INSERT INTO t (cols..., krait_wid) VALUES (..., <id>)`. With
+//!   several rows per statement the id is `<statement id> * 2^16 + row number` (MySQL has no RETURNING, so
+//!   the proxy must be able to name every row's id in advance). DELETE needs a tombstone id of
+//!   (key, deleting transaction), which MySQL cannot return; the rewriter would select the affected keys
+//!   first (`SELECT pk FROM t WHERE <same predicate> FOR UPDATE`), which is only equivalent under locking
+//!   reads.
+//! - Reads: append `t.krait_wid` and the primary key to the target list, and strip them, as with `xmin`.
+//! - A row whose `krait_wid` is NULL was written before setup: pre-history, tag 0.
+//!
+//! Only the interface and this design exist; [`ColumnStrategy`] refuses to plan.
+
+pub mod catalog;
+pub mod classify;
+pub mod fence;
+pub mod strip;
+pub mod versions;
+
+use bytes::Bytes;
+use history::log::LoggedOp;
+use serde::Deserialize;
+
+pub use catalog::{Catalog, Lookup, PK_QUERY, TableInfo};
+pub use classify::{Opaque, OpaqueKind, PlannedQuery, RowKind, RowPlan, StmtPlan, plan_query};
+pub use versions::{TagError, VersionBook};
+
+/// Which version-tagging strategy the proxy uses (`[tagging] strategy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StrategyName {
+    /// No rewriting; transactions are recorded as statements only.
+    #[default]
+    Off,
+    /// PostgreSQL's `xmin` system column.
+    Xmin,
+    /// A hidden column the proxy fills (MySQL/MariaDB; design only).
+    Column,
+}
+
+/// The `[tagging]` section of the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TaggingConfig {
+    /// The strategy; `off` until tagging is wired into sessions.
+    pub strategy: StrategyName,
+    /// Run a fence every this many committed client transactions per connection; 0 disables fences.
+    pub fence_every: u64,
+}
+
+impl Default for TaggingConfig {
+    fn default() -> Self {
+        TaggingConfig { strategy: StrategyName::Off, fence_every: 20 }
+    }
+}
+
+/// A strategy that cannot do what was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StrategyError {
+    /// The strategy is designed but not built.
+    #[error("not implemented yet: {0}")]
+    NotImplemented(&'static str),
+    /// A row's version columns were malformed.
+    #[error(transparent)]
+    Tag(#[from] TagError),
+}
+
+/// A way to learn which version of a row each statement read or wrote.
+pub trait VersionStrategy: Send + Sync {
+    /// The strategy's configuration name.
+    fn name(&self) -> &'static str;
+
+    /// SQL to run once per table before its rows can be tagged (for example adding a hidden column), if
+    /// any.
+    fn table_setup(&self, table: &TableInfo) -> Result<Option<String>, StrategyError>;
+
+    /// Plans a query string and rewrites it to return version tags.
+    fn plan(&self, sql: &str, catalog: &Catalog) -> Result<PlannedQuery, StrategyError>;
+
+    /// The ops of one result row, from the values of its extra columns.
+    fn row_ops(
+        &self,
+        plan: &RowPlan,
+        extras: &[Option<Bytes>],
+        stmt: Option<u32>,
+        book: &VersionBook,
+    ) -> Result<Vec<LoggedOp>, StrategyError>;
+}
+
+/// PostgreSQL's `xmin` (see [`versions`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct XminStrategy;
+
+impl VersionStrategy for XminStrategy {
+    fn name(&self) -> &'static str {
+        "xmin"
+    }
+
+    fn table_setup(&self, _table: &TableInfo) -> Result<Option<String>, StrategyError> {
+        Ok(None)
+    }
+
+    fn plan(&self, sql: &str, catalog: &Catalog) -> Result<PlannedQuery, StrategyError> {
+        Ok(plan_query(sql, catalog))
+    }
+
+    fn row_ops(
+        &self,
+        plan: &RowPlan,
+        extras: &[Option<Bytes>],
+        stmt: Option<u32>,
+        book: &VersionBook,
+    ) -> Result<Vec<LoggedOp>, StrategyError> {
+        Ok(versions::row_ops(plan, extras, stmt, book)?)
+    }
+}
+
+/// The hidden-column strategy for MySQL/MariaDB: designed (module docs), not built.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ColumnStrategy;
+
+impl VersionStrategy for ColumnStrategy {
+    fn name(&self) -> &'static str {
+        "column"
+    }
+
+    fn table_setup(&self, table: &TableInfo) -> Result<Option<String>, StrategyError> {
+        Ok(Some(format!(
+            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS krait_wid BIGINT INVISIBLE",
+            table.namespace
+        )))
+    }
+
+    fn plan(&self, _sql: &str, _catalog: &Catalog) -> Result<PlannedQuery, StrategyError> {
+        Err(StrategyError::NotImplemented("the column strategy's statement rewriting"))
+    }
+
+    fn row_ops(
+        &self,
+        _plan: &RowPlan,
+        _extras: &[Option<Bytes>],
+        _stmt: Option<u32>,
+        _book: &VersionBook,
+    ) -> Result<Vec<LoggedOp>, StrategyError> {
+        Err(StrategyError::NotImplemented("the column strategy's row tags"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tagging_config_defaults_to_off_with_fences_every_20() {
+        let c: TaggingConfig = toml::from_str("").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c, TaggingConfig { strategy: StrategyName::Off, fence_every: 20 });
+        let c: TaggingConfig =
+            toml::from_str("strategy = \"xmin\"\nfence_every = 5").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.strategy, StrategyName::Xmin);
+        assert!(toml::from_str::<TaggingConfig>("strategy = \"bogus\"").is_err());
+    }
+
+    #[test]
+    fn the_column_strategy_says_it_is_not_built() {
+        let s = ColumnStrategy;
+        assert!(matches!(s.plan("SELECT 1", &Catalog::new()), Err(StrategyError::NotImplemented(_))));
+        assert_eq!(XminStrategy.name(), "xmin");
+    }
+}

@@ -1,0 +1,309 @@
+//! Version identity: from the tags the database returns to the history's [`WriteId`] and [`Observed`].
+//!
+//! # The rule (strategy `xmin`)
+//!
+//! A version of a row is (table, primary key, `xmin`): PostgreSQL stamps every new tuple with the id of
+//! the (sub)transaction that wrote it, and the proxy reads it back with RETURNING (writes) or in the target
+//! list (reads).
+//!
+//! - The write id of the version that (table, pk, xmin) names is a 64-bit FNV-1a hash of the three
+//!   ([`version_id`]). Deterministic, so the writer (which sees RETURNING) and every later reader (which sees
+//!   the tuple) compute the same id without talking to each other.
+//! - A DELETE leaves no tuple to stamp, so its tombstone's id hashes (table, pk, the deleter's transaction
+//!   id from `pg_current_xact_id()`) with a different domain byte ([`tombstone_id`]): unique per key and
+//!   deleting transaction, and never equal to a live version's id.
+//! - A read maps to `Observed::Version(id)` only when this proxy recorded a write of that id (the
+//!   [`VersionBook`]); any other version was written before recording began (or by a client that bypassed
+//!   Krait) and maps to `Observed::PreHistory(id)`, which the verifier orders before every recorded
+//!   transaction, like Cobra's INIT (DESIGN.md §3). A writer's RETURNING reaches the proxy before its COMMIT
+//!   is sent, so no reader can see a recorded version before the book holds it.
+//! - The book lives in memory. After a restart, the proxy seeds it from the log's write ops
+//!   ([`VersionBook::seed_from`]), so versions written by an earlier run stay `Version`, not pre-history.
+//!
+//! # Limits of `xmin`
+//!
+//! - Several versions of one row written by one transaction share its `xmin`, so they get one id. The
+//!   interpreter records the second write of the same id in a transaction once; the verifier sees the last
+//!   state, which is all other transactions can see.
+//! - Subtransactions: a write inside a SAVEPOINT is stamped with the subtransaction's xid. Readers see the
+//!   same xid, so ids still agree. A write undone by ROLLBACK TO SAVEPOINT is, however, still in the
+//!   transaction's recorded ops (not handled yet).
+//! - Frozen rows: since PostgreSQL 9.4 freezing keeps the raw `xmin` (it sets a flag bit), so the id does
+//!   not change when VACUUM freezes a row. Before 9.4 a frozen row reported `xmin = 2`.
+//! - Wraparound: `xmin` is 32 bits. Two versions of one key written 2^32 transactions apart collide.
+//! - UPDATE on PostgreSQL before 18 cannot return the replaced tuple's `xmin`; the rewriter asks for it with
+//!   a scalar subquery on the statement's snapshot. At REPEATABLE READ and SERIALIZABLE that is exactly the
+//!   replaced version (otherwise the UPDATE fails with a serialization error). At READ COMMITTED, when a
+//!   concurrent update committed in between, PostgreSQL updates the newer version (EvalPlanQual) while the
+//!   snapshot still shows the older one, so the recorded read can be older than the replaced version.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use history::log::LoggedOp;
+use history::{KeyName, Observed, WriteId};
+
+use super::classify::{PkValue, RowKind, RowPlan};
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(FNV_PRIME);
+    }
+    h
+}
+
+fn hash_parts(domain: u8, parts: &[&[u8]]) -> u64 {
+    let mut h = fnv(FNV_OFFSET, &[domain]);
+    for p in parts {
+        // Length-prefix every part so ("ab","c") and ("a","bc") differ.
+        h = fnv(h, &(p.len() as u64).to_le_bytes());
+        h = fnv(h, p);
+    }
+    h
+}
+
+/// The write id of the live version (table, pk, xmin).
+pub fn version_id(key: &KeyName, xmin: &[u8]) -> WriteId {
+    WriteId(hash_parts(b'v', &[key.namespace.as_bytes(), &key.bytes, xmin]))
+}
+
+/// The write id of the tombstone a DELETE by transaction `deleter` left for `key`.
+pub fn tombstone_id(key: &KeyName, deleter: &[u8]) -> WriteId {
+    WriteId(hash_parts(b't', &[key.namespace.as_bytes(), &key.bytes, deleter]))
+}
+
+/// The key name of a row: its table's namespace and its primary-key values as text, joined by the unit
+/// separator (0x1f), which never appears in an identifier-like key but keeps (1,23) and (12,3) apart.
+pub fn key_name(namespace: &str, pk: &[&[u8]]) -> KeyName {
+    let mut bytes = Vec::new();
+    for (i, p) in pk.iter().enumerate() {
+        if i > 0 {
+            bytes.push(0x1f);
+        }
+        bytes.extend_from_slice(p);
+    }
+    KeyName { namespace: namespace.to_owned(), bytes }
+}
+
+/// The write ids this proxy recorded, shared by all sessions, so a read can tell a recorded version from a
+/// pre-history one.
+#[derive(Debug, Default)]
+pub struct VersionBook {
+    written: Mutex<HashSet<u64>>,
+}
+
+impl VersionBook {
+    /// An empty book.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Notes a recorded write.
+    pub fn insert(&self, w: WriteId) {
+        if let Ok(mut s) = self.written.lock() {
+            s.insert(w.0);
+        }
+    }
+
+    /// Whether this proxy recorded a write of `w`.
+    pub fn contains(&self, w: WriteId) -> bool {
+        self.written.lock().map(|s| s.contains(&w.0)).unwrap_or(false)
+    }
+
+    /// How many write ids the book holds.
+    pub fn len(&self) -> usize {
+        self.written.lock().map(|s| s.len()).unwrap_or(0)
+    }
+
+    /// Whether the book is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds every write of a replayed history (a restart's earlier runs).
+    pub fn seed_from(&self, h: &history::History) {
+        for t in &h.transactions {
+            for op in &t.ops {
+                if let history::Op::Write { write, .. } = op {
+                    self.insert(*write);
+                }
+            }
+        }
+    }
+
+    /// What a read of `w` observed, by the rule in the module docs.
+    pub fn observed(&self, w: WriteId) -> Observed {
+        if self.contains(w) { Observed::Version(w) } else { Observed::PreHistory(w.0) }
+    }
+}
+
+/// A row's extra values did not have the expected shape.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("version columns of a {kind:?} row: {reason}")]
+pub struct TagError {
+    /// The statement kind.
+    pub kind: RowKind,
+    /// What was wrong.
+    pub reason: String,
+}
+
+/// Turns one result row's extra values into ops, in table order. A table whose columns are NULL (the
+/// missing side of an outer join) contributes nothing. Writes are noted in `book`.
+pub fn row_ops(
+    plan: &RowPlan,
+    extras: &[Option<Bytes>],
+    stmt: Option<u32>,
+    book: &VersionBook,
+) -> Result<Vec<LoggedOp>, TagError> {
+    let err = |reason: String| TagError { kind: plan.kind, reason };
+    if extras.len() != plan.extra_columns() {
+        return Err(err(format!("{} values for {} columns", extras.len(), plan.extra_columns())));
+    }
+    let mut ops = Vec::new();
+    let mut at = 0;
+    for t in &plan.tables {
+        let cols = &extras[at..at + t.width()];
+        at += t.width();
+        let Some(xmin) = cols[0].as_ref() else { continue };
+        let pk: Option<Vec<&[u8]>> = cols[1..=t.pk_arity].iter().map(|v| v.as_deref()).collect();
+        let Some(pk) = pk else { return Err(err("NULL primary key".into())) };
+        let key = key_name(&t.namespace, &pk);
+        let mut extra = cols[1 + t.pk_arity..].iter();
+        match plan.kind {
+            RowKind::Read => {
+                let w = version_id(&key, xmin);
+                ops.push(LoggedOp::Read { key, observed: book.observed(w), stmt });
+            }
+            RowKind::Insert | RowKind::Update => {
+                if t.replaced {
+                    // NULL: the row was not visible to the statement's snapshot (inserted by this statement's
+                    // own earlier effects); there is no replaced version to record.
+                    if let Some(Some(old)) = extra.next() {
+                        let w = version_id(&key, old);
+                        ops.push(LoggedOp::Read { key: key.clone(), observed: book.observed(w), stmt });
+                    }
+                }
+                let w = version_id(&key, xmin);
+                book.insert(w);
+                ops.push(LoggedOp::Write { key, write: w, stmt });
+            }
+            RowKind::Delete => {
+                let Some(Some(deleter)) = extra.next() else { return Err(err("no deleter id".into())) };
+                let w = tombstone_id(&key, deleter);
+                book.insert(w);
+                ops.push(LoggedOp::Write { key, write: w, stmt });
+            }
+        }
+    }
+    Ok(ops)
+}
+
+/// The Absent read a point lookup that returned no row records, if its key values are known: literals,
+/// or parameters sent in text format. A parameter in binary format, or missing, gives `None`.
+pub fn absent_read(
+    plan: &RowPlan,
+    params: &[Option<Bytes>],
+    param_formats: &[i16],
+    stmt: Option<u32>,
+) -> Option<LoggedOp> {
+    let point = plan.point.as_ref()?;
+    let mut vals: Vec<Vec<u8>> = Vec::with_capacity(point.values.len());
+    for v in &point.values {
+        match v {
+            PkValue::Literal(s) => vals.push(s.as_bytes().to_vec()),
+            PkValue::Param(i) => {
+                let format = match param_formats {
+                    [] => 0,
+                    [one] => *one,
+                    many => *many.get(*i)?,
+                };
+                if format != 0 {
+                    return None;
+                }
+                vals.push(params.get(*i)?.as_ref()?.to_vec());
+            }
+        }
+    }
+    let refs: Vec<&[u8]> = vals.iter().map(Vec::as_slice).collect();
+    Some(LoggedOp::Read { key: key_name(&point.namespace, &refs), observed: Observed::Absent, stmt })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interpret::classify::{PointLookup, TableTag};
+
+    fn plan(kind: RowKind, replaced: bool, deleter: bool) -> RowPlan {
+        RowPlan {
+            kind,
+            tables: vec![TableTag { namespace: "accounts".into(), pk_arity: 1, replaced, deleter }],
+            hidden_result: true,
+            point: Some(PointLookup { namespace: "accounts".into(), values: vec![PkValue::Param(0)] }),
+            notes: vec![],
+        }
+    }
+
+    fn b(s: &str) -> Option<Bytes> {
+        Some(Bytes::copy_from_slice(s.as_bytes()))
+    }
+
+    #[test]
+    fn a_recorded_write_is_read_as_a_version_and_anything_else_as_prehistory() {
+        let book = VersionBook::new();
+        let read = plan(RowKind::Read, false, false);
+        let before = row_ops(&read, &[b("100"), b("7")], Some(0), &book).unwrap_or_default();
+        let key = key_name("accounts", &[b"7"]);
+        let v100 = version_id(&key, b"100");
+        assert_eq!(
+            before,
+            vec![LoggedOp::Read { key: key.clone(), observed: Observed::PreHistory(v100.0), stmt: Some(0) }]
+        );
+        let upd = plan(RowKind::Update, true, false);
+        let ops = row_ops(&upd, &[b("200"), b("7"), b("100")], Some(1), &book).unwrap_or_default();
+        let v200 = version_id(&key, b"200");
+        assert_eq!(
+            ops,
+            vec![
+                LoggedOp::Read { key: key.clone(), observed: Observed::PreHistory(v100.0), stmt: Some(1) },
+                LoggedOp::Write { key: key.clone(), write: v200, stmt: Some(1) },
+            ]
+        );
+        let after = row_ops(&read, &[b("200"), b("7")], None, &book).unwrap_or_default();
+        assert_eq!(
+            after,
+            vec![LoggedOp::Read { key: key.clone(), observed: Observed::Version(v200), stmt: None }]
+        );
+        let del = plan(RowKind::Delete, false, true);
+        let ops = row_ops(&del, &[b("200"), b("7"), b("901")], None, &book).unwrap_or_default();
+        assert_eq!(
+            ops,
+            vec![LoggedOp::Write { key: key.clone(), write: tombstone_id(&key, b"901"), stmt: None }]
+        );
+        assert_ne!(tombstone_id(&key, b"200"), version_id(&key, b"200"));
+        assert!(row_ops(&read, &[b("1")], None, &book).is_err());
+        assert!(row_ops(&read, &[b("1"), None], None, &book).is_err());
+        assert_eq!(row_ops(&read, &[None, None], None, &book), Ok(vec![]));
+    }
+
+    #[test]
+    fn keys_and_ids_keep_parts_apart() {
+        assert_ne!(key_name("t", &[b"1", b"23"]), key_name("t", &[b"12", b"3"]));
+        let k = key_name("t", &[b"1"]);
+        assert_ne!(version_id(&k, b"12"), version_id(&key_name("t", &[b"11"]), b"2"));
+    }
+
+    #[test]
+    fn absent_needs_text_parameters() {
+        let p = plan(RowKind::Read, false, false);
+        let want =
+            LoggedOp::Read { key: key_name("accounts", &[b"9"]), observed: Observed::Absent, stmt: None };
+        assert_eq!(absent_read(&p, &[b("9")], &[], None), Some(want));
+        assert_eq!(absent_read(&p, &[b("9")], &[1], None), None);
+        assert_eq!(absent_read(&p, &[], &[], None), None);
+    }
+}
