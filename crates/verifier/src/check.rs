@@ -69,10 +69,15 @@ impl<'a> Facts<'a> {
     fn new(h: &'a History) -> Self {
         let by_id = h.transactions.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
         let mut writer = HashMap::new();
+        // Write ids written by more than one transaction (or to more than one key) name no single version;
+        // a read of one proves nothing about who committed.
+        let mut ambiguous = HashSet::new();
         for (i, t) in h.transactions.iter().enumerate() {
             for op in &t.ops {
-                if let Op::Write { key, write, .. } = *op {
-                    writer.entry(write).or_insert((i, key));
+                if let Op::Write { key, write, .. } = *op
+                    && *writer.entry(write).or_insert((i, key)) != (i, key)
+                {
+                    ambiguous.insert(write);
                 }
             }
         }
@@ -88,6 +93,7 @@ impl<'a> Facts<'a> {
                 }
                 for op in &h.transactions[i].ops {
                     if let Op::Read { observed: Observed::Version(w), .. } = *op
+                        && !ambiguous.contains(&w)
                         && let Some(&(j, _)) = writer.get(&w)
                         && !included[j]
                         && h.transactions[j].outcome == Outcome::Indeterminate

@@ -130,6 +130,10 @@ pub enum VerifyError {
     /// Reachability could not be computed (for example, the closure would not fit in memory).
     #[error("reachability failed: {0}")]
     Reachability(#[from] kernels::KernelError),
+    /// The history breaks the model's rules in a way that leaves no verdict (for example, two transactions
+    /// share an id, so a report could not say which one it means).
+    #[error("malformed history: {0}")]
+    Malformed(String),
     /// A broken invariant inside the verifier; a bug, reported instead of a panic.
     #[error("internal error: {0}")]
     Internal(String),
@@ -143,6 +147,10 @@ fn ms(since: Instant) -> f64 {
 pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyError> {
     let h = history;
     let start = Instant::now();
+    let mut ids = std::collections::HashSet::with_capacity(h.transactions.len());
+    if let Some(t) = h.transactions.iter().find(|t| !ids.insert(t.id)) {
+        return Err(VerifyError::Malformed(format!("transaction id {} is used twice", t.id)));
+    }
     let mut report = Report {
         schema_version: SCHEMA_VERSION,
         verdict: Verdict::Accept,

@@ -132,6 +132,10 @@ pub(crate) fn normalize(h: &History) -> Normalized {
         }
     }
 
+    // A read of a write id that is written more than once cannot be resolved; the duplicate is reported
+    // (below) and such reads are left unjudged.
+    let ambiguous: std::collections::HashSet<WriteId> = duplicates.iter().map(|d| d.0).collect();
+
     // Included: committed transactions, and indeterminate ones an included transaction read from (a read
     // from one proves it committed). The rest of the indeterminate ones are dropped (DESIGN.md §3).
     let mut included: Vec<bool> = txns.iter().map(|t| t.outcome == Outcome::Committed).collect();
@@ -139,6 +143,7 @@ pub(crate) fn normalize(h: &History) -> Normalized {
     while let Some(ti) = work.pop() {
         for op in &txns[ti].ops {
             if let Op::Read { observed: Observed::Version(w), .. } = *op
+                && !ambiguous.contains(&w)
                 && let Some(site) = sites.get(&w)
                 && site.txn != ti
                 && !included[site.txn]
@@ -174,14 +179,20 @@ pub(crate) fn normalize(h: &History) -> Normalized {
         }
     }
 
-    // Versions: every visible write of an included transaction, then initial versions as reads find them.
+    // Versions: the last write of each key by each included transaction (whatever its id, so that a
+    // duplicated id never hides a write), then initial versions as reads find them.
     let mut version_of: HashMap<WriteId, u32> = HashMap::new();
     for (v, nt) in out.txns.iter_mut().enumerate() {
-        for (oi, op) in txns[nt.hist].ops.iter().enumerate() {
+        let ops = &txns[nt.hist].ops;
+        let last_write: HashMap<Key, usize> = ops
+            .iter()
+            .enumerate()
+            .filter(|(_, op)| matches!(op, Op::Write { .. }))
+            .map(|(i, op)| (op.key(), i))
+            .collect();
+        for (oi, op) in ops.iter().enumerate() {
             let Op::Write { key, write, .. } = *op else { continue };
-            let site = sites.get(&write);
-            let mine = site.is_some_and(|s| s.txn == nt.hist && s.op == oi && s.visible);
-            if mine && !version_of.contains_key(&write) {
+            if last_write.get(&key) == Some(&oi) {
                 let idx = out.versions.len() as u32;
                 out.versions.push(Version {
                     key,
@@ -189,7 +200,9 @@ pub(crate) fn normalize(h: &History) -> Normalized {
                     writer: Some(v as u32),
                     readers: Vec::new(),
                 });
-                version_of.insert(write, idx);
+                if !ambiguous.contains(&write) {
+                    version_of.insert(write, idx);
+                }
                 nt.writes.push((key, idx));
             }
         }
@@ -246,6 +259,13 @@ pub(crate) fn normalize(h: &History) -> Normalized {
                     }
                     external.insert(key, (observed, oi));
                     let version = match observed {
+                        Observed::Version(w) if ambiguous.contains(&w) => {
+                            out.unverified.push(Unverified {
+                                op: here,
+                                why: format!("read of {w}, a write id written more than once"),
+                            });
+                            continue;
+                        }
                         Observed::Version(w) => match sites.get(&w) {
                             None if after_gap => {
                                 out.unverified.push(Unverified {

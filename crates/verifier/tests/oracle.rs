@@ -393,3 +393,60 @@ fn larger_histories_get_fully_checked_verdicts_that_agree_across_techniques() {
         "{accepts} accepts, {rejects} rejects: the generator is unbalanced"
     );
 }
+
+/// Arbitrary, mostly malformed histories (duplicate write ids and transaction ids, repeated sequence
+/// numbers, reads of anything, log gaps): the verifier must answer without panicking, and its own report
+/// must pass the independent check.
+#[test]
+fn malformed_histories_get_a_verdict_that_checks() {
+    let mut rng = StdRng::seed_from_u64(5);
+    for case in 0..3000 {
+        let mut h = History::default();
+        for k in 0..3 {
+            h.keys.intern(KeyName { namespace: "t".into(), bytes: vec![k] });
+        }
+        for i in 0..rng.gen_range(0..8u64) {
+            let id = if rng.gen_bool(0.1) { TxnId(1) } else { TxnId(i + 1) };
+            let mut t = Transaction::new(id, SessionId(rng.gen_range(0..3)), rng.gen_range(0..4));
+            t.outcome = [Outcome::Committed, Outcome::Aborted, Outcome::Indeterminate][rng.gen_range(0..3)];
+            if rng.gen_bool(0.7) {
+                t.start_ns = Some(rng.gen_range(0..1_000_000_000));
+                t.commit_ns = Some(rng.gen_range(0..1_000_000_000));
+            }
+            for _ in 0..rng.gen_range(0..5) {
+                let key = Key(rng.gen_range(0..3));
+                let w = WriteId(rng.gen_range(0..12));
+                t.ops.push(if rng.gen_bool(0.5) {
+                    Op::Write { key, write: w, stmt: None }
+                } else {
+                    let observed = match rng.gen_range(0..4) {
+                        0 => Observed::Absent,
+                        1 => Observed::PreHistory(rng.gen_range(0..2)),
+                        _ => Observed::Version(w),
+                    };
+                    Op::Read { key, observed, stmt: None }
+                });
+            }
+            h.transactions.push(t);
+        }
+        if rng.gen_bool(0.2) {
+            h.gaps.push(history::LogGap { after_txns: rng.gen_range(0..8) });
+        }
+        let level = if rng.gen_bool(0.5) { Level::Serializable } else { Level::StrictSerializable };
+        let opts =
+            Options { level, prune: rng.gen_bool(0.7), combine: rng.gen_bool(0.7), ..Options::default() };
+        let report = match verify(&h, &opts) {
+            Ok(r) => r,
+            Err(verifier::VerifyError::Malformed(_)) => {
+                let mut ids: Vec<TxnId> = h.transactions.iter().map(|t| t.id).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                assert!(ids.len() < h.transactions.len(), "case {case}: malformed without a repeated id");
+                continue;
+            }
+            Err(e) => panic!("case {case}: {e}"),
+        };
+        check_report_detailed(&h, &report)
+            .unwrap_or_else(|e| panic!("case {case}: {e}\n{}\n{:#?}", report.render_text(), h.transactions));
+    }
+}
