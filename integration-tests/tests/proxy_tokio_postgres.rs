@@ -166,3 +166,22 @@ async fn join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> V
     out.extend(results.into_iter().flatten());
     out
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_and_none_durability_record_the_same_transactions() {
+    for durability in ["group", "none"] {
+        let p = start_proxy_with(Opts { durability: Some(durability), ..Opts::default() }).await;
+        let t = unique(&format!("durability_{durability}"));
+        let c = p.connect().await;
+        c.batch_execute(&format!("drop table if exists {t}; create table {t} (id int)")).await.unwrap();
+        for i in 0..10 {
+            c.execute(&format!("insert into {t} values ($1)"), &[&i]).await.unwrap();
+        }
+        drop(c);
+        let txns = p.wait_for(&t, 11).await;
+        assert_eq!(outcomes(&txns), vec![Some(Outcome::Committed); 11], "{durability}");
+        let status: serde_json::Value = serde_json::from_str(&p.admin_get("/api/status").await).unwrap();
+        assert_eq!(status["log"]["durability"], durability);
+        p.handle.shutdown().await.unwrap();
+    }
+}
