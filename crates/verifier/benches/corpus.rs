@@ -110,7 +110,7 @@ fn main() {
         std::process::exit(1);
     }
     println!(
-        "{:<34} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "{:<34} {:>7} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}",
         "history",
         "txns",
         "verdict",
@@ -120,8 +120,11 @@ fn main() {
         "constr ms",
         "prune ms",
         "solve ms",
+        "total ms",
+        "load MiB",
         "peak MiB"
     );
+    println!("(cons: constraints generated; left: after pruning; total: verification without loading)");
     for path in histories {
         let name = path.strip_prefix(&root).unwrap_or(&path).display().to_string();
         if !name.contains(&filter) {
