@@ -96,7 +96,7 @@ pub(crate) fn build_propagator(
     let mut engine = Cadical::new();
     let layout = encode_shared(&mut engine, p, subset, &known_set, &ord);
     let mut theory = AcyclicityPropagator::new(n, known, layout.edges.clone(), budget)
-        .ok_or_else(|| SolverError::Engine("known graph is cyclic".into()))?;
+        .ok_or_else(|| SolverError::Engine("cannot build the propagator (cyclic known graph?)".into()))?;
     theory.set_recording(record);
     let theory = Rc::new(RefCell::new(theory));
     engine.attach_theory(theory.clone());

@@ -132,8 +132,13 @@ pub struct AcyclicityPropagator {
 impl AcyclicityPropagator {
     /// A propagator over `n` vertices whose known edges are `known` (which must form a DAG) and whose edge
     /// variables are `edges`, each a distinct, non-known edge with its positive variable. `budget` bounds the
-    /// vertices each propagation search visits (0 turns propagation off). Returns `None` if `known` is cyclic.
+    /// vertices each propagation search visits (0 turns propagation off). Returns `None` if `known` is cyclic,
+    /// an endpoint is not below `n`, or a variable is not positive.
     pub fn new(n: usize, known: &[Edge], edges: Vec<(Edge, i32)>, budget: usize) -> Option<Self> {
+        let in_range = |e: &Edge| (e.from as usize) < n && (e.to as usize) < n;
+        if !known.iter().all(in_range) || !edges.iter().all(|(e, v)| in_range(e) && *v > 0) {
+            return None;
+        }
         let ord = topological_positions(n, known)?;
         let mut out = vec![Vec::new(); n];
         let mut inn = vec![Vec::new(); n];
