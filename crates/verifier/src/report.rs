@@ -45,6 +45,9 @@ pub enum AnomalyClass {
     /// Two transactions each overwrote what the other read.
     #[serde(rename = "write skew")]
     WriteSkew,
+    /// Two readers saw two independent writes in opposite orders (a G2 cycle wr, rw, wr, rw).
+    #[serde(rename = "long fork")]
+    LongFork,
     /// A read returned a version already overwritten before it started (real time), or one of two initial
     /// versions of a key.
     #[serde(rename = "stale read")]
@@ -78,6 +81,7 @@ impl AnomalyClass {
             AnomalyClass::G2Item => "G2-item",
             AnomalyClass::LostUpdate => "lost update",
             AnomalyClass::WriteSkew => "write skew",
+            AnomalyClass::LongFork => "long fork",
             AnomalyClass::StaleRead => "stale read",
             AnomalyClass::NonRepeatableRead => "non-repeatable read",
             AnomalyClass::GarbageRead => "garbage read",

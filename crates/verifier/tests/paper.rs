@@ -200,7 +200,7 @@ fn long_fork_is_rejected() {
         .txn(4, |t| t.read_init("x").read("y", 2))
         .build();
     let report = rejects(&h, &Options::default());
-    assert_eq!(report.anomalies[0].class, AnomalyClass::G2Item);
+    assert_eq!(report.anomalies[0].class, AnomalyClass::LongFork);
 }
 
 #[test]
