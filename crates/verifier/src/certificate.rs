@@ -674,7 +674,11 @@ pub(crate) fn classify(cycle: Vec<CycleEdge>) -> Anomaly {
         1 if rt > 0 => AnomalyClass::StaleRead,
         1 => AnomalyClass::GSingle,
         2 if cycle.len() == 2 => AnomalyClass::WriteSkew,
-        2 if cycle.len() == 4 && wr == 2 && cycle[0].kind != cycle[1].kind && cycle[1].kind != cycle[2].kind => {
+        2 if cycle.len() == 4
+            && wr == 2
+            && cycle[0].kind != cycle[1].kind
+            && cycle[1].kind != cycle[2].kind =>
+        {
             AnomalyClass::LongFork
         }
         _ => AnomalyClass::G2Item,
