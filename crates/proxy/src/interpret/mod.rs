@@ -36,6 +36,7 @@ pub mod catalog;
 pub mod classify;
 pub mod fence;
 pub mod strip;
+pub mod tagger;
 pub mod versions;
 
 use bytes::Bytes;
