@@ -19,7 +19,13 @@ fn main() {
         let workload = Workload::new(name, &Sizes::default());
         for &txns in &sizes {
             let t = Instant::now();
-            let opts = GenerateOptions { txns, clients: 24, seed: 1, interleave: Interleave::Random };
+            let opts = GenerateOptions {
+                txns,
+                clients: 24,
+                seed: 1,
+                interleave: Interleave::Random,
+                fence_every: None,
+            };
             let g = match generate(&workload, &opts) {
                 Ok(g) => g,
                 Err(e) => {

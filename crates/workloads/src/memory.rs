@@ -33,7 +33,7 @@ pub enum Interleave {
 /// What to generate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GenerateOptions {
-    /// Transactions in the history, rolled-back ones included.
+    /// Client transactions in the history, rolled-back ones included (fences come on top).
     pub txns: u64,
     /// Sessions (Cobra §6.1 used 24 clients).
     pub clients: u32,
@@ -41,11 +41,20 @@ pub struct GenerateOptions {
     pub seed: u64,
     /// How sessions take turns.
     pub interleave: Interleave,
+    /// Run a fence transaction (Cobra §4.2) in a session before its first transaction and then after every
+    /// this many of its transactions, as Krait's proxy does; `None` for no fences.
+    pub fence_every: Option<u32>,
 }
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions { txns: 1000, clients: 24, seed: 0, interleave: Interleave::Random }
+        GenerateOptions {
+            txns: 1000,
+            clients: 24,
+            seed: 0,
+            interleave: Interleave::Random,
+            fence_every: None,
+        }
     }
 }
 
@@ -92,11 +101,35 @@ pub fn generate(workload: &Workload, opts: &GenerateOptions) -> Result<Generated
     let mut sched = ChaCha8Rng::seed_from_u64(opts.seed);
     let mut mix: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut rollbacks = 0;
+    let mut ran = vec![0u64; opts.clients as usize];
+    let mut next_id = 0u64;
     for i in 0..opts.txns {
         let client = match opts.interleave {
             Interleave::RoundRobin => (i % u64::from(opts.clients)) as u32,
             Interleave::Random => sched.gen_range(0..opts.clients),
         };
+        if let Some(every) = opts.fence_every
+            && ran[client as usize].is_multiple_of(u64::from(every.max(1)))
+        {
+            let mut txn = MemTxn { store: &mut store, ops: Vec::new(), writes: HashMap::new() };
+            run_now(fence(&mut txn))?.map_err(|source| GenerateError::Logic {
+                txn: i,
+                kind: "fence",
+                source,
+            })?;
+            let MemTxn { ops, writes, .. } = txn;
+            store.rows.extend(writes);
+            let seq = &mut seqs[client as usize];
+            let mut t = Transaction::new(TxnId(next_id), SessionId(u64::from(client)), *seq);
+            *seq += 1;
+            t.ops = ops;
+            t.fence = true;
+            t.start_ns = Some(next_id * 1_000_000);
+            t.commit_ns = Some(next_id * 1_000_000 + 500_000);
+            next_id += 1;
+            store.history.transactions.push(t);
+        }
+        ran[client as usize] += 1;
         let spec = workload.next_txn(&mut rngs[client as usize], client);
         *mix.entry(spec.kind()).or_default() += 1;
         let mut txn = MemTxn { store: &mut store, ops: Vec::new(), writes: HashMap::new() };
@@ -117,16 +150,31 @@ pub fn generate(workload: &Workload, opts: &GenerateOptions) -> Result<Generated
             }
         };
         let seq = &mut seqs[client as usize];
-        let mut t = Transaction::new(TxnId(i), SessionId(u64::from(client)), *seq);
+        let mut t = Transaction::new(TxnId(next_id), SessionId(u64::from(client)), *seq);
         *seq += 1;
         t.ops = ops;
         t.outcome = outcome;
         // A logical clock, one millisecond per transaction: the serial order is also the real-time order.
-        t.start_ns = Some(i * 1_000_000);
-        t.commit_ns = Some(i * 1_000_000 + 500_000);
+        t.start_ns = Some(next_id * 1_000_000);
+        t.commit_ns = Some(next_id * 1_000_000 + 500_000);
+        next_id += 1;
         store.history.transactions.push(t);
     }
     Ok(Generated { history: store.history, mix, rollbacks })
+}
+
+/// The fence table, as Krait's proxy creates it: one row, id 0, whose epoch each fence increments.
+pub static FENCE: TableDef = TableDef {
+    name: "krait_fence",
+    columns: &[crate::schema::int("id"), crate::schema::int("epoch")],
+    pk_len: 1,
+};
+
+/// A fence transaction: a read-modify-write of the fence row (Cobra §4.2).
+async fn fence<T: Txn>(t: &mut T) -> Result<(), StoreError> {
+    let mut row = crate::read_existing(t, &FENCE, &[Val::Int(0)]).await?;
+    row[1] = Val::Int(row[1].int("epoch")? + 1);
+    t.update(&FENCE, row).await
 }
 
 /// Polls a future that never waits to completion: the in-memory store's operations are plain function
@@ -199,7 +247,12 @@ impl MemTxn<'_, '_> {
         if let Some((row, w)) = self.writes.get(&rk).or_else(|| self.store.rows.get(&rk)) {
             return (Some(row.clone()), Observed::Version(*w));
         }
-        match self.store.workload.initial_row(table, pk) {
+        let initial = if table.name == FENCE.name {
+            (pk == [Val::Int(0)]).then(|| vec![Val::Int(0), Val::Int(0)])
+        } else {
+            self.store.workload.initial_row(table, pk)
+        };
+        match initial {
             Some(row) => (Some(row), Observed::PreHistory(0)),
             None => (None, Observed::Absent),
         }

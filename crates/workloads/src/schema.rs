@@ -131,12 +131,14 @@ impl TableDef {
         }
     }
 
-    /// The history key bytes of a primary key: its values joined by `/` (e.g. `1/3/42`).
+    /// The history key bytes of a primary key: each value's text form, joined by the unit separator 0x1f
+    /// (e.g. `1␟3␟42`), the way Krait's proxy names the rows it records, so generated and recorded
+    /// histories name one row alike.
     pub fn key_bytes(pk: &[Val]) -> Vec<u8> {
         let mut s = String::new();
         for (i, v) in pk.iter().enumerate() {
             if i > 0 {
-                s.push('/');
+                s.push('\u{1f}');
             }
             match v {
                 Val::Int(n) => {

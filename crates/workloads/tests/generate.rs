@@ -13,7 +13,7 @@ fn small(name: WorkloadName) -> Workload {
 }
 
 fn gen_for(name: WorkloadName, txns: u64, seed: u64, interleave: Interleave) -> Generated {
-    let opts = GenerateOptions { txns, clients: 8, seed, interleave };
+    let opts = GenerateOptions { txns, clients: 8, seed, interleave, fence_every: None };
     generate(&small(name), &opts).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
@@ -143,4 +143,36 @@ fn a_tampered_history_is_rejected() {
     assert!(inject_lost_update(&mut h), "no read-modify-write pair to tamper with");
     let report = verifier::verify(&h, &verifier::Options::default()).unwrap();
     assert!(!report.is_accept(), "a lost update must be rejected");
+}
+
+#[test]
+fn fences_chain_through_every_session_and_keep_the_history_serializable() {
+    let w = small(WorkloadName::Twitter);
+    let opts = GenerateOptions {
+        txns: 1000,
+        clients: 8,
+        seed: 2,
+        interleave: Interleave::Random,
+        fence_every: Some(20),
+    };
+    let g = generate(&w, &opts).unwrap();
+    let h = &g.history;
+    let fences: Vec<_> = h.transactions.iter().filter(|t| t.fence).collect();
+    // One at each session's start, then one per 20 of its transactions.
+    assert!(fences.len() >= 8 + 1000 / 20 - 8 && fences.len() <= 8 + 1000 / 20, "{}", fences.len());
+    assert_eq!(h.transactions.len(), 1000 + fences.len());
+    for (session, txns) in h.sessions() {
+        assert!(txns[0].fence, "{session} does not start with a fence");
+    }
+    // Each fence reads the version the previous fence wrote: one chain through all sessions.
+    let mut last = Observed::PreHistory(0);
+    for f in &fences {
+        let (read, wrote) = match f.ops.as_slice() {
+            [Op::Read { observed, .. }, Op::Write { write, .. }] => (*observed, *write),
+            ops => panic!("a fence is a read-modify-write, not {ops:?}"),
+        };
+        assert_eq!(read, last);
+        last = Observed::Version(wrote);
+    }
+    assert!(verifier::verify(h, &verifier::Options::default()).unwrap().is_accept());
 }

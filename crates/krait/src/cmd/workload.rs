@@ -98,6 +98,10 @@ pub enum WorkloadCommand {
         /// How sessions take turns: random (seeded) or round-robin.
         #[arg(long, default_value = "random", value_parser = parse_interleave)]
         interleave: Interleave,
+        /// Run a fence transaction in each session at its start and after every this many of its
+        /// transactions, as Krait's proxy does (Cobra §4.2); off by default.
+        #[arg(long)]
+        fence_every: Option<u32>,
         /// The output format: native or jsonl.
         #[arg(long, default_value = "native", value_parser = parse_format)]
         format: Format,
@@ -226,13 +230,25 @@ pub fn run(cmd: WorkloadCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(if summary.errors == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
-        WorkloadCommand::Generate { name, txns, out, clients, seed, interleave, format, force, sizes } => {
+        WorkloadCommand::Generate {
+            name,
+            txns,
+            out,
+            clients,
+            seed,
+            interleave,
+            fence_every,
+            format,
+            force,
+            sizes,
+        } => {
             if out.exists() && !force {
                 anyhow::bail!("{} already exists (pass --force to overwrite it)", out.display());
             }
             let workload = sizes.workload(name);
             let started = Instant::now();
-            let generated = generate(&workload, &GenerateOptions { txns, clients, seed, interleave })?;
+            let generated =
+                generate(&workload, &GenerateOptions { txns, clients, seed, interleave, fence_every })?;
             let took = started.elapsed();
             codec::write_history(&generated.history, &out, format)
                 .with_context(|| format!("cannot write {}", out.display()))?;
@@ -433,6 +449,7 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 clients: args.clients,
                 seed: args.seed,
                 interleave: Interleave::Random,
+                fence_every: None,
             };
             let generated = generate(&workload, &opts)?;
             let gen_ms = started.elapsed().as_secs_f64() * 1e3;
