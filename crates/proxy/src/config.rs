@@ -320,6 +320,34 @@ mod tests {
     }
 
     #[test]
+    fn check_config_reads_the_tls_files_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("krait.toml");
+        let text = format!(
+            "{MINIMAL}\n[tls]\nmode = \"prefer\"\ncert = \"/nonexistent/c.pem\"\nkey = \"/nonexistent/k.pem\"\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        let err = check_config(&path).unwrap_err().to_string();
+        assert!(err.contains("/nonexistent/c.pem"), "{err}");
+
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        std::fs::write(&cert, ck.cert.pem()).unwrap();
+        std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+        let text = format!(
+            "{MINIMAL}\n[tls]\nmode = \"require\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            cert.display(),
+            key.display()
+        );
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(check_config(&path).unwrap().tls.mode, ClientTlsMode::Require);
+        // A key that does not belong to the certificate is caught too.
+        let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        std::fs::write(&key, other.signing_key.serialize_pem()).unwrap();
+        assert!(check_config(&path).is_err());
+    }
+
+    #[test]
     fn the_shipped_example_config_is_valid() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/krait.toml");
         let c = Config::load(&path).unwrap();

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use history::log::{HistoryLog, LogError, LogOptions, SledLog};
-use history::{CollectorId, SessionId};
+use history::CollectorId;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -236,6 +236,3 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     info!("shutting down");
     handle.shutdown().await
 }
-
-/// The session id type, re-exported for tests that inspect recorded histories.
-pub type Session = SessionId;
