@@ -38,9 +38,12 @@ enum Command {
     /// Run a workload through Krait into a database, verifying as it goes (not implemented yet).
     #[command(hide = true)]
     Demo(cmd::NotYet),
-    /// Reproduce the shape of the Cobra evaluation (not implemented yet).
-    #[command(hide = true)]
-    Bench(cmd::NotYet),
+    /// Run a workload (TPC-C, C-Twitter, C-RUBiS, BlindW) against PostgreSQL or through Krait, or generate
+    /// a serializable history of it offline.
+    #[command(subcommand)]
+    Workload(cmd::workload::WorkloadCommand),
+    /// Verification time against history size for each workload, as CSV and an SVG plot (Cobra Fig. 5).
+    Bench(cmd::workload::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,7 +62,8 @@ fn main() -> ExitCode {
         Command::Proxy(_) => cmd::not_yet("proxy", "proxy core"),
         Command::Report(_) => cmd::not_yet("report", "online verification"),
         Command::Demo(_) => cmd::not_yet("demo", "reference store and demo"),
-        Command::Bench(_) => cmd::not_yet("bench", "workloads and benchmarks"),
+        Command::Workload(command) => cmd::workload::run(command),
+        Command::Bench(args) => cmd::workload::bench(args),
     };
     match result {
         Ok(code) => code,

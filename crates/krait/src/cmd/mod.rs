@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 pub mod history;
 pub mod verify;
+pub mod workload;
 
 /// Arguments of a subcommand whose issue is not done yet: it accepts anything, so that it can say so clearly.
 #[derive(Debug, clap::Args)]
