@@ -106,7 +106,12 @@ fn main() {
 
     println!("pgbench -M prepared, {CLIENTS} clients, {seconds} s per run, scale 5");
     println!("{:<14} {:<26} {:>10} {:>14}", "workload", "path", "tps", "latency ms");
+    // KRAIT_BENCH_ONLY=select-only (or tpcb-like) runs one workload, e.g. under a profiler.
+    let only = std::env::var("KRAIT_BENCH_ONLY").ok();
     for (name, workload) in [("select-only", vec!["-S"]), ("tpcb-like", vec![])] {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
         let row = |path: &str, r: Result<(f64, f64), String>| match r {
             Ok((tps, lat)) => println!("{name:<14} {path:<26} {tps:>10.0} {lat:>14.3}"),
             Err(e) => println!("{name:<14} {path:<26} {:>10} ({e})", "-"),
