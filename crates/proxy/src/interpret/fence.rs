@@ -23,12 +23,16 @@ pub const FENCE_TABLE: &str = "krait_fence";
 pub const SETUP_SQL: &str = "CREATE TABLE IF NOT EXISTS krait_fence (id int PRIMARY KEY, epoch bigint NOT NULL); \
      INSERT INTO krait_fence VALUES (0, 0) ON CONFLICT (id) DO NOTHING";
 
-/// One fence transaction as one simple-protocol query string. Replies: BEGIN, the read row (xmin, id), the
-/// written row (xmin, id), COMMIT, ReadyForQuery.
+/// The fence's body: one simple-protocol query string. Replies: BEGIN, the read row (xmin, id), the written
+/// row (xmin, id), then ReadyForQuery in the block. COMMIT ([`FENCE_COMMIT`]) goes in a second message,
+/// only after the written row has been put in the version book, so no session can read the fence's
+/// version before the proxy knows it was recorded.
 pub const FENCE_SQL: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; \
      SELECT xmin::text, id::text FROM krait_fence WHERE id = 0 FOR UPDATE; \
-     UPDATE krait_fence SET epoch = epoch + 1 WHERE id = 0 RETURNING xmin::text, id::text; \
-     COMMIT";
+     UPDATE krait_fence SET epoch = epoch + 1 WHERE id = 0 RETURNING xmin::text, id::text";
+
+/// The fence's second message.
+pub const FENCE_COMMIT: &str = "COMMIT";
 
 /// Counts committed client transactions on one connection and says when a fence is due.
 #[derive(Debug, Clone)]
@@ -75,7 +79,9 @@ pub fn fence_ops(read: [&[u8]; 2], written: [&[u8]; 2], book: &VersionBook) -> V
 
 /// The statement texts a fence transaction records, so its op `stmt` indices resolve.
 pub fn fence_statements() -> Vec<String> {
-    FENCE_SQL.split("; ").map(|s| s.trim().to_owned()).collect()
+    let mut v: Vec<String> = FENCE_SQL.split("; ").map(|s| s.trim().to_owned()).collect();
+    v.push(FENCE_COMMIT.to_owned());
+    v
 }
 
 /// Reads the two (xmin, id) rows of a fence's replies from their DataRow values.
@@ -83,6 +89,148 @@ pub fn fence_row(values: &[Option<Bytes>]) -> Option<[Bytes; 2]> {
     match values {
         [Some(a), Some(b)] => Some([a.clone(), b.clone()]),
         _ => None,
+    }
+}
+
+/// A query the proxy runs on a client's connection between two client transactions, with every reply
+/// swallowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Injection {
+    /// Reload the primary-key catalog ([`super::PK_QUERY`]).
+    Catalog,
+    /// A fence transaction, preceded by the fence table's setup when `setup` is set.
+    Fence {
+        /// Create the table and row first.
+        setup: bool,
+    },
+}
+
+impl Injection {
+    /// The first query string to send; [`InjectedReplies::on_backend`] says when to send more.
+    pub fn sql(self) -> String {
+        match self {
+            Injection::Catalog => super::PK_QUERY.to_owned(),
+            Injection::Fence { setup: false } => FENCE_SQL.to_owned(),
+            // The setup commits on its own: in the fence's transaction, the fence would read its own insert.
+            Injection::Fence { setup: true } => format!("BEGIN; {SETUP_SQL}; COMMIT; {FENCE_SQL}"),
+        }
+    }
+}
+
+/// What an injected query produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Injected {
+    /// The catalog was reloaded (or failed to; then it stays stale).
+    Catalog,
+    /// A fence ran: its ops, and whether it committed.
+    Fence {
+        /// The fence's read and write (empty if it failed before returning rows).
+        ops: Vec<LoggedOp>,
+        /// Whether it committed.
+        committed: bool,
+    },
+}
+
+/// What the session does after an injected query's reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Keep reading replies.
+    More,
+    /// Send this query string next (swallowing its replies too).
+    Send(&'static str),
+    /// The injection is over; the connection is the client's again.
+    Done,
+}
+
+/// Collects the replies to one injection, up to its last ReadyForQuery.
+#[derive(Debug)]
+pub struct InjectedReplies {
+    what: Injection,
+    rows: Vec<Vec<Option<Bytes>>>,
+    error: bool,
+    committed: bool,
+    sent_commit: bool,
+}
+
+impl InjectedReplies {
+    /// Starts collecting the replies to `what`.
+    pub fn new(what: Injection) -> Self {
+        InjectedReplies { what, rows: Vec::new(), error: false, committed: false, sent_commit: false }
+    }
+
+    /// Takes one backend message and says what to do next.
+    ///
+    /// The fence's new version goes into the version book as soon as its row arrives, before the COMMIT
+    /// that makes it visible, so a concurrent fence that reads it finds it recorded.
+    pub fn on_backend(&mut self, tag: u8, body: &Bytes, book: &VersionBook) -> Step {
+        use wire::pg::backend::tag as btag;
+        match tag {
+            btag::DATA_ROW => {
+                let n = body.get(..2).map_or(0, |b| i16::from_be_bytes([b[0], b[1]]).max(0) as usize);
+                match super::strip::split_data_row(body, n) {
+                    Ok((_, vals)) => {
+                        if let (Injection::Fence { .. }, 1, Some(w)) =
+                            (self.what, self.rows.len(), fence_row(&vals))
+                        {
+                            book.insert(version_id(&key_name(FENCE_TABLE, &[&w[1]]), &w[0]));
+                        }
+                        self.rows.push(vals)
+                    }
+                    Err(_) => self.error = true,
+                }
+            }
+            btag::ERROR_RESPONSE => self.error = true,
+            // The setup's COMMIT comes before the fence's two rows; only the fence's own counts.
+            btag::COMMAND_COMPLETE if body.starts_with(b"COMMIT") => self.committed = self.rows.len() >= 2,
+            btag::READY_FOR_QUERY => {
+                // The fence's block is open (status `T`) after its first message: commit it now.
+                if matches!(self.what, Injection::Fence { .. })
+                    && body.first() == Some(&b'T')
+                    && !self.sent_commit
+                {
+                    self.sent_commit = true;
+                    return Step::Send(FENCE_COMMIT);
+                }
+                if body.first() == Some(&b'E') {
+                    // A failed block (an error after BEGIN): roll it back before handing the connection back.
+                    self.error = true;
+                    return Step::Send("ROLLBACK");
+                }
+                return Step::Done;
+            }
+            _ => {}
+        }
+        Step::More
+    }
+
+    /// Applies the result: a reloaded catalog goes into `shared`, a fence's ops are returned.
+    pub fn finish(self, shared: &super::tagger::TaggingShared) -> Injected {
+        match self.what {
+            Injection::Catalog => {
+                if !self.error {
+                    let text =
+                        |v: &Option<Bytes>| v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
+                    let rows = self.rows.iter().filter(|r| r.len() == 3).map(|r| {
+                        (text(&r[0]).unwrap_or_default(), text(&r[1]).unwrap_or_default(), text(&r[2]))
+                    });
+                    shared.set_catalog(super::Catalog::from_rows(rows));
+                }
+                Injected::Catalog
+            }
+            Injection::Fence { .. } => {
+                let committed = self.committed && !self.error;
+                let pair = |r: &Vec<Option<Bytes>>| fence_row(r);
+                let ops = match (self.rows.first().and_then(pair), self.rows.get(1).and_then(pair)) {
+                    (Some(r), Some(w)) => fence_ops([&r[0], &r[1]], [&w[0], &w[1]], &shared.book),
+                    _ => Vec::new(),
+                };
+                if committed {
+                    shared.fence_ready.store(true, std::sync::atomic::Ordering::Relaxed);
+                    shared.metrics.fences.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Injected::Fence { ops, committed }
+            }
+        }
     }
 }
 

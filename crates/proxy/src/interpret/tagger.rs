@@ -96,6 +96,8 @@ pub struct TaggingShared {
     pub catalog_stale: std::sync::atomic::AtomicBool,
     /// Write ids recorded by this proxy.
     pub book: VersionBook,
+    /// Whether a fence committed, so the fence table exists (later fences skip the setup).
+    pub fence_ready: std::sync::atomic::AtomicBool,
     /// Counters.
     pub metrics: TaggingMetrics,
 }
@@ -541,7 +543,7 @@ impl Tagger {
             && rows == 0
             && !self.broken
         {
-            match absent_read(r, params, formats, stmt) {
+            match absent_read(r, params, formats, stmt, &self.shared.book) {
                 Some(op) => self.push_op(op),
                 None if r.point.is_some() => self.shared.metrics.opaque(OpaqueKind::Predicate),
                 None => {}

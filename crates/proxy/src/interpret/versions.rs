@@ -17,6 +17,8 @@
 //!   Krait) and maps to `Observed::PreHistory(id)`, which the verifier orders before every recorded
 //!   transaction, like Cobra's INIT (DESIGN.md §3). A writer's RETURNING reaches the proxy before its COMMIT
 //!   is sent, so no reader can see a recorded version before the book holds it.
+//! - A point lookup that finds no row reads `Absent` (the initial "no row" version), unless this proxy
+//!   recorded a DELETE of that key and no live version since: then it read that tombstone.
 //! - The book lives in memory. After a restart, the proxy seeds it from the log's write ops
 //!   ([`VersionBook::seed_from`]), so versions written by an earlier run stay `Version`, not pre-history.
 //!
@@ -37,7 +39,7 @@
 //!   concurrent update committed in between, PostgreSQL updates the newer version (EvalPlanQual) while the
 //!   snapshot still shows the older one, so the recorded read can be older than the replaced version.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use bytes::Bytes;
@@ -95,6 +97,9 @@ pub fn key_name(namespace: &str, pk: &[&[u8]]) -> KeyName {
 #[derive(Debug, Default)]
 pub struct VersionBook {
     written: Mutex<HashSet<u64>>,
+    /// The last tombstone recorded per key, cleared when a live version of the key is recorded. A point
+    /// lookup that finds no row after a recorded DELETE read that tombstone, not the initial "no row".
+    tombstones: Mutex<HashMap<KeyName, WriteId>>,
 }
 
 impl VersionBook {
@@ -133,6 +138,28 @@ impl VersionBook {
                     self.insert(*write);
                 }
             }
+        }
+    }
+
+    /// Notes that `key`'s newest recorded version is the tombstone `w` (`Some`) or a live one (`None`).
+    pub fn set_tombstone(&self, key: &KeyName, w: Option<WriteId>) {
+        if let Ok(mut t) = self.tombstones.lock() {
+            match w {
+                Some(w) => {
+                    t.insert(key.clone(), w);
+                }
+                None => {
+                    t.remove(key);
+                }
+            }
+        }
+    }
+
+    /// What a read that found no row for `key` observed: the last recorded tombstone, else Absent.
+    pub fn absent(&self, key: &KeyName) -> Observed {
+        match self.tombstones.lock().ok().and_then(|t| t.get(key).copied()) {
+            Some(w) => Observed::Version(w),
+            None => Observed::Absent,
         }
     }
 
@@ -190,12 +217,14 @@ pub fn row_ops(
                 }
                 let w = version_id(&key, xmin);
                 book.insert(w);
+                book.set_tombstone(&key, None);
                 ops.push(LoggedOp::Write { key, write: w, stmt });
             }
             RowKind::Delete => {
                 let Some(Some(deleter)) = extra.next() else { return Err(err("no deleter id".into())) };
                 let w = tombstone_id(&key, deleter);
                 book.insert(w);
+                book.set_tombstone(&key, Some(w));
                 ops.push(LoggedOp::Write { key, write: w, stmt });
             }
         }
@@ -210,6 +239,7 @@ pub fn absent_read(
     params: &[Option<Bytes>],
     param_formats: &[i16],
     stmt: Option<u32>,
+    book: &VersionBook,
 ) -> Option<LoggedOp> {
     let point = plan.point.as_ref()?;
     let mut vals: Vec<Vec<u8>> = Vec::with_capacity(point.values.len());
@@ -230,7 +260,9 @@ pub fn absent_read(
         }
     }
     let refs: Vec<&[u8]> = vals.iter().map(Vec::as_slice).collect();
-    Some(LoggedOp::Read { key: key_name(&point.namespace, &refs), observed: Observed::Absent, stmt })
+    let key = key_name(&point.namespace, &refs);
+    let observed = book.absent(&key);
+    Some(LoggedOp::Read { key, observed, stmt })
 }
 
 #[cfg(test)]
@@ -302,8 +334,19 @@ mod tests {
         let p = plan(RowKind::Read, false, false);
         let want =
             LoggedOp::Read { key: key_name("accounts", &[b"9"]), observed: Observed::Absent, stmt: None };
-        assert_eq!(absent_read(&p, &[b("9")], &[], None), Some(want));
-        assert_eq!(absent_read(&p, &[b("9")], &[1], None), None);
-        assert_eq!(absent_read(&p, &[], &[], None), None);
+        let book = VersionBook::new();
+        assert_eq!(absent_read(&p, &[b("9")], &[], None, &book), Some(want));
+        assert_eq!(absent_read(&p, &[b("9")], &[1], None, &book), None);
+        assert_eq!(absent_read(&p, &[], &[], None, &book), None);
+        // After a recorded DELETE, "no row" is the tombstone; after a new insert, a live version again.
+        let del = plan(RowKind::Delete, false, true);
+        let ops = row_ops(&del, &[b("5"), b("9"), b("700")], None, &book).unwrap_or_default();
+        let Some(LoggedOp::Write { write, .. }) = ops.first() else { panic!("{ops:?}") };
+        let got = absent_read(&p, &[b("9")], &[], None, &book);
+        assert!(matches!(got, Some(LoggedOp::Read { observed: Observed::Version(w), .. }) if w == *write));
+        let ins = plan(RowKind::Insert, false, false);
+        let _ = row_ops(&ins, &[b("800"), b("9")], None, &book);
+        let got = absent_read(&p, &[b("9")], &[], None, &book);
+        assert!(matches!(got, Some(LoggedOp::Read { observed: Observed::Absent, .. })));
     }
 }
