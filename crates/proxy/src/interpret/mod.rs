@@ -35,6 +35,7 @@
 pub mod catalog;
 pub mod classify;
 pub mod fence;
+pub mod hooks;
 pub mod strip;
 pub mod tagger;
 pub mod versions;

@@ -1,0 +1,200 @@
+//! What the session calls: one object per session that wraps the [`Tagger`], the fence counter and the
+//! injected queries, so the session's message loop needs only a few calls:
+//!
+//! - client → database: [`SessionTagging::must_wait`] before offering a statement-bearing message (a
+//!   message that may commit waits until every earlier statement's rows are in, so the write-ahead intent
+//!   holds all of the transaction's ops), then [`SessionTagging::frontend`] for the bytes to forward.
+//! - between two client transactions: [`SessionTagging::injection_due`] and
+//!   [`SessionTagging::start_injection`]; while [`SessionTagging::injecting`], every backend message goes
+//!   to [`SessionTagging::injected_backend`] and none to the client or the state machine.
+//! - database → client: [`SessionTagging::backend`] says what the client gets instead of each message.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::{Bytes, BytesMut};
+use history::log::LoggedOp;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use wire::pg::backend::tag as btag;
+use wire::pg::{FrontendMessage, split_frame};
+
+use super::fence::{FenceCounter, Injected, InjectedReplies, Injection, Step};
+use super::tagger::{Outgoing, Tagger, TaggingShared};
+
+/// A finished fence, to be recorded as a fence transaction in the session's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceTxn {
+    /// Its read and write of the fence row.
+    pub ops: Vec<LoggedOp>,
+    /// Whether it committed.
+    pub committed: bool,
+}
+
+/// What to do after an injected query's reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InjectStep {
+    /// Keep reading.
+    More,
+    /// Send this frame to the database next.
+    Send(Bytes),
+    /// Done; record the fence if there was one.
+    Done(Option<FenceTxn>),
+}
+
+/// One session's tagging. See the module docs.
+#[derive(Debug)]
+pub struct SessionTagging {
+    shared: Arc<TaggingShared>,
+    tagger: Tagger,
+    fences: FenceCounter,
+    injecting: Option<InjectedReplies>,
+}
+
+fn query_frame(sql: &str) -> Bytes {
+    let mut b = BytesMut::new();
+    FrontendMessage::Query { sql: Bytes::copy_from_slice(sql.as_bytes()) }.encode(&mut b);
+    b.freeze()
+}
+
+impl SessionTagging {
+    /// Tagging for a new session, with a fence every `fence_every` commits (0: never).
+    pub fn new(shared: Arc<TaggingShared>, fence_every: u64) -> Self {
+        SessionTagging {
+            tagger: Tagger::new(shared.clone()),
+            shared,
+            fences: FenceCounter::new(fence_every),
+            injecting: None,
+        }
+    }
+
+    /// Whether `msg` must wait for outstanding rows before it is offered to the state machine.
+    pub fn must_wait(&self, msg: &FrontendMessage) -> bool {
+        matches!(msg, FrontendMessage::Query { .. } | FrontendMessage::Execute { .. } | FrontendMessage::Sync)
+            && self.tagger.results_pending()
+    }
+
+    /// The bytes to forward for a client message (`raw` unless it was rewritten). `stmt` is the index of its
+    /// statement text in the open transaction.
+    pub fn frontend(&mut self, msg: &FrontendMessage, raw: &Bytes, stmt: Option<u32>) -> Bytes {
+        self.tagger.on_frontend(msg, stmt).unwrap_or_else(|| raw.clone())
+    }
+
+    /// What the client gets instead of a backend message.
+    pub fn backend(&mut self, tag: u8, body: &Bytes) -> Outgoing {
+        self.tagger.on_backend(tag, body)
+    }
+
+    /// The ops collected for the transaction now ending or committing (taken).
+    pub fn take_ops(&mut self) -> Vec<LoggedOp> {
+        self.tagger.take_ops()
+    }
+
+    /// A copy of the ops collected so far, for a write-ahead intent.
+    pub fn ops(&self) -> Vec<LoggedOp> {
+        self.tagger.ops().to_vec()
+    }
+
+    /// Notes a committed client transaction (for the fence counter).
+    pub fn committed(&mut self) {
+        self.fences.committed();
+    }
+
+    /// Whether an injected query is running.
+    pub fn injecting(&self) -> bool {
+        self.injecting.is_some()
+    }
+
+    /// What to inject now, if anything. Call only between two client transactions with nothing
+    /// outstanding.
+    pub fn injection_due(&self) -> Option<Injection> {
+        if self.shared.catalog_stale.load(Ordering::Relaxed) {
+            Some(Injection::Catalog)
+        } else if self.fences.due() {
+            Some(Injection::Fence { setup: !self.shared.fence_ready.load(Ordering::Relaxed) })
+        } else {
+            None
+        }
+    }
+
+    /// Starts an injection; returns the frame to send to the database.
+    pub fn start_injection(&mut self, what: Injection) -> Bytes {
+        if let Injection::Fence { .. } = what {
+            self.fences.fenced();
+        }
+        self.injecting = Some(InjectedReplies::new(what));
+        query_frame(&what.sql())
+    }
+
+    /// Takes one backend message while injecting.
+    pub fn injected_backend(&mut self, tag: u8, body: &Bytes) -> InjectStep {
+        let Some(replies) = self.injecting.as_mut() else { return InjectStep::Done(None) };
+        match replies.on_backend(tag, body, &self.shared.book) {
+            Step::More => InjectStep::More,
+            Step::Send(sql) => InjectStep::Send(query_frame(sql)),
+            Step::Done => {
+                let Some(replies) = self.injecting.take() else { return InjectStep::Done(None) };
+                match replies.finish(&self.shared) {
+                    Injected::Catalog => InjectStep::Done(None),
+                    Injected::Fence { ops, committed } => InjectStep::Done(Some(FenceTxn { ops, committed })),
+                }
+            }
+        }
+    }
+}
+
+/// Loads the catalog over a connection that has just finished startup, before the client's first message:
+/// sends [`super::PK_QUERY`] and swallows the replies. `sbuf` holds bytes already read from the database.
+pub async fn load_catalog<S>(db: &mut S, sbuf: &mut BytesMut, shared: &TaggingShared) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    db.write_all(&query_frame(super::PK_QUERY)).await?;
+    let mut replies = InjectedReplies::new(Injection::Catalog);
+    loop {
+        while let Some(frame) =
+            split_frame(sbuf, 1 << 30).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?
+        {
+            if frame.tag() == btag::READY_FOR_QUERY
+                || replies.on_backend(frame.tag(), &frame.body(), &shared.book) == Step::Done
+            {
+                let _ = replies.finish(shared);
+                return Ok(());
+            }
+        }
+        if db.read_buf(sbuf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interpret::Catalog;
+
+    #[test]
+    fn fences_are_due_after_the_catalog_and_every_n_commits() {
+        let shared = Arc::new(TaggingShared::new());
+        let mut s = SessionTagging::new(shared.clone(), 2);
+        assert_eq!(s.injection_due(), Some(Injection::Catalog));
+        shared.set_catalog(Catalog::new());
+        assert_eq!(s.injection_due(), None);
+        s.committed();
+        s.committed();
+        assert_eq!(s.injection_due(), Some(Injection::Fence { setup: true }));
+        let frame = s.start_injection(Injection::Fence { setup: true });
+        assert_eq!(frame[0], b'Q');
+        assert!(s.injecting());
+        assert_eq!(s.injection_due(), None);
+        let rfq = |st: u8| (btag::READY_FOR_QUERY, Bytes::copy_from_slice(&[st]));
+        // The fence's first message ends in a block: COMMIT goes next.
+        let (t, b) = rfq(b'T');
+        assert!(matches!(s.injected_backend(t, &b), InjectStep::Send(_)));
+        let (t, b) = rfq(b'I');
+        assert_eq!(
+            s.injected_backend(t, &b),
+            InjectStep::Done(Some(FenceTxn { ops: vec![], committed: false }))
+        );
+        assert!(!s.injecting());
+    }
+}
