@@ -52,6 +52,9 @@ async fn simple_protocol_transactions_are_recorded_with_their_outcomes() {
     let committed = &txns[2];
     assert!(committed.txn.start_ns.unwrap() <= committed.commit_ns.unwrap());
     assert!(txns.iter().all(|r| r.txn.session == txns[0].txn.session));
+    // Under strict durability every commit reply waited for the fsync of its outcome.
+    let committed = p.recorded().iter().filter(|r| r.outcome == Some(Outcome::Committed)).count();
+    assert_eq!(p.handle.log().stats().durable_waits, committed as u64);
     p.handle.shutdown().await.unwrap();
 }
 
@@ -182,6 +185,7 @@ async fn group_and_none_durability_record_the_same_transactions() {
         assert_eq!(outcomes(&txns), vec![Some(Outcome::Committed); 11], "{durability}");
         let status: serde_json::Value = serde_json::from_str(&p.admin_get("/api/status").await).unwrap();
         assert_eq!(status["log"]["durability"], durability);
+        assert_eq!(p.handle.log().stats().durable_waits, 0, "{durability}: replies do not wait for fsync");
         p.handle.shutdown().await.unwrap();
     }
 }
