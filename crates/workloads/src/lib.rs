@@ -52,12 +52,21 @@ pub enum StoreError {
         sqlstate: &'static str,
     },
     /// Any other database error; not retried.
-    #[error("database error: {0}")]
+    #[error("database error: {}", describe_db_error(.0))]
     Db(#[from] tokio_postgres::Error),
     /// A row that the workload's logic relies on is missing or malformed: a bug, or a database that lost
     /// data. Not retried.
     #[error("data error: {0}")]
     Data(String),
+}
+
+/// The server's SQLSTATE and message where there is one: `tokio_postgres::Error`'s own text is just
+/// "db error".
+fn describe_db_error(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {}): {}", db.severity(), db.code().code(), db.message()),
+        None => e.to_string(),
+    }
 }
 
 impl StoreError {
