@@ -19,7 +19,20 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wire::pg::backend::{Authentication, BackendMessage};
 use wire::pg::{StartupPacket, split_frame};
 
-const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// The newest Debian-packaged server binaries (`/usr/lib/postgresql/<major>/bin`).
+fn pg_bin() -> PathBuf {
+    let mut versions: Vec<u32> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    versions.sort_unstable();
+    let bin = PathBuf::from(format!("/usr/lib/postgresql/{}/bin", versions.last().copied().unwrap_or(15)));
+    assert!(
+        bin.join("initdb").exists(),
+        "{}/initdb is missing: install the postgresql package (scripts/services says how)",
+        bin.display()
+    );
+    bin
+}
 
 /// A throwaway PostgreSQL cluster, stopped on drop.
 struct Cluster {
@@ -47,15 +60,12 @@ fn as_postgres(program: &str) -> Command {
 
 impl Cluster {
     fn start() -> Cluster {
-        assert!(
-            Path::new(PG_BIN).join("initdb").exists(),
-            "{PG_BIN}/initdb is missing: install the postgresql package (scripts/services says how)"
-        );
+        let bin = pg_bin();
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         std::fs::write(dir.path().join("pw"), "superpw\n").unwrap();
         sh(Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()));
-        sh(as_postgres(&format!("{PG_BIN}/initdb"))
+        sh(as_postgres(&bin.join("initdb").display().to_string())
             .args(["-A", "scram-sha-256", "-U", "postgres", "--no-sync", "-D"])
             .arg(&data)
             .arg(format!("--pwfile={}", dir.path().join("pw").display())));
@@ -80,7 +90,7 @@ impl Cluster {
         std::fs::copy(&cert, &ca).unwrap();
         sh(Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()));
         sh(Command::new("chmod").arg("600").arg(&key));
-        sh(as_postgres(&format!("{PG_BIN}/pg_ctl"))
+        sh(as_postgres(&bin.join("pg_ctl").display().to_string())
             .args(["-w", "-t", "30", "-D"])
             .arg(&data)
             .arg("-l")
@@ -101,7 +111,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = as_postgres(&format!("{PG_BIN}/pg_ctl"))
+        let _ = as_postgres(&pg_bin().join("pg_ctl").display().to_string())
             .args(["-m", "immediate", "-D"])
             .arg(self.dir.path().join("data"))
             .arg("stop")
