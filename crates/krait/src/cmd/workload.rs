@@ -49,6 +49,10 @@ pub enum WorkloadCommand {
         /// A transaction aborted this many times in a row is given up and counted as an error.
         #[arg(long, default_value_t = 1000)]
         max_retries: u32,
+        /// Where to create and load the schema (default: --target). Point it at the database itself when
+        /// --target is Krait, so that the bulk load is not recorded as part of the history.
+        #[arg(long)]
+        setup_target: Option<String>,
         /// Do not create or load the schema first (it must already be set up).
         #[arg(long)]
         no_setup: bool,
@@ -186,6 +190,7 @@ pub fn run(cmd: WorkloadCommand) -> anyhow::Result<ExitCode> {
             seed,
             isolation,
             max_retries,
+            setup_target,
             no_setup,
             reset,
             json,
@@ -212,7 +217,8 @@ pub fn run(cmd: WorkloadCommand) -> anyhow::Result<ExitCode> {
             let rt = runtime()?;
             let summary = rt.block_on(async {
                 if !no_setup {
-                    let outcome = sql::setup(&target, &workload, &schema, reset).await?;
+                    let setup_at = setup_target.as_deref().unwrap_or(&target);
+                    let outcome = sql::setup(setup_at, &workload, &schema, reset).await?;
                     report_setup(&workload, &schema, outcome);
                 }
                 let progress = Arc::new(Progress::default());
