@@ -420,3 +420,126 @@ fn extended_explicit_block_like_pgbench_prepared() {
     assert_eq!(h.intents[0].statements.len(), 4);
     assert_eq!(h.outcomes()[0].0, Outcome::Committed);
 }
+
+mod arbitrary_streams {
+    //! The machine is fed whatever a client sends and whatever the server answers, so no sequence of
+    //! messages, however wrong, may make it panic (a panic would kill the session's task).
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn frontend() -> impl Strategy<Value = FrontendMessage> {
+        let sql = prop::sample::select(vec![
+            "begin",
+            "commit",
+            "rollback",
+            "savepoint a",
+            "rollback to a",
+            "select 1",
+            "insert into t values (1)",
+            "copy t from stdin",
+            "call p()",
+            "prepare transaction 'x'",
+            "",
+            "select 1; commit; select 2",
+        ]);
+        let name = prop::sample::select(vec!["", "a", "b"]);
+        prop_oneof![
+            sql.clone().prop_map(|s| FrontendMessage::Query { sql: b(s) }),
+            (name.clone(), sql).prop_map(|(n, s)| FrontendMessage::Parse {
+                name: b(n),
+                query: b(s),
+                param_types: vec![]
+            }),
+            (name.clone(), name.clone()).prop_map(|(p, s)| FrontendMessage::Bind {
+                portal: b(p),
+                statement: b(s),
+                param_formats: vec![],
+                params: vec![],
+                result_formats: vec![]
+            }),
+            (name.clone(), 0..3i32).prop_map(|(p, m)| FrontendMessage::Execute { portal: b(p), max_rows: m }),
+            name.clone().prop_map(|n| FrontendMessage::Describe { target: Target::Statement, name: b(n) }),
+            name.clone().prop_map(|n| FrontendMessage::Describe { target: Target::Portal, name: b(n) }),
+            name.prop_map(|n| FrontendMessage::Close { target: Target::Portal, name: b(n) }),
+            Just(FrontendMessage::Sync),
+            Just(FrontendMessage::Flush),
+            Just(FrontendMessage::CopyData(b("1\n"))),
+            Just(FrontendMessage::CopyDone),
+            Just(FrontendMessage::CopyFail { message: b("no") }),
+            Just(FrontendMessage::FunctionCall {
+                oid: 1,
+                arg_formats: vec![],
+                args: vec![],
+                result_format: 0
+            }),
+        ]
+    }
+
+    fn backend() -> impl Strategy<Value = BackendMessage> {
+        let fmt = CopyFormat { overall: 0, columns: vec![] };
+        prop_oneof![
+            Just(BackendMessage::ParseComplete),
+            Just(BackendMessage::BindComplete),
+            Just(BackendMessage::CloseComplete),
+            Just(BackendMessage::NoData),
+            Just(BackendMessage::PortalSuspended),
+            Just(BackendMessage::EmptyQueryResponse),
+            Just(BackendMessage::ParameterDescription { types: vec![] }),
+            Just(rowdesc()),
+            Just(row()),
+            Just(err()),
+            prop::sample::select(vec![
+                "COMMIT",
+                "ROLLBACK",
+                "BEGIN",
+                "INSERT 0 1",
+                "PREPARE TRANSACTION",
+                "SELECT 1"
+            ])
+            .prop_map(cc),
+            prop::sample::select(vec![I, T, E]).prop_map(rfq),
+            Just(BackendMessage::CopyInResponse(fmt.clone())),
+            Just(BackendMessage::CopyOutResponse(fmt.clone())),
+            Just(BackendMessage::CopyBothResponse(fmt)),
+            Just(BackendMessage::CopyData(b("x"))),
+            Just(BackendMessage::CopyDone),
+            Just(BackendMessage::FunctionCallResponse { value: None }),
+            Just(BackendMessage::Authentication(wire::pg::backend::Authentication::Ok)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn no_message_sequence_makes_the_machine_panic(
+            events in prop::collection::vec(prop_oneof![frontend().prop_map(Ok), backend().prop_map(Err)], 0..60)
+        ) {
+            let mut m = SessionMachine::new();
+            let mut clock = 0;
+            for e in events {
+                clock += 1;
+                match e {
+                    Ok(f) => {
+                        let _ = m.on_frontend(&f, clock);
+                    }
+                    Err(bmsg) => {
+                        let mut buf = BytesMut::from(&bmsg.to_bytes()[..]);
+                        let frame = split_frame(&mut buf, 1 << 20).unwrap().unwrap();
+                        let _ = m.on_backend(frame.tag(), &frame.body(), clock);
+                    }
+                }
+                prop_assert_eq!(m.outstanding(), m.expected().len());
+            }
+            let _ = m.on_disconnect(clock + 1);
+            prop_assert!(m.on_disconnect(clock + 2).is_none(), "a transaction is ended once");
+        }
+
+        #[test]
+        fn the_keyword_reader_never_panics(sql in prop::collection::vec(any::<u8>(), 0..80)) {
+            let _ = crate::sql::classify(&sql);
+        }
+    }
+}
