@@ -29,9 +29,12 @@ enum Command {
     /// Run the proxy and the co-located verifier in one process (not implemented yet).
     #[command(hide = true)]
     Serve(cmd::NotYet),
-    /// Run the recording proxy alone (not implemented yet).
-    #[command(hide = true)]
-    Proxy(cmd::NotYet),
+    /// Run the recording proxy: clients connect to it instead of the database, and every transaction is
+    /// recorded in the durable history log (verify it with `krait verify LOG_DIR`).
+    Proxy(cmd::proxy::ProxyArgs),
+    /// Check configuration files.
+    #[command(subcommand)]
+    Config(cmd::proxy::ConfigCommand),
     /// List and show reject reports (not implemented yet).
     #[command(hide = true)]
     Report(cmd::NotYet),
@@ -59,7 +62,8 @@ fn main() -> ExitCode {
         Command::Verify(args) => cmd::verify::run(args),
         Command::History(command) => cmd::history::run(command),
         Command::Serve(_) => cmd::not_yet("serve", "online verification"),
-        Command::Proxy(_) => cmd::not_yet("proxy", "proxy core"),
+        Command::Proxy(args) => cmd::proxy::run(args),
+        Command::Config(command) => cmd::proxy::config(command),
         Command::Report(_) => cmd::not_yet("report", "online verification"),
         Command::Demo(_) => cmd::not_yet("demo", "reference store and demo"),
         Command::Workload(command) => cmd::workload::run(command),

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use history::History;
 use history::codec::{self, Format};
+use history::log::{Durability, HistoryLog, SledLog};
 
 /// Subcommands of `krait history`.
 #[derive(Debug, clap::Subcommand)]
@@ -57,9 +58,24 @@ fn parse_input_format(s: &str) -> Result<FormatChoice, String> {
     if s == "auto" { Ok(FormatChoice(None)) } else { parse_format(s).map(|f| FormatChoice(Some(f))) }
 }
 
-/// Reads a history, naming the path and the format in any error.
+/// Reads a history, naming the path and the format in any error. A proxy's history log directory (the
+/// `[log] path` of its configuration) is replayed: transactions whose outcome never reached the log are
+/// indeterminate.
 pub fn load(path: &Path, format: Option<Format>) -> anyhow::Result<History> {
+    if format.is_none() && is_history_log(path) {
+        // Strict, so that opening the log to read it never records a gap of its own.
+        let log = SledLog::open(path, Durability::Strict)
+            .with_context(|| format!("cannot open history log {} (is a proxy still using it?)", path.display()))?;
+        let history = log.replay().with_context(|| format!("cannot replay history log {}", path.display()))?;
+        log.close().with_context(|| format!("cannot close history log {}", path.display()))?;
+        return Ok(history);
+    }
     codec::read_history(path, format).with_context(|| format!("cannot read history {}", path.display()))
+}
+
+/// Whether `path` is a history log directory written by the proxy (sled keeps `conf` and `db` there).
+fn is_history_log(path: &Path) -> bool {
+    path.join("conf").is_file() && path.join("db").is_file()
 }
 
 /// Runs `krait history`.

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 pub mod history;
+pub mod proxy;
 pub mod verify;
 pub mod workload;
 

@@ -1,0 +1,120 @@
+//! `krait workload` and `krait bench` end to end: generated histories are accepted by `krait verify`, a run
+//! against the local PostgreSQL (127.0.0.1:5432, database `test`; `KRAIT_TEST_PG_URL` overrides) reports
+//! zero errors, and the bench writes its table and plot.
+
+mod common;
+
+use common::krait;
+
+fn pg_url() -> String {
+    std::env::var("KRAIT_TEST_PG_URL")
+        .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+#[test]
+fn a_generated_history_is_accepted_and_the_output_is_not_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.krait");
+    let p = path.to_str().unwrap();
+    let args =
+        ["workload", "generate", "blindw-rw", "--txns", "400", "--out", p, "--seed", "3", "--keys", "500"];
+    let out = krait(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("wrote 400 transactions of blindw-rw"), "{}", text(&out.stderr));
+    let verified = krait(&["verify", p]);
+    assert_eq!(verified.status.code(), Some(0), "{}", text(&verified.stdout));
+    // Without --force an existing file is left alone.
+    let again = krait(&args);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(text(&again.stderr).contains("already exists"));
+}
+
+#[test]
+fn the_same_seed_writes_the_same_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen_to = |name: &str, seed: &str| {
+        let path = dir.path().join(name);
+        let p = path.to_str().unwrap().to_owned();
+        let out = krait(&[
+            "workload",
+            "generate",
+            "tpcc",
+            "--txns",
+            "200",
+            "--customers",
+            "30",
+            "--seed",
+            seed,
+            "--out",
+            &p,
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        std::fs::read(path).unwrap()
+    };
+    assert_eq!(gen_to("a", "1"), gen_to("b", "1"));
+    assert_ne!(gen_to("a2", "1"), gen_to("c", "2"));
+}
+
+#[test]
+fn a_run_against_postgres_reports_throughput_and_no_errors() {
+    let url = pg_url();
+    let out = krait(&[
+        "workload",
+        "run",
+        "blindw-rm",
+        "--target",
+        &url,
+        "--clients",
+        "4",
+        "--txns",
+        "200",
+        "--keys",
+        "500",
+        "--schema",
+        "krait_wltest_cli",
+        "--reset",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["committed"], 200);
+    assert_eq!(summary["errors"], 0);
+    assert!(summary["tps"].as_f64().unwrap() > 0.0);
+    assert!(summary["latency_ms"]["p99"].as_f64().unwrap() >= summary["latency_ms"]["p50"].as_f64().unwrap());
+}
+
+#[test]
+fn run_needs_a_count_or_a_duration() {
+    let out = krait(&["workload", "run", "twitter", "--target", &pg_url()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--txns"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn bench_writes_a_csv_row_per_point_and_a_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = krait(&[
+        "bench",
+        "--workloads",
+        "twitter,blindw-wm",
+        "--txns",
+        "100,300",
+        "--clients",
+        "4",
+        "--out",
+        d,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let csv = std::fs::read_to_string(dir.path().join("verify_time.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert_eq!(rows.len(), 4, "{csv}");
+    assert!(rows.iter().all(|r| r.ends_with(",accept")), "{csv}");
+    assert!(rows[0].starts_with("twitter,100,") && rows[3].starts_with("blindw-wm,300,"), "{csv}");
+    let svg = std::fs::read_to_string(dir.path().join("verify_time.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("blindw-wm") && svg.contains("number of transactions"));
+}
