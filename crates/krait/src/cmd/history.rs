@@ -64,9 +64,11 @@ fn parse_input_format(s: &str) -> Result<FormatChoice, String> {
 pub fn load(path: &Path, format: Option<Format>) -> anyhow::Result<History> {
     if format.is_none() && is_history_log(path) {
         // Strict, so that opening the log to read it never records a gap of its own.
-        let log = SledLog::open(path, Durability::Strict)
-            .with_context(|| format!("cannot open history log {} (is a proxy still using it?)", path.display()))?;
-        let history = log.replay().with_context(|| format!("cannot replay history log {}", path.display()))?;
+        let log = SledLog::open(path, Durability::Strict).with_context(|| {
+            format!("cannot open history log {} (is a proxy still using it?)", path.display())
+        })?;
+        let history =
+            log.replay().with_context(|| format!("cannot replay history log {}", path.display()))?;
         log.close().with_context(|| format!("cannot close history log {}", path.display()))?;
         return Ok(history);
     }

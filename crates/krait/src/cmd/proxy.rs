@@ -7,8 +7,10 @@ use anyhow::Context;
 
 /// Arguments of `krait proxy`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Stop it with Ctrl-C or SIGTERM: open transactions are recorded and the log is closed \
-                        cleanly. SIGHUP reloads the client TLS certificate and key.")]
+#[command(
+    after_help = "Stop it with Ctrl-C or SIGTERM: open transactions are recorded and the log is closed \
+                        cleanly. SIGHUP reloads the client TLS certificate and key."
+)]
 pub struct ProxyArgs {
     /// The configuration file (see configs/krait.toml, which documents every setting).
     #[arg(long, short, value_name = "FILE")]
@@ -47,7 +49,8 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
 pub fn config(command: ConfigCommand) -> anyhow::Result<ExitCode> {
     match command {
         ConfigCommand::Check { file } => {
-            proxy::check_config(&file).with_context(|| format!("invalid configuration {}", file.display()))?;
+            proxy::check_config(&file)
+                .with_context(|| format!("invalid configuration {}", file.display()))?;
             println!("{}: OK", file.display());
             Ok(ExitCode::SUCCESS)
         }
