@@ -26,9 +26,9 @@ enum Command {
     /// Inspect and convert histories.
     #[command(subcommand)]
     History(cmd::history::HistoryCommand),
-    /// Run the proxy and the co-located verifier in one process (not implemented yet).
-    #[command(hide = true)]
-    Serve(cmd::NotYet),
+    /// Run the proxy and the co-located online verifier in one process: transactions are recorded and
+    /// verified in rounds as they arrive; reject reports go to DATA_DIR/reports/.
+    Serve(cmd::serve::ServeArgs),
     /// Run the recording proxy: clients connect to it instead of the database, and every transaction is
     /// recorded in the durable history log (verify it with `krait verify LOG_DIR`).
     Proxy(cmd::proxy::ProxyArgs),
@@ -38,9 +38,9 @@ enum Command {
     /// List and show reject reports (not implemented yet).
     #[command(hide = true)]
     Report(cmd::NotYet),
-    /// Run a workload through Krait into a database, verifying as it goes (not implemented yet).
-    #[command(hide = true)]
-    Demo(cmd::NotYet),
+    /// Run a small contended workload and verify it online as it runs: through Krait (TLS on) into the local
+    /// PostgreSQL, or in the embedded reference store when there is none. Exit 0 on accept, 1 on reject.
+    Demo(cmd::demo::DemoArgs),
     /// Run a workload (TPC-C, C-Twitter, C-RUBiS, BlindW) against PostgreSQL or through Krait, or generate
     /// a serializable history of it offline.
     #[command(subcommand)]
@@ -61,11 +61,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Verify(args) => cmd::verify::run(args),
         Command::History(command) => cmd::history::run(command),
-        Command::Serve(_) => cmd::not_yet("serve", "online verification"),
+        Command::Serve(args) => cmd::serve::run(args),
         Command::Proxy(args) => cmd::proxy::run(args),
         Command::Config(command) => cmd::proxy::config(command),
         Command::Report(_) => cmd::not_yet("report", "online verification"),
-        Command::Demo(_) => cmd::not_yet("demo", "reference store and demo"),
+        Command::Demo(args) => cmd::demo::run(args),
         Command::Workload(command) => cmd::workload::run(command),
         Command::Bench(args) => cmd::workload::bench(args),
     };

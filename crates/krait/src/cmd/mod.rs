@@ -2,8 +2,10 @@
 
 use std::process::ExitCode;
 
+pub mod demo;
 pub mod history;
 pub mod proxy;
+pub mod serve;
 pub mod verify;
 pub mod workload;
 

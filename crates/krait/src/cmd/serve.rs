@@ -1,0 +1,498 @@
+//! `krait serve`: the recording proxy and a co-located online verifier in one process (DESIGN.md §2).
+//!
+//! The verifier runs on its own OS thread ([`Tailer`]), never on the proxy's async runtime: every ~100 ms it
+//! reads the records the log has made durable since the last sequence number it saw, turns each finished
+//! transaction into a [`Transaction`], and pushes it into an [`OnlineVerifier`], which verifies in rounds
+//! (Cobra §4, §6.2) and writes reject reports into `DATA_DIR/reports/`. The proxy's data path only appends to
+//! the log; it never waits for the verifier, so a slow round delays verification (the lag grows), not
+//! clients. Each tick reads at most [`MAX_RECORDS_PER_TICK`] records so that rounds and status keep running.
+//!
+//! The proxy's admin server is the proxy crate's; this command does not extend it. Instead it prints a status
+//! line (transactions recorded and verified, lag, rounds, rejects) to stderr every few seconds.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use history::log::{HistoryLog, LogRecord, LoggedOp, LoggedTxn};
+use history::{Durability, Op, Outcome, StmtRef, Transaction, TxnId};
+use verifier::{OnlineVerifier, ReportStore, RoundOptions};
+
+/// How often the verifier thread looks at the log.
+pub const POLL: Duration = Duration::from_millis(100);
+/// The most log records one tick reads, so a burst cannot starve rounds and status updates.
+pub const MAX_RECORDS_PER_TICK: usize = 20_000;
+
+/// Arguments of `krait serve`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Stop it with Ctrl-C or SIGTERM: the proxy records open transactions and closes its log, then \
+                  the verifier reads the rest of the log, runs a last round and exits."
+)]
+pub struct ServeArgs {
+    /// The proxy's configuration file (see configs/krait.toml).
+    #[arg(long, short, value_name = "FILE")]
+    config: PathBuf,
+    /// Where reject reports go (`DATA_DIR/reports/`). Defaults to the directory that holds the log directory.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Seconds between status lines on stderr.
+    #[arg(long, default_value_t = 5, value_name = "S")]
+    status_every: u64,
+    /// Transactions per verification round (a round also runs every --round-interval-ms).
+    #[arg(long, default_value_t = 2_000)]
+    round_size: usize,
+    /// The longest time between rounds while transactions wait, in milliseconds.
+    #[arg(long, default_value_t = 1_000)]
+    round_interval_ms: u64,
+}
+
+/// The verifier thread's state, as the status line and the demo show it.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    /// Log records read so far.
+    pub records_read: u64,
+    /// The log's next sequence number when last looked at (records appended so far).
+    pub log_records: u64,
+    /// Finished transactions read from the log (committed, aborted, indeterminate).
+    pub txns_read: u64,
+    /// Reads and writes (row-level ops) in those transactions.
+    pub ops_read: u64,
+    /// Transactions verified by a completed round.
+    pub verified: u64,
+    /// Rounds run.
+    pub rounds: u64,
+    /// Reject reports found.
+    pub rejects: u64,
+    /// Ids of the stored reports, in order found.
+    pub report_ids: Vec<String>,
+    /// The verdict line of each reject.
+    pub reject_lines: Vec<String>,
+    /// Transactions read but not yet verified, plus log records not yet read.
+    pub lag_txns: u64,
+    /// How long the oldest transaction not yet verified has been waiting since it was read.
+    pub lag: Duration,
+    /// Why the verifier stopped, if it failed.
+    pub error: Option<String>,
+}
+
+impl Status {
+    /// One line for a person.
+    pub fn line(&self) -> String {
+        format!(
+            "recorded {} txns ({} row ops), verified {}, lag {} txns / {:.1} s, {} rounds, {} rejects",
+            self.txns_read,
+            self.ops_read,
+            self.verified,
+            self.lag_txns,
+            self.lag.as_secs_f64(),
+            self.rounds,
+            self.rejects
+        )
+    }
+}
+
+/// Turns log records into transactions for an [`OnlineVerifier`]: a transaction is pushed once its outcome is
+/// known (a `Finished` record, or the `Outcome` of an earlier intent, or a `Recovery` record that declares
+/// it Indeterminate). A session cannot begin its next transaction before its COMMIT reply, so pushing at
+/// outcome time keeps session order.
+pub struct Feeder {
+    verifier: OnlineVerifier,
+    pending: HashMap<TxnId, LoggedTxn>,
+    statements: HashMap<String, StmtRef>,
+    next_seq: u64,
+    status: Status,
+    /// `(cumulative transactions pushed, when)` for each tick that pushed some, to measure the lag.
+    pushed_at: VecDeque<(u64, Instant)>,
+    seen_rounds: usize,
+    seen_rejects: usize,
+}
+
+impl Feeder {
+    /// A feeder that starts at sequence number 0.
+    pub fn new(options: RoundOptions, store: Option<ReportStore>) -> Self {
+        Self::with_tables(Default::default(), Vec::new(), options, store)
+    }
+
+    /// A feeder for the transactions of a history whose key table and statements are `keys` and
+    /// `statements` (the embedded demo pushes them with [`Feeder::push_txn`]).
+    pub fn with_tables(
+        keys: history::KeyTable,
+        statements: Vec<String>,
+        options: RoundOptions,
+        store: Option<ReportStore>,
+    ) -> Self {
+        let mut verifier = OnlineVerifier::new(keys, statements, options);
+        if let Some(store) = store {
+            verifier = verifier.with_report_store(store);
+        }
+        Feeder {
+            verifier,
+            pending: HashMap::new(),
+            statements: HashMap::new(),
+            next_seq: 0,
+            status: Status::default(),
+            pushed_at: VecDeque::new(),
+            seen_rounds: 0,
+            seen_rejects: 0,
+        }
+    }
+
+    /// Reads what the log has made durable since the last call (at most `max` records); returns how many.
+    pub fn read_log(&mut self, log: &dyn HistoryLog, max: usize) -> anyhow::Result<usize> {
+        // Act only on records a crash cannot take back; under `none` nothing is durable until close.
+        let limit = match log.durability() {
+            Durability::None => log.next_seq(),
+            _ => log.durable_below(),
+        };
+        let mut n = 0;
+        let pushed_before = self.status.txns_read;
+        for item in log.tail(self.next_seq) {
+            if n >= max {
+                break;
+            }
+            let (seq, record) = item.context("cannot read the history log")?;
+            if seq >= limit {
+                break;
+            }
+            self.next_seq = seq + 1;
+            n += 1;
+            self.apply(record)?;
+        }
+        self.status.records_read = self.next_seq;
+        self.status.log_records = log.next_seq();
+        if self.status.txns_read > pushed_before {
+            self.pushed_at.push_back((self.status.txns_read, Instant::now()));
+        }
+        Ok(n)
+    }
+
+    fn apply(&mut self, record: LogRecord) -> anyhow::Result<()> {
+        match record {
+            LogRecord::Intent(txn) => {
+                self.pending.insert(txn.id, txn);
+            }
+            LogRecord::Outcome { txn, outcome, commit_ns } => {
+                if let Some(t) = self.pending.remove(&txn) {
+                    self.push(t, outcome, commit_ns)?;
+                }
+            }
+            LogRecord::Finished { txn, outcome, commit_ns } => self.push(txn, outcome, commit_ns)?,
+            LogRecord::Recovery { indeterminate, .. } => {
+                for id in indeterminate {
+                    if let Some(t) = self.pending.remove(&id) {
+                        self.push(t, Outcome::Indeterminate, None)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pushes one transaction of another history (the embedded demo), interning its keys and statements.
+    pub fn push_txn(&mut self, txn: Transaction) -> anyhow::Result<()> {
+        self.status.txns_read += 1;
+        self.status.ops_read += txn.ops.len() as u64;
+        self.status.records_read += 1;
+        self.status.log_records += 1;
+        self.verifier.push(txn).context("online verification failed")?;
+        self.pushed_at.push_back((self.status.txns_read, Instant::now()));
+        self.after_push();
+        Ok(())
+    }
+
+    /// The verifier, to declare keys and sessions.
+    pub fn verifier_mut(&mut self) -> &mut OnlineVerifier {
+        &mut self.verifier
+    }
+
+    fn push(&mut self, logged: LoggedTxn, outcome: Outcome, commit_ns: Option<u64>) -> anyhow::Result<()> {
+        let mut refs: Vec<Option<StmtRef>> = vec![None; logged.statements.len()];
+        let mut ops = Vec::with_capacity(logged.ops.len());
+        for op in logged.ops {
+            let stmt = match op.stmt().and_then(|i| refs.get_mut(i as usize).map(|slot| (i, slot))) {
+                None => None,
+                Some((i, slot)) => {
+                    if slot.is_none() {
+                        let text = logged.statements.get(i as usize).cloned().unwrap_or_default();
+                        let r = match self.statements.get(&text) {
+                            Some(&r) => r,
+                            None => {
+                                let r = self.verifier.add_statement(text.clone());
+                                self.statements.insert(text, r);
+                                r
+                            }
+                        };
+                        *slot = Some(r);
+                    }
+                    *slot
+                }
+            };
+            ops.push(match op {
+                LoggedOp::Read { key, observed, .. } => {
+                    Op::Read { key: self.verifier.keys_mut().intern(key), observed, stmt }
+                }
+                LoggedOp::Write { key, write, .. } => {
+                    Op::Write { key: self.verifier.keys_mut().intern(key), write, stmt }
+                }
+            });
+        }
+        self.status.txns_read += 1;
+        self.status.ops_read += ops.len() as u64;
+        let txn = Transaction {
+            id: logged.id,
+            session: logged.session,
+            seq: logged.seq,
+            ops,
+            outcome,
+            start_ns: logged.start_ns,
+            commit_ns,
+            collector: logged.collector,
+            fence: logged.fence,
+        };
+        self.verifier.push(txn).context("online verification failed")?;
+        self.after_push();
+        Ok(())
+    }
+
+    /// Runs a round if the round interval has passed.
+    pub fn poll(&mut self) -> anyhow::Result<()> {
+        self.verifier.poll().context("online verification failed")?;
+        self.after_push();
+        Ok(())
+    }
+
+    /// Admits everything still waiting and runs a last round.
+    pub fn finish(&mut self) -> anyhow::Result<()> {
+        self.verifier.finish().context("online verification failed")?;
+        self.after_push();
+        Ok(())
+    }
+
+    /// New reject verdict lines (with their report ids) since the last call.
+    pub fn new_rejects(&mut self) -> Vec<(Option<String>, String)> {
+        let rejects = self.verifier.rejects();
+        let ids = self.verifier.report_ids();
+        let out = (self.seen_rejects..rejects.len())
+            .map(|i| (ids.get(i).cloned(), rejects[i].verdict_line()))
+            .collect();
+        self.seen_rejects = rejects.len();
+        out
+    }
+
+    /// The reject reports found so far.
+    pub fn rejects(&self) -> &[verifier::Report] {
+        self.verifier.rejects()
+    }
+
+    fn after_push(&mut self) {
+        let rounds = self.verifier.rounds();
+        for r in &rounds[self.seen_rounds..] {
+            self.status.verified += r.admitted as u64;
+        }
+        self.seen_rounds = rounds.len();
+        self.status.rounds = rounds.len() as u64;
+        self.status.rejects = self.verifier.rejects().len() as u64;
+        self.status.report_ids = self.verifier.report_ids().to_vec();
+        self.status.reject_lines = self.verifier.rejects().iter().map(|r| r.verdict_line()).collect();
+        while self.pushed_at.front().is_some_and(|&(n, _)| n <= self.status.verified) {
+            self.pushed_at.pop_front();
+        }
+        self.status.lag = self.pushed_at.front().map_or(Duration::ZERO, |&(_, at)| at.elapsed());
+        let unread = self.status.log_records.saturating_sub(self.status.records_read);
+        self.status.lag_txns = self.status.txns_read.saturating_sub(self.status.verified) + unread;
+    }
+
+    /// The state now.
+    pub fn status(&mut self) -> Status {
+        self.after_push();
+        self.status.clone()
+    }
+}
+
+/// The verifier thread: a [`Feeder`] that tails a live log until told to stop.
+pub struct Tailer {
+    stop: Arc<AtomicBool>,
+    status: Arc<Mutex<Status>>,
+    thread: Option<JoinHandle<anyhow::Result<Status>>>,
+}
+
+impl Tailer {
+    /// Starts tailing `log` on a new thread. `on_reject` is called (on that thread) once per reject with the
+    /// report id and the verdict line.
+    pub fn spawn(
+        log: Arc<dyn HistoryLog>,
+        options: RoundOptions,
+        store: Option<ReportStore>,
+        on_reject: impl Fn(Option<&str>, &str) + Send + 'static,
+    ) -> anyhow::Result<Tailer> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let status = Arc::new(Mutex::new(Status::default()));
+        let (stop2, status2) = (stop.clone(), status.clone());
+        let thread = std::thread::Builder::new()
+            .name("krait-verifier".into())
+            .spawn(move || {
+                let mut feeder = Feeder::new(options, store);
+                let publish = |feeder: &mut Feeder| {
+                    let s = feeder.status();
+                    if let Ok(mut g) = status2.lock() {
+                        *g = s.clone();
+                    }
+                    s
+                };
+                let result = (|| -> anyhow::Result<()> {
+                    loop {
+                        let stopping = stop2.load(Ordering::Acquire);
+                        // Once stopping, the proxy has closed the log: read everything that is left.
+                        let max = if stopping { usize::MAX } else { MAX_RECORDS_PER_TICK };
+                        let n = feeder.read_log(log.as_ref(), max)?;
+                        if stopping {
+                            feeder.finish()?;
+                        } else {
+                            feeder.poll()?;
+                        }
+                        for (id, line) in feeder.new_rejects() {
+                            on_reject(id.as_deref(), &line);
+                        }
+                        publish(&mut feeder);
+                        if stopping {
+                            return Ok(());
+                        }
+                        if n < MAX_RECORDS_PER_TICK {
+                            std::thread::sleep(POLL);
+                        }
+                    }
+                })();
+                let mut s = publish(&mut feeder);
+                if let Err(e) = &result {
+                    s.error = Some(format!("{e:#}"));
+                    if let Ok(mut g) = status2.lock() {
+                        g.error = s.error.clone();
+                    }
+                }
+                result.map(|()| s)
+            })
+            .context("cannot start the verifier thread")?;
+        Ok(Tailer { stop, status, thread: Some(thread) })
+    }
+
+    /// The state at the last tick.
+    pub fn status(&self) -> Status {
+        self.status.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// Tells the thread to read the rest of the log, run a last round and exit; returns the final state.
+    /// Call after the proxy has shut down (so the log is closed and everything in it is durable).
+    pub fn finish(mut self) -> anyhow::Result<Status> {
+        self.stop.store(true, Ordering::Release);
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => anyhow::bail!("the verifier thread panicked"),
+            None => Ok(self.status()),
+        }
+    }
+}
+
+impl Drop for Tailer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// The round options `serve` and the demo use: carry on after a reject, rounds on size or interval.
+pub fn online_options(round_size: usize, interval: Duration) -> RoundOptions {
+    RoundOptions {
+        round_size,
+        round_interval: Some(interval),
+        stop_at_first_reject: false,
+        ..RoundOptions::default()
+    }
+}
+
+/// The data directory for reports when none is given: the directory holding the log directory.
+fn default_data_dir(log_path: &Path) -> PathBuf {
+    match log_path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Runs `krait serve` until Ctrl-C or SIGTERM. Exit 0 after a clean stop (whatever the verdicts: rejects are
+/// reported as they are found), 2 if the proxy or the verifier failed.
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let config = proxy::check_config(&args.config)
+        .with_context(|| format!("invalid configuration {}", args.config.display()))?;
+    let data_dir = args.data_dir.clone().unwrap_or_else(|| default_data_dir(&config.log.path));
+    let store = ReportStore::open(&data_dir)
+        .with_context(|| format!("cannot open the reports directory in {}", data_dir.display()))?;
+    let reports_dir = store.dir().to_path_buf();
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let options =
+        online_options(args.round_size.max(1), Duration::from_millis(args.round_interval_ms.max(1)));
+    let status_every = Duration::from_secs(args.status_every.max(1));
+    let final_status = runtime.block_on(async {
+        let handle = proxy::start(config.clone()).await.context("the proxy could not start")?;
+        eprintln!(
+            "krait serve: clients connect to {}, database at {}, history log in {}, reject reports in {}",
+            handle.listen_addr(),
+            config.upstream.address,
+            config.log.path.display(),
+            reports_dir.display()
+        );
+        if let Some(admin) = handle.admin_addr() {
+            eprintln!(
+                "krait serve: proxy admin server at http://{admin}/ (proxy metrics only; the verifier's \
+                 state is in the status lines below)"
+            );
+        }
+        let dir = reports_dir.clone();
+        let tailer = Tailer::spawn(handle.log().clone(), options, Some(store), move |id, line| match id {
+            Some(id) => {
+                eprintln!("krait serve: {line} (report {})", dir.join(format!("{id}.json")).display())
+            }
+            None => eprintln!("krait serve: {line}"),
+        })?;
+        let mut ticker = tokio::time::interval(status_every);
+        ticker.tick().await;
+        let stop = shutdown_signal();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => break,
+                _ = ticker.tick() => {
+                    let s = tailer.status();
+                    eprintln!("krait serve: verifier: {}", s.line());
+                    if let Some(e) = s.error {
+                        eprintln!("krait serve: the verifier stopped: {e}");
+                    }
+                }
+            }
+        }
+        eprintln!("krait serve: shutting down");
+        handle.shutdown().await.context("the proxy stopped with an error")?;
+        tokio::task::spawn_blocking(move || tailer.finish()).await.context("the verifier thread failed")?
+    })?;
+    eprintln!("krait serve: stopped; verifier: {}", final_status.line());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+}
