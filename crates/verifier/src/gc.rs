@@ -26,11 +26,22 @@
 //!    rewritten to read the key's base (`Observed::PreHistory`), which precedes every recorded write, exactly
 //!    as the deleted writer did; a later read of any *other* initial version of the key is a stale read.
 //!
+//! 5. **Fences go in session order.** A fence is deleted only after everything before it in its session, so
+//!    every kept old transaction still reaches, inside the residual history, its next fence and through the
+//!    fence chain every later transaction (without this the differential test finds false accepts).
+//! 6. **Links.** Cobra keeps its known graph between rounds; Krait re-derives it from the residual history,
+//!    which loses paths between kept transactions through deleted ones (and with them pruning decisions that
+//!    rested on those paths). Each such path, and each decision whose witness cycle may pass through deleted
+//!    transactions, is kept as a *link*: a synthetic key (namespace `krait.gc`) written by the source and read
+//!    by the target, i.e. a wr edge. Links only add orderings the whole history already implies.
+//!
 //! The residual history (live transactions, reads rewritten) is closed under reads-from, so a serial order of
 //! the whole history restricted to it explains it: collection never causes a false reject. The no-false-
-//! accept direction is Cobra's argument (Appendix C of the extended version) for rules 1–3; rule 4 only
-//! removes a transaction whose one relation to what stays is the order of its key's versions, which the base
-//! keeps. The differential tests in `tests/rounds.rs` check both directions against one-shot verification.
+//! accept direction is Cobra's argument (Appendix C of the extended version) for rules 1–3, made to hold for a
+//! re-derived residual history by rules 5 and 6; rule 4 only removes a transaction whose one relation to
+//! what stays is the order of its key's versions, which the base keeps. This is argued, not proved: the
+//! differential tests in `tests/rounds.rs` check both directions against one-shot verification (and fail
+//! when rule 2, 4 or 5 is switched off).
 
 use std::collections::{HashMap, HashSet};
 
@@ -53,6 +64,7 @@ pub(crate) struct Polygraph {
     pub chains: Chains,
     pub constraints: Vec<Constraint>,
     pub live: Vec<bool>,
+    pub decisions: Vec<prune::Decision>,
 }
 
 /// Runs the pipeline's stages 1–6 as `verify` does, keeping the polygraph. `None` means the history is
@@ -83,7 +95,7 @@ pub(crate) fn check(h: &History, options: &Options) -> Result<Option<Polygraph>,
         encode::Solved::Acyclic { .. } => {}
         encode::Solved::Cyclic { .. } => return Ok(None),
     }
-    Ok(Some(Polygraph { norm, g, chains, constraints, live: pruned.live }))
+    Ok(Some(Polygraph { norm, g, chains, constraints, live: pruned.live, decisions: pruned.decisions }))
 }
 
 /// What one collection does.
@@ -97,6 +109,8 @@ pub(crate) struct Plan {
     pub promote: Vec<(Key, WriteId, usize)>,
     /// Aborted transactions' writes, now tombstones of aborted versions.
     pub aborted: Vec<(WriteId, Key, usize)>,
+    /// Orderings between kept transactions to keep as links (indices into the round's history).
+    pub links: Vec<(usize, usize)>,
 }
 
 /// Strongly connected components (iterative Tarjan); returns each vertex's component.
@@ -207,7 +221,7 @@ pub(crate) fn plan(
         return Ok(out);
     }
     // Rule 2: components of g′.
-    let mut adj = known_adj;
+    let mut adj = known_adj.clone();
     for (c, &l) in p.constraints.iter().zip(&p.live) {
         if l {
             for side in [Side::A, Side::B] {
@@ -313,6 +327,60 @@ pub(crate) fn plan(
             break;
         }
     }
+    // Rule 6: what the residual history cannot re-derive is kept as links. Pruning's decisions between two
+    // kept vertices rested on paths that may go through deleted ones, and paths between kept vertices through
+    // deleted ones vanish with them; Cobra keeps its known graph from round to round, so both survive there.
+    // Each link u → v becomes a write by u and a read by v of a synthetic key (see `rounds`).
+    let mut links: Vec<(usize, usize)> = Vec::new();
+    let hist = |v: u32| norm.txns[v as usize].hist;
+    // A decision rests on its witness: an edge c → e of the other side that closes a cycle e ⇝ c. When that
+    // cycle passes through a deleted vertex, e is one of its ancestors and so old; those decisions (between
+    // kept vertices) are kept as links, the residual history re-derives the others.
+    for e in &p.g.edges {
+        if let crate::known_graph::Origin::Decided { decision, .. } = e.origin
+            && !del[e.from as usize]
+            && !del[e.to as usize]
+            && p.decisions.get(decision as usize).is_none_or(|d| old[d.witness.to as usize])
+        {
+            links.push((hist(e.from), hist(e.to)));
+        }
+    }
+    // Paths between kept vertices through deleted ones. Session order among kept transactions is re-derived,
+    // so one link from `u` to the earliest exit in each session keeps every exit reachable.
+    let mut seen = vec![u32::MAX; n];
+    let mut exits: HashMap<usize, (usize, u32)> = HashMap::new();
+    for u in 0..n as u32 {
+        if del[u as usize] || !known_adj[u as usize].iter().any(|&w| del[w as usize]) {
+            continue;
+        }
+        exits.clear();
+        let mut stack: Vec<u32> =
+            known_adj[u as usize].iter().copied().filter(|&w| del[w as usize]).collect();
+        for &w in &stack {
+            seen[w as usize] = u;
+        }
+        while let Some(d) = stack.pop() {
+            for &w in &known_adj[d as usize] {
+                if seen[w as usize] == u {
+                    continue;
+                }
+                seen[w as usize] = u;
+                if del[w as usize] {
+                    stack.push(w);
+                } else if w != u {
+                    let (si, pos) = session_pos[w as usize];
+                    let e = exits.entry(si).or_insert((pos, w));
+                    if pos < e.0 {
+                        *e = (pos, w);
+                    }
+                }
+            }
+        }
+        links.extend(exits.values().map(|&(_, w)| (hist(u), hist(w))));
+    }
+    links.sort_unstable();
+    links.dedup();
+    out.links = links;
     for v in 0..n as u32 {
         if !del[v as usize] {
             continue;

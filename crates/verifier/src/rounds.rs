@@ -39,7 +39,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use history::{History, Key, KeyTable, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId};
+use history::{
+    History, Key, KeyName, KeyTable, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId,
+};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -175,7 +177,14 @@ pub struct OnlineVerifier {
     last_rate: Option<f64>,
     growth: f64,
     stopped: bool,
+    /// Each linked transaction's synthetic key and write (`gc` rule 6).
+    links: HashMap<TxnId, (Key, WriteId)>,
+    next_link_write: u64,
+    links_added: u64,
 }
+
+/// Synthetic write ids of links live in the top of the id space (importers' ids are hashes or counters).
+const LINK_WRITE_BASE: u64 = 0xFFFF_0000_0000_0000;
 
 impl OnlineVerifier {
     /// A verifier for transactions whose keys and statements refer to `keys` and `statements`; intern new
@@ -207,6 +216,9 @@ impl OnlineVerifier {
             last_rate: None,
             growth: 1.25,
             stopped: false,
+            links: HashMap::new(),
+            next_link_write: 0,
+            links_added: 0,
         }
     }
 
@@ -316,6 +328,11 @@ impl OnlineVerifier {
     /// Transactions admitted so far.
     pub fn admitted(&self) -> u64 {
         self.admitted
+    }
+
+    /// Link reads added so far (orderings kept across collection, `gc` rule 6).
+    pub fn links_added(&self) -> u64 {
+        self.links_added
     }
 
     /// Reads dropped because they read a quarantined transaction's write.
@@ -672,6 +689,37 @@ impl OnlineVerifier {
         self.round_size = next.clamp(self.options.min_round_size.max(1), self.options.max_round_size.max(1));
     }
 
+    /// Keeps each ordering `u → v` between live transactions that the residual history could not re-derive
+    /// (`gc` rule 6) as a wr edge: `u` writes a synthetic key of its own (namespace `krait.gc`, named by its
+    /// transaction id) once, and `v` reads that version. These ops are the verifier's, not the client's; they
+    /// are appended, so the client's op indices do not change, and reports show them under `krait.gc`.
+    fn link(&mut self, links: &[(usize, usize)]) {
+        for &(u, v) in links {
+            let uid = self.work.transactions[u].id;
+            let (key, write) = match self.links.get(&uid) {
+                Some(&kw) => kw,
+                None => {
+                    let key = self.work.keys.intern(KeyName {
+                        namespace: "krait.gc".to_owned(),
+                        bytes: uid.0.to_string().into_bytes(),
+                    });
+                    self.next_link_write += 1;
+                    let write = WriteId(LINK_WRITE_BASE | self.next_link_write);
+                    self.work.transactions[u].ops.push(Op::Write { key, write, stmt: None });
+                    self.known.insert(write, Known::Live);
+                    self.links.insert(uid, (key, write));
+                    (key, write)
+                }
+            };
+            let t = &mut self.work.transactions[v];
+            let already = t.ops.iter().any(|op| matches!(op, Op::Read { key: k, .. } if *k == key));
+            if !already {
+                t.ops.push(Op::Read { key, observed: Observed::Version(write), stmt: None });
+                self.links_added += 1;
+            }
+        }
+    }
+
     /// Collects garbage after an accepted round; returns how many transactions it deleted.
     fn collect(&mut self, p: &gc::Polygraph) -> Result<usize, RoundsError> {
         let epoch: Vec<Option<u64>> =
@@ -690,6 +738,7 @@ impl OnlineVerifier {
         if plan.delete.is_empty() {
             return Ok(0);
         }
+        self.link(&plan.links);
         let id = |i: usize| self.work.transactions[i].id;
         for &(w, _, i) in &plan.tombstones {
             self.known.insert(w, Known::Tombstone { writer: id(i) });
@@ -725,6 +774,9 @@ impl OnlineVerifier {
                 }
             }
         }
+        for id in &ids {
+            self.links.remove(id);
+        }
         self.epochs.forget(ids);
         self.deleted += doomed.len() as u64;
         Ok(doomed.len())
@@ -752,6 +804,8 @@ pub struct RoundsOutcome {
     pub tombstones: usize,
     /// Why collection was off, if it was.
     pub gc_disabled: Option<String>,
+    /// Link reads added to keep orderings across collection (`gc` rule 6).
+    pub links_added: u64,
     /// Wall-clock milliseconds for the whole run.
     pub elapsed_ms: f64,
 }
@@ -809,6 +863,7 @@ pub fn verify_in_rounds(history: &History, options: &RoundOptions) -> Result<Rou
         live_at_end: v.live_transactions(),
         tombstones: v.tombstones(),
         gc_disabled: v.gc_disabled().map(str::to_owned),
+        links_added: v.links_added(),
         elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
     })
 }
