@@ -79,6 +79,9 @@ pub struct DemoArgs {
     data_dir: PathBuf,
 }
 
+/// Attempts of one transaction before a serialization failure counts as an error.
+const MAX_ATTEMPTS: u32 = 100;
+
 /// Transactions per round: small, so that a short demo shows several rounds.
 const ROUND_SIZE: usize = 100;
 
@@ -244,7 +247,16 @@ fn postgres(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
         args.pg_addr,
         tmp.join("log").display()
     );
-    let config = proxy::Config::parse(&toml, Path::new("<demo>")).context("the demo's proxy config")?;
+    // Row-level tagging (SQL to reads and writes of rows) is a proxy option when this build has it; the demo
+    // turns it on, and says so plainly when it is not there (then nothing row-level can be checked).
+    let tagged = format!("{toml}[tagging]\nstrategy = \"xmin\"\n");
+    let (config, tagging) = match proxy::Config::parse(&tagged, Path::new("<demo>")) {
+        Ok(c) => (c, true),
+        Err(e) if e.to_string().contains("tagging") => {
+            (proxy::Config::parse(&toml, Path::new("<demo>")).context("the demo's proxy config")?, false)
+        }
+        Err(e) => return Err(e).context("the demo's proxy config"),
+    };
     let connector = tls_connector(der)?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let schema = format!("krait_demo_{}_{}", std::process::id(), args.seed);
@@ -270,7 +282,7 @@ fn postgres(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
             ))
             .await
             .context("cannot create the demo's table")?;
-        let result = run_through_proxy(args, config, connector, &schema, tmp).await;
+        let result = run_through_proxy(args, config, tagging, connector, &schema, tmp).await;
         let dropped = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
         drop(admin);
         let _ = conn_task.await;
@@ -283,6 +295,7 @@ fn postgres(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
 async fn run_through_proxy(
     args: &DemoArgs,
     config: proxy::Config,
+    tagging: bool,
     connector: tokio_postgres_rustls::MakeRustlsConnect,
     schema: &str,
     tmp: &Path,
@@ -301,6 +314,14 @@ async fn run_through_proxy(
         Some(ReportStore::open(tmp)?),
         |_, _| {},
     )?;
+    println!(
+        "krait demo: row-level tagging: {}",
+        if tagging {
+            "on (xmin): the proxy records which row versions each statement read and wrote"
+        } else {
+            "NOT AVAILABLE in this build of the proxy: transactions are recorded as statement text only"
+        }
+    );
     let counts = Arc::new(Counts::default());
     let url = format!(
         "host=localhost port={} user={} dbname={} sslmode=require connect_timeout=5",
@@ -308,48 +329,23 @@ async fn run_through_proxy(
         args.pg_user,
         args.pg_database
     );
-    let mut tasks = Vec::new();
-    for c in 0..args.clients {
-        let (client, conn) = tokio_postgres::connect(&url, connector.clone())
-            .await
-            .context("cannot connect through the proxy")?;
-        tokio::spawn(conn);
-        let ctx = ClientCtx {
-            client,
-            counts: counts.clone(),
-            total: args.txns,
-            keys: args.keys,
-            isolation: args.isolation,
-            schema: schema.to_owned(),
-            seed: args.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(c)),
-        };
-        tasks.push(tokio::spawn(client_loop(ctx)));
-    }
     let pb = bar(args.txns);
-    let mut ticker = tokio::time::interval(Duration::from_millis(200));
-    while !tasks.iter().all(|t| t.is_finished()) {
-        ticker.tick().await;
-        let s = tailer.status();
-        pb.set_position(
-            counts.committed.load(Ordering::Relaxed) + counts.rolled_back.load(Ordering::Relaxed),
-        );
-        pb.set_message(verdict_so_far(&s));
-    }
-    for t in tasks {
-        t.await.context("a client task failed")?;
-    }
-    // Let the verifier catch up with everything the proxy logged, then stop the proxy and read the rest.
+    let clients = drive_clients(args, &url, connector, schema, &counts, &tailer, &pb).await;
+    // Whatever the clients did, stop the proxy and the verifier. First let the verifier catch up with
+    // everything the proxy logged, then stop the proxy (closing the log) and let it read the rest.
     let deadline = Instant::now() + Duration::from_secs(10);
     while tailer.status().records_read < handle.log().next_seq() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    handle.shutdown().await.context("the proxy stopped with an error")?;
+    let stopped = handle.shutdown().await;
     let status = tokio::task::spawn_blocking(move || tailer.finish()).await.context("verifier thread")??;
+    clients?;
+    stopped.context("the proxy stopped with an error")?;
     pb.set_position(counts.committed.load(Ordering::Relaxed) + counts.rolled_back.load(Ordering::Relaxed));
     pb.finish_with_message(verdict_so_far(&status));
     println!(
-        "krait demo: clients: {} committed, {} rolled back by the workload, {} serialization-failure retries, \
-         {} errors",
+        "krait demo: clients: {} committed, {} rolled back by the workload, {} serialization-failure retries \
+         (each aborted attempt is recorded too), {} errors",
         counts.committed.load(Ordering::Relaxed),
         counts.rolled_back.load(Ordering::Relaxed),
         counts.retries.load(Ordering::Relaxed),
@@ -368,6 +364,48 @@ async fn run_through_proxy(
         what: format!("PostgreSQL through the proxy, isolation {}", args.isolation),
         status,
     })
+}
+
+/// Connects the clients through the proxy over TLS and runs them to the end, showing progress.
+async fn drive_clients(
+    args: &DemoArgs,
+    url: &str,
+    connector: tokio_postgres_rustls::MakeRustlsConnect,
+    schema: &str,
+    counts: &Arc<Counts>,
+    tailer: &Tailer,
+    pb: &ProgressBar,
+) -> anyhow::Result<()> {
+    let mut tasks = Vec::new();
+    for c in 0..args.clients {
+        let (client, conn) = tokio_postgres::connect(url, connector.clone())
+            .await
+            .context("cannot connect through the proxy")?;
+        tokio::spawn(conn);
+        let ctx = ClientCtx {
+            client,
+            counts: counts.clone(),
+            total: args.txns,
+            keys: args.keys,
+            isolation: args.isolation,
+            schema: schema.to_owned(),
+            seed: args.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(c)),
+        };
+        tasks.push(tokio::spawn(client_loop(ctx)));
+    }
+    let mut ticker = tokio::time::interval(Duration::from_millis(200));
+    while !tasks.iter().all(|t| t.is_finished()) {
+        ticker.tick().await;
+        let s = tailer.status();
+        pb.set_position(
+            counts.committed.load(Ordering::Relaxed) + counts.rolled_back.load(Ordering::Relaxed),
+        );
+        pb.set_message(verdict_so_far(&s));
+    }
+    for t in tasks {
+        t.await.context("a client task failed")?;
+    }
+    Ok(())
 }
 
 struct ClientCtx {
@@ -435,11 +473,17 @@ async fn client_loop(ctx: ClientCtx) {
                         *c == tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
                             || *c == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
                     });
-                    if retryable && attempts < 20 {
+                    if retryable && attempts < MAX_ATTEMPTS {
                         ctx.counts.retries.fetch_add(1, Ordering::Relaxed);
+                        // A short random back-off, so that the same transactions do not collide again.
+                        let pause = 1 + next(&mut rng) % (2 * u64::from(attempts.min(10)));
+                        tokio::time::sleep(Duration::from_millis(pause)).await;
                         continue;
                     }
-                    tracing::warn!("demo transaction failed: {e}");
+                    let why = e
+                        .as_db_error()
+                        .map_or_else(|| e.to_string(), |d| format!("{}: {}", d.code().code(), d.message()));
+                    tracing::warn!("demo transaction failed after {attempts} attempts: {why}");
                     ctx.counts.errors.fetch_add(1, Ordering::Relaxed);
                     break;
                 }
@@ -503,10 +547,10 @@ fn summarize(args: &DemoArgs, o: &Outcome) -> anyhow::Result<ExitCode> {
     }
     if !o.row_ops {
         println!(
-            "  NOTE: the recorded transactions carry no row-level reads or writes (this proxy records statement \
-             text only; SQL-to-row tagging is not enabled), so there was nothing for the verifier to check \
-             and its ACCEPT below is trivially true. It does NOT show that PostgreSQL ran these transactions \
-             serializably."
+            "  NOTE: the recorded transactions carry no row-level reads or writes (SQL-to-row tagging is off \
+             or not available in this build of the proxy: statement text only), so there was nothing for the \
+             verifier to check and its ACCEPT below is trivially true. It does NOT show that PostgreSQL ran \
+             these transactions serializably."
         );
     }
     let reports = &o.reports;
