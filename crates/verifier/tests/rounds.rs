@@ -279,3 +279,41 @@ fn a_session_that_ends_no_longer_holds_collection_back() {
     let (agree, deleted) = run(true);
     assert!(agree >= 8 && deleted > 0, "after session_ended: epoch_agree {agree}, deleted {deleted}");
 }
+
+#[test]
+fn a_round_runs_on_time_as_well_as_on_size() {
+    let h = HistoryBuilder::new().txn(1, |t| t.write("x", 1)).txn(2, |t| t.read("x", 1)).build();
+    let options = RoundOptions {
+        round_size: 1_000,
+        round_interval: Some(std::time::Duration::ZERO),
+        ..RoundOptions::default()
+    };
+    let mut v = OnlineVerifier::new(h.keys.clone(), h.statements.clone(), options);
+    v.push(h.transactions[0].clone()).unwrap();
+    assert!(v.rounds().is_empty(), "one transaction is far from the round size");
+    assert!(v.poll().unwrap(), "the interval has passed, so polling runs a round");
+    assert_eq!(v.rounds().len(), 1);
+    assert!(!v.poll().unwrap(), "nothing new to verify");
+    v.push(h.transactions[1].clone()).unwrap();
+    v.finish().unwrap();
+    assert_eq!(v.rounds().len(), 2);
+    assert!(v.rejects().is_empty());
+}
+
+#[test]
+fn adaptive_round_sizes_stay_within_bounds_and_keep_the_verdict() {
+    let mut rng = StdRng::seed_from_u64(7);
+    for _ in 0..50 {
+        let h = random_history(&mut rng);
+        let options = RoundOptions {
+            adaptive: true,
+            round_size: 4,
+            min_round_size: 2,
+            max_round_size: 9,
+            ..small_rounds(4)
+        };
+        let out = verify_in_rounds(&h, &options).unwrap();
+        assert_eq!(out.is_accept(), verify(&h, &Options::default()).unwrap().is_accept());
+        assert!(out.rounds.iter().all(|r| (2..=9).contains(&r.round_size)));
+    }
+}
