@@ -62,7 +62,7 @@ fn embedded_snapshot_isolation_store_is_rejected_with_a_report() {
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("Verdict: REJECT"), "{text}");
-    assert!(text.contains("In plain words:"), "{text}");
+    assert!(text.contains("In plain words ("), "{text}");
     let store = verifier::ReportStore::open_read_only(&data);
     let ids = store.ids().expect("the reports directory lists");
     assert!(!ids.is_empty(), "a reject keeps its report");
@@ -101,4 +101,38 @@ fn postgres_target_runs_through_the_tls_proxy_and_is_accepted() {
     let no_ops = text.contains("(0 row-level reads and writes)");
     assert_eq!(no_ops, text.contains("NOTE: the recorded transactions carry no row-level"), "{text}");
     assert!(text.contains("Verdict: ACCEPT"), "{text}");
+}
+
+#[test]
+fn postgres_target_under_read_committed_is_rejected_when_rows_are_tagged() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let data = dir.path().join("data");
+    let out = krait(&[
+        "demo",
+        "--target",
+        "postgres",
+        "--isolation",
+        "read-committed",
+        "--keys",
+        "2",
+        "--txns",
+        "150",
+        "--data-dir",
+        data.to_str().expect("utf-8 path"),
+    ]);
+    let text = stdout(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if text.contains("row-level tagging: on") {
+        // Two clients reading both rows and updating one from what they read, under READ COMMITTED, lose
+        // updates; with the row versions recorded, the verifier must say so.
+        assert_eq!(out.status.code(), Some(1), "{text}\n{stderr}");
+        assert!(text.contains("Verdict: REJECT"), "{text}");
+        let ids = verifier::ReportStore::open_read_only(&data).ids().expect("the reports list");
+        assert!(!ids.is_empty(), "{text}");
+    } else {
+        // Without tagging nothing row-level is recorded, and the demo must say its accept means nothing.
+        assert!(text.contains("row-level tagging: NOT AVAILABLE"), "{text}");
+        assert_eq!(out.status.code(), Some(0), "{text}\n{stderr}");
+        assert!(text.contains("NOTE: the recorded transactions carry no row-level"), "{text}");
+    }
 }
