@@ -472,3 +472,27 @@ fn durability_reads_from_configuration_files_in_lowercase() {
     assert_eq!(serde_json::from_str::<Durability>("\"none\"").unwrap(), Durability::None);
     assert!(serde_json::from_str::<Durability>("\"Strict\"").is_err());
 }
+
+#[test]
+fn open_waits_out_a_lock_that_is_released_shortly() {
+    // sled releases its directory lock only when a background thread exits, a moment after a close; open
+    // must ride that out rather than fail.
+    let dir = tempfile::tempdir().unwrap();
+    let holder = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        holder.close().unwrap();
+        drop(holder);
+    });
+    let log = SledLog::open(dir.path(), Durability::Strict).expect("open waits for the lock to be released");
+    release.join().unwrap();
+    log.close().unwrap();
+}
+
+#[test]
+fn opening_a_log_that_another_handle_holds_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let _held = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let err = SledLog::open(dir.path(), Durability::Strict).unwrap_err();
+    assert!(err.to_string().contains("could not acquire lock"), "{err}");
+}

@@ -76,13 +76,13 @@ impl SledLog {
 
     /// Opens (or creates) the log with explicit options.
     pub fn open_with(dir: impl AsRef<Path>, options: LogOptions) -> Result<Self, LogError> {
-        let db = sled::Config::new()
+        let config = sled::Config::new()
             .path(dir.as_ref())
             .cache_capacity(options.cache_bytes)
             // The log fsyncs itself, so it can count fsyncs and share them; sled's own timer would add
             // uncounted ones.
-            .flush_every_ms(None)
-            .open()?;
+            .flush_every_ms(None);
+        let db = open_waiting_for_lock(&config)?;
         let records = db.open_tree(Self::RECORDS_TREE)?;
         let meta = db.open_tree(Self::META_TREE)?;
 
@@ -430,4 +430,27 @@ fn scan_run(records: &sled::Tree, run_start: u64) -> Result<RunScan, LogError> {
     let mut pending: Vec<(u64, TxnId)> = pending.into_iter().map(|(t, s)| (s, t)).collect();
     pending.sort_unstable();
     Ok(RunScan { pending: pending.into_iter().map(|(_, t)| t).collect(), txn_floor })
+}
+
+/// How long `open` waits for a directory lock that a just-closed log may still hold.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Opens the sled store, waiting briefly when its directory lock is still held. sled 0.34 releases the lock
+/// only when its background flusher thread exits, which `Db::drop` does not wait for (spacejam/sled#1234), so
+/// reopening a log right after closing it can see the lock for a few milliseconds. A log that another live
+/// process holds stays locked past the wait, and that error is returned.
+fn open_waiting_for_lock(config: &sled::Config) -> Result<sled::Db, sled::Error> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match config.open() {
+            // sled reports the lock as a plain `Other` error, so its text is all there is to go on.
+            Err(sled::Error::Io(e))
+                if e.to_string().starts_with("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
 }
