@@ -1,10 +1,79 @@
 //! `krait serve` through the binary, in front of the machine's PostgreSQL: psql runs transactions through
-//! it, the co-located verifier's status lines show it caught up, and SIGTERM stops both cleanly.
+//! it, the co-located verifier's status lines show it caught up, SIGTERM stops both cleanly, and (with row
+//! tagging) a lost update is reported while it runs.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+/// A running `krait serve` and the lines it writes to stderr.
+struct Serve {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+    reader: std::thread::JoinHandle<()>,
+    seen: Vec<String>,
+}
+
+impl Serve {
+    fn start(config: &std::path::Path, data: &std::path::Path, port: u16) -> Serve {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_krait"))
+            .args(["serve", "--config", config.to_str().expect("utf-8 path")])
+            .args(["--data-dir", data.to_str().expect("utf-8 path"), "--status-every", "1"])
+            .args(["--round-interval-ms", "200"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starts krait serve");
+        let (tx, lines) = mpsc::channel::<String>();
+        let stderr = child.stderr.take().expect("piped stderr");
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "krait serve did not start listening");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Serve { child, lines, reader, seen: Vec::new() }
+    }
+
+    /// Waits (bounded) for a stderr line that satisfies `want`.
+    fn wait_for(&mut self, what: &str, want: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+                let hit = want(&line);
+                self.seen.push(line);
+                if hit {
+                    return;
+                }
+            }
+        }
+        panic!("no line shows {what}:\n{}", self.seen.join("\n"));
+    }
+
+    /// SIGTERM, then waits (bounded) for a clean exit; returns every stderr line.
+    fn stop(mut self) -> Vec<String> {
+        let pid = self.child.id().to_string();
+        let killed = Command::new("kill").args(["-TERM", &pid]).status().expect("runs kill");
+        assert!(killed.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("waits for krait serve") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "krait serve did not stop after SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        self.reader.join().expect("the stderr reader ends");
+        self.seen.extend(self.lines.try_iter());
+        assert!(status.success(), "krait serve exited with {status}:\n{}", self.seen.join("\n"));
+        self.seen
+    }
+}
 
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binds an ephemeral port");
@@ -36,27 +105,7 @@ fn serve_verifies_psql_transactions_online_and_stops_cleanly_on_sigterm() {
     )
     .expect("writes the config");
     let data = dir.path().join("data");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_krait"))
-        .args(["serve", "--config", config.to_str().expect("utf-8 path")])
-        .args(["--data-dir", data.to_str().expect("utf-8 path"), "--status-every", "1"])
-        .args(["--round-interval-ms", "200"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starts krait serve");
-    let (tx, rx) = mpsc::channel::<String>();
-    let stderr = child.stderr.take().expect("piped stderr");
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "krait serve did not start listening");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut serve = Serve::start(&config, &data, port);
     let table = format!("krait_serve_{}", std::process::id());
     let sql = format!(
         "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int primary key, v int);\n\
@@ -75,38 +124,86 @@ fn serve_verifies_psql_transactions_online_and_stops_cleanly_on_sigterm() {
 
     // A status line must show the verifier caught up: at least the three explicit transactions recorded,
     // and every recorded one verified.
-    let mut seen = Vec::new();
-    let mut caught_up = false;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline && !caught_up {
-        if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
-            if line.contains("verifier:")
-                && let Some((recorded, verified)) = recorded_verified(&line)
-            {
-                caught_up = recorded >= 3 && verified == recorded;
-            }
-            seen.push(line);
-        }
-    }
-    assert!(caught_up, "no status line shows the verifier caught up:\n{}", seen.join("\n"));
-
-    let pid = child.id().to_string();
-    let killed = Command::new("kill").args(["-TERM", &pid]).status().expect("runs kill");
-    assert!(killed.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waits for krait serve") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "krait serve did not stop after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    reader.join().expect("the stderr reader ends");
-    seen.extend(rx.try_iter());
-    assert!(status.success(), "krait serve exited with {status}:\n{}", seen.join("\n"));
+    serve.wait_for("the verifier caught up", |line| {
+        line.contains("verifier:")
+            && recorded_verified(line)
+                .is_some_and(|(recorded, verified)| recorded >= 3 && verified == recorded)
+    });
+    let seen = serve.stop();
     let last = seen.iter().find(|l| l.contains("stopped; verifier:")).expect("a final status line");
     let (recorded, verified) = recorded_verified(last).expect("numbers in the final line");
     assert!(recorded >= 3 && verified == recorded, "{last}");
     assert!(!seen.iter().any(|l| l.contains("REJECT")), "{}", seen.join("\n"));
     assert!(data.join("reports").is_dir(), "the reports directory exists");
+}
+
+/// With row-level tagging on, a lost update under READ COMMITTED (two clients read one row, both write it
+/// from what they read) is reported while serve runs: one log line, and a report in DATA_DIR/reports/.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reports_a_lost_update_when_rows_are_tagged() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let port = free_port();
+    let config = dir.path().join("krait.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[listen]\naddress = \"127.0.0.1:{port}\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
+             [log]\npath = \"{}\"\n[admin]\nenabled = false\n[tagging]\nstrategy = \"xmin\"\n\
+             [fence]\nevery = 0\n",
+            dir.path().join("log").display()
+        ),
+    )
+    .expect("writes the config");
+    let check = common_check(&config);
+    if !check.status.success() {
+        // This build's proxy has no tagging: then there is nothing row-level to reject, and the config
+        // check must say that the tagging section is what it does not know.
+        let stderr = String::from_utf8_lossy(&check.stderr);
+        assert!(stderr.contains("tagging"), "{stderr}");
+        return;
+    }
+    let data = dir.path().join("data");
+    let mut serve = Serve::start(&config, &data, port);
+    let table = format!("krait_serve_lost_{}", std::process::id());
+    let url = format!("host=127.0.0.1 port={port} user=postgres dbname=test");
+    let connect = || async {
+        let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connects");
+        tokio::spawn(conn);
+        c
+    };
+    let (c1, c2) = (connect().await, connect().await);
+    c1.batch_execute(&format!(
+        "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int primary key, v int); \
+         INSERT INTO {table} VALUES (1, 0)"
+    ))
+    .await
+    .expect("creates the table");
+    let read = format!("SELECT v FROM {table} WHERE k = 1");
+    let write = format!("UPDATE {table} SET v = $1 WHERE k = 1");
+    c1.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.expect("begin");
+    c2.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.expect("begin");
+    let v1: i32 = c1.query_one(&read, &[]).await.expect("reads").get(0);
+    let v2: i32 = c2.query_one(&read, &[]).await.expect("reads").get(0);
+    c1.execute(&write, &[&(v1 + 1)]).await.expect("writes");
+    c1.batch_execute("COMMIT").await.expect("commits");
+    c2.execute(&write, &[&(v2 + 1)]).await.expect("writes");
+    c2.batch_execute("COMMIT").await.expect("commits");
+    let v: i32 = c1.query_one(&read, &[]).await.expect("reads").get(0);
+    assert_eq!(v, 1, "one of the two increments was lost, as READ COMMITTED allows");
+    c1.batch_execute(&format!("DROP TABLE {table}")).await.expect("drops the table");
+    drop((c1, c2));
+
+    serve.wait_for("the lost update reported", |l| l.contains("REJECT") && l.contains("lost update"));
+    let seen = serve.stop();
+    let reject = seen.iter().find(|l| l.contains("REJECT")).expect("a reject line");
+    assert!(reject.contains("(report "), "{reject}");
+    let ids = verifier::ReportStore::open_read_only(&data).ids().expect("the reports list");
+    assert_eq!(ids.len(), 1, "one reject, one report:\n{}", seen.join("\n"));
+}
+
+fn common_check(config: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_krait"))
+        .args(["config", "check", config.to_str().expect("utf-8 path")])
+        .output()
+        .expect("runs krait config check")
 }
