@@ -35,9 +35,9 @@ enum Command {
     /// Check configuration files.
     #[command(subcommand)]
     Config(cmd::proxy::ConfigCommand),
-    /// List and show reject reports (not implemented yet).
-    #[command(hide = true)]
-    Report(cmd::NotYet),
+    /// List and show the reject reports stored under a data directory (works offline).
+    #[command(subcommand)]
+    Report(cmd::report::ReportCommand),
     /// Run a small contended workload and verify it online as it runs: through Krait (TLS on) into the local
     /// PostgreSQL, or in the embedded reference store when there is none. Exit 0 on accept, 1 on reject.
     Demo(cmd::demo::DemoArgs),
@@ -64,7 +64,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => cmd::serve::run(args),
         Command::Proxy(args) => cmd::proxy::run(args),
         Command::Config(command) => cmd::proxy::config(command),
-        Command::Report(_) => cmd::not_yet("report", "online verification"),
+        Command::Report(command) => cmd::report::run(command),
         Command::Demo(args) => cmd::demo::run(args),
         Command::Workload(command) => cmd::workload::run(command),
         Command::Bench(args) => cmd::workload::bench(args),

@@ -69,3 +69,15 @@ fn verify_of_a_corrupt_history_is_an_error_with_exit_code_2() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("line 1"), "{stderr}");
 }
+
+#[test]
+fn verify_in_rounds_gives_the_labelled_verdicts() {
+    let out = verify("cobra/ser-violation/cock-G2", &["--rounds", "100"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("REJECT"));
+    let out = verify("cobra/one-shot-chengRW/chengRW-500", &["--rounds", "100"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("ACCEPT"));
+    let out = verify("cobra/one-shot-chengRW/chengRW-500", &["--rounds", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+}

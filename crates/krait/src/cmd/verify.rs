@@ -42,6 +42,13 @@ pub struct VerifyArgs {
     /// Differential mode: turn off combining writes into chains (Cobra §3.1).
     #[arg(long)]
     no_combine: bool,
+    /// Verify round by round, N transactions per round, with fence epochs and garbage collection between
+    /// rounds (Cobra §4), as `krait serve` does online. Stops at the first reject.
+    #[arg(long, value_name = "N")]
+    rounds: Option<usize>,
+    /// With --rounds: adapt the round size towards the best transactions per second (Cobra §6.2).
+    #[arg(long, requires = "rounds")]
+    adaptive: bool,
     /// The reachability backend used by pruning.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     reachability: BackendArg,
@@ -115,8 +122,14 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             BackendArg::Dfs => Backend::Dfs,
         },
     };
-    let report = verifier::verify(&history, &options)
-        .with_context(|| format!("cannot verify {}", args.path.display()))?;
+    let report = match args.rounds {
+        None => verifier::verify(&history, &options)
+            .with_context(|| format!("cannot verify {}", args.path.display()))?,
+        Some(round_size) => match verify_in_rounds(&args, &history, options, round_size)? {
+            Some(report) => report,
+            None => return Ok(ExitCode::SUCCESS),
+        },
+    };
 
     if let Some(out) = &args.report_out {
         std::fs::write(out, report.to_json()).with_context(|| format!("cannot write {}", out.display()))?;
@@ -127,4 +140,54 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         print!("{}", report.render_text());
     }
     Ok(if report.is_accept() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// Runs the round-by-round verifier. Returns the first reject report, or `None` after printing the accept.
+fn verify_in_rounds(
+    args: &VerifyArgs,
+    history: &history::History,
+    options: Options,
+    round_size: usize,
+) -> anyhow::Result<Option<Report>> {
+    if round_size == 0 {
+        anyhow::bail!("--rounds needs a positive number of transactions per round");
+    }
+    let round_options = verifier::RoundOptions {
+        verify: options,
+        round_size,
+        round_interval: None,
+        adaptive: args.adaptive,
+        stop_at_first_reject: true,
+        ..Default::default()
+    };
+    let outcome = verifier::verify_in_rounds(history, &round_options)
+        .with_context(|| format!("cannot verify {} in rounds", args.path.display()))?;
+    eprintln!(
+        "{} rounds over {} transactions in {:.0} ms ({:.0} txn/s); garbage collection deleted {}, at most {} \
+         live after a round, {} live at the end, {} tombstones",
+        outcome.rounds.len(),
+        outcome.transactions,
+        outcome.elapsed_ms,
+        outcome.transactions as f64 / (outcome.elapsed_ms / 1e3).max(1e-9),
+        outcome.deleted,
+        outcome.max_live,
+        outcome.live_at_end,
+        outcome.tombstones
+    );
+    if let Some(reason) = &outcome.gc_disabled {
+        eprintln!("garbage collection was off: {reason}");
+    }
+    match outcome.reports.into_iter().next() {
+        Some(report) => Ok(Some(report)),
+        None => {
+            println!(
+                "ACCEPT: the history is {} (checked in rounds of {round_size})",
+                match round_options.verify.level {
+                    Level::Serializable => "serializable",
+                    Level::StrictSerializable => "strict serializable",
+                }
+            );
+            Ok(None)
+        }
+    }
 }
