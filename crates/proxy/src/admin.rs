@@ -29,6 +29,8 @@ pub(crate) struct AdminState {
     pub(crate) started: Instant,
     pub(crate) listen: SocketAddr,
     pub(crate) upstream: String,
+    /// Version-tagging counters, when tagging is on.
+    pub(crate) tagging: Option<Arc<crate::interpret::tagger::TaggingShared>>,
 }
 
 /// Serves admin requests until shutdown.
@@ -180,6 +182,9 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
     let _ = writeln!(out, "krait_log_fsync_seconds_bucket{{le=\"+Inf\"}} {}", stats.fsyncs);
     let _ = writeln!(out, "krait_log_fsync_seconds_sum {}", stats.fsync_ns_total as f64 / 1e9);
     let _ = writeln!(out, "krait_log_fsync_seconds_count {}", stats.fsyncs);
+    if let Some(t) = &state.tagging {
+        out.push_str(&t.metrics.render());
+    }
     out
 }
 

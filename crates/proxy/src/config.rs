@@ -56,6 +56,12 @@ pub struct Config {
     /// The admin HTTP server.
     #[serde(default)]
     pub admin: AdminConfig,
+    /// SQL interpretation and version tagging; off by default.
+    #[serde(default)]
+    pub tagging: crate::interpret::TaggingConfig,
+    /// Fence injection (used when tagging is on).
+    #[serde(default)]
+    pub fence: crate::interpret::FenceConfig,
 }
 
 /// `[listen]`.
@@ -228,6 +234,12 @@ impl Config {
             return Err(invalid(
                 "upstream.ca",
                 "verify-full needs the CA file that signs the database's certificate",
+            ));
+        }
+        if self.tagging.strategy == crate::interpret::StrategyName::Column {
+            return Err(invalid(
+                "tagging.strategy",
+                "not implemented yet: the column strategy (MySQL/MariaDB) is designed but not built; use xmin or off",
             ));
         }
         if self.upstream.connect_timeout_ms == 0 {

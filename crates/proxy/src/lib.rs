@@ -14,6 +14,7 @@
 
 mod admin;
 pub mod config;
+pub mod interpret;
 pub mod machine;
 pub mod metrics;
 pub mod recorder;
@@ -26,8 +27,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use history::log::{HistoryLog, LogError, LogOptions, SledLog};
 use history::CollectorId;
+use history::log::{HistoryLog, LogError, LogOptions, SledLog};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -158,6 +159,21 @@ pub async fn start(config: Config) -> Result<ProxyHandle, ProxyError> {
         .map_err(|source| ProxyError::Bind { address: config.listen.address, source })?;
     let (stop, stop_rx) = watch::channel(false);
 
+    let tagging = match config.tagging.strategy {
+        interpret::StrategyName::Xmin => {
+            let t = Arc::new(interpret::tagger::TaggingShared::new());
+            // Versions written by earlier runs into this log stay recorded versions, not pre-history.
+            let replay_log = log.clone();
+            match tokio::task::spawn_blocking(move || replay_log.replay()).await {
+                Ok(Ok(h)) => t.book.seed_from(&h),
+                Ok(Err(e)) => warn!("cannot replay the log to seed the version book: {e}"),
+                Err(e) => warn!("cannot replay the log to seed the version book: {e}"),
+            }
+            info!(strategy = "xmin", fence_every = config.fence.every, "version tagging on");
+            Some(t)
+        }
+        _ => None,
+    };
     let admin_addr = if config.admin.enabled {
         let admin = TcpListener::bind(config.admin.address)
             .await
@@ -172,6 +188,7 @@ pub async fn start(config: Config) -> Result<ProxyHandle, ProxyError> {
             started: Instant::now(),
             listen: listen_addr,
             upstream: config.upstream.address.clone(),
+            tagging: tagging.clone(),
         });
         tokio::spawn(admin::serve(admin, state, stop_rx.clone()));
         Some(addr)
@@ -186,6 +203,7 @@ pub async fn start(config: Config) -> Result<ProxyHandle, ProxyError> {
         recorder,
         metrics: metrics.clone(),
         cancel_keys: Default::default(),
+        tagging,
     });
     info!(%listen_addr, upstream = %shared.config.upstream.address, durability = %shared.config.log.durability, "krait proxy listening");
     let accept_task = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx));

@@ -112,6 +112,9 @@ pub struct TxnSnapshot {
     pub statements: Vec<String>,
     /// When its first statement was forwarded, in nanoseconds since the Unix epoch.
     pub start_ns: u64,
+    /// Its reads and writes of rows, when tagging is on (the session fills them in; see
+    /// [`crate::interpret`]).
+    pub ops: Vec<history::log::LoggedOp>,
 }
 
 /// A transaction that ended, with how.
@@ -202,6 +205,20 @@ impl SessionMachine {
             portals: HashMap::new(),
             suspended: HashMap::new(),
         }
+    }
+
+    /// The index of the open transaction's latest statement text (the one just offered), for op records.
+    pub fn current_statement(&self) -> Option<u32> {
+        let n = self.txn.as_ref()?.snap.statements.len();
+        u32::try_from(n.checked_sub(1)?).ok()
+    }
+
+    /// Takes the next position in session order for a transaction the proxy runs itself (a fence), between
+    /// two client transactions.
+    pub fn reserve_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
     }
 
     /// How many requests still wait for replies.
@@ -423,7 +440,7 @@ impl SessionMachine {
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 self.txn = Some(OpenTxn {
-                    snap: TxnSnapshot { seq, statements: vec![text], start_ns: now_ns },
+                    snap: TxnSnapshot { seq, statements: vec![text], start_ns: now_ns, ops: Vec::new() },
                     intent_written: false,
                     had_error: false,
                 });

@@ -65,6 +65,7 @@ impl Recorder {
     fn logged(&self, session: SessionId, id: TxnId, snap: TxnSnapshot) -> LoggedTxn {
         let mut txn = LoggedTxn::new(id, session, snap.seq);
         txn.statements = snap.statements;
+        txn.ops = snap.ops;
         txn.start_ns = Some(snap.start_ns);
         txn.collector = self.collector;
         txn
@@ -93,6 +94,32 @@ impl SessionRecorder {
         let _ticket = result?;
         self.intents.insert(seq, id);
         Ok(())
+    }
+
+    /// Logs a fence transaction the proxy ran itself at position `seq` of the session (DESIGN.md §3
+    /// "Fences without client changes"). Committed fences are not acknowledged to anyone, so the ticket
+    /// is not waited on.
+    pub fn fence(
+        &mut self,
+        seq: u64,
+        ops: Vec<history::log::LoggedOp>,
+        statements: Vec<String>,
+        committed: bool,
+    ) -> Result<(), LogError> {
+        let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
+        let now = now_ns();
+        let mut txn = LoggedTxn::new(id, self.id, seq);
+        txn.ops = ops;
+        txn.statements = statements;
+        txn.start_ns = Some(now);
+        txn.collector = self.rec.collector;
+        txn.fence = true;
+        let outcome = if committed { Outcome::Committed } else { Outcome::Aborted };
+        let result = self.rec.log.append_finished(txn, outcome, committed.then_some(now));
+        if result.is_err() {
+            Metrics::inc(&self.rec.metrics.log_errors);
+        }
+        result.map(|_| ())
     }
 
     /// Logs how a transaction ended. Returns the ticket to wait on before the client may see a commit.

@@ -23,6 +23,9 @@ use wire::pg::{
 };
 
 use crate::config::{ClientTlsMode, Config};
+use crate::interpret::fence::fence_statements;
+use crate::interpret::hooks::{InjectStep, SessionTagging, load_catalog};
+use crate::interpret::tagger::{Outgoing, TaggingShared};
 use crate::machine::{FrontendStep, SessionMachine};
 use crate::metrics::{ActiveConnection, Metrics};
 use crate::recorder::{Recorder, SessionRecorder, now_ns};
@@ -46,6 +49,8 @@ pub(crate) struct Shared {
     pub(crate) metrics: Arc<Metrics>,
     /// Client-facing cancel keys → the database's, so a CancelRequest reaches the right backend.
     pub(crate) cancel_keys: Mutex<std::collections::HashMap<(i32, Bytes), (i32, Bytes)>>,
+    /// Version tagging, when `[tagging] strategy` is not `off`.
+    pub(crate) tagging: Option<Arc<TaggingShared>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +150,16 @@ async fn run_session(
         r = auth => r.map_err(|_| SessionError::StartupTimeout).and_then(|r| r),
         _ = stopping.changed() => Ok(false),
     };
+    // With tagging on, the first session (and any after a table the cache did not know) loads the primary
+    // keys before the client's first message; a failure leaves the cache stale, to be retried between
+    // transactions.
+    if let (Ok(true), Some(t)) = (&authenticated, &shared.tagging)
+        && t.catalog_stale.load(std::sync::atomic::Ordering::Relaxed)
+        && let Err(e) = load_catalog(&mut upstream, &mut sbuf, t).await
+    {
+        warn!("cannot load the primary-key catalog: {e}");
+        return Err(SessionError::UpstreamIo(e));
+    }
     let result = match authenticated {
         Ok(true) => message_loop(shared, client, cbuf, upstream, sbuf, recorder, shutdown).await,
         Ok(false) => Ok(()),
@@ -414,6 +429,10 @@ fn client_read_error(e: std::io::Error) -> SessionError {
 struct Core {
     machine: SessionMachine,
     recorder: SessionRecorder,
+    /// Version tagging, when on.
+    tagging: Option<SessionTagging>,
+    /// A frame an injected query wants sent next (the fence's COMMIT).
+    inject_send: Option<Bytes>,
 }
 
 /// Step 5: the message loop. Two pumps run concurrently in this task, one per direction, so that neither
@@ -428,7 +447,8 @@ async fn message_loop(
     recorder: SessionRecorder,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), SessionError> {
-    let core = Mutex::new(Core { machine: SessionMachine::new(), recorder });
+    let tagging = shared.tagging.as_ref().map(|t| SessionTagging::new(t.clone(), shared.config.fence.every));
+    let core = Mutex::new(Core { machine: SessionMachine::new(), recorder, tagging, inject_send: None });
     let replied = Notify::new();
     let (mut cr, mut cw) = tokio::io::split(client);
     let (mut sr, mut sw) = tokio::io::split(upstream);
@@ -446,8 +466,11 @@ async fn message_loop(
     // Whatever ended the session, the open transaction is recorded.
     {
         let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
-        let Core { machine, recorder: rec } = &mut *guard;
-        if let Some(end) = machine.on_disconnect(now_ns()) {
+        let Core { machine, recorder: rec, tagging, .. } = &mut *guard;
+        if let Some(mut end) = machine.on_disconnect(now_ns()) {
+            if let Some(t) = tagging.as_mut() {
+                end.txn.ops = t.end_ops(end.intent_written);
+            }
             debug!(seq = end.txn.seq, outcome = ?end.outcome, "transaction open at disconnect");
             if let Err(e) = rec.end(end) {
                 warn!("cannot record the transaction open at disconnect: {e}");
@@ -513,17 +536,31 @@ async fn client_to_server(
             };
             let msg = FrontendMessage::decode(&frame)
                 .map_err(|e| Failure::Client(SessionError::ClientProtocol(e)))?;
+            inject_between_transactions(core, replied, sw, &mut out).await?;
+            let mut forward = frame.raw().clone();
             loop {
                 let (step, copy_in) = {
                     let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
-                    let Core { machine, recorder } = &mut *guard;
-                    let step = match machine.on_frontend(&msg, now_ns()) {
-                        FrontendStep::Forward { intent: Some(snap) } => {
-                            recorder.intent(snap).map_err(|e| Failure::Other(SessionError::Log(e)))?;
-                            FrontendStep::Forward { intent: None }
+                    let Core { machine, recorder, tagging, .. } = &mut *guard;
+                    // A message that may commit waits until the rows of every earlier statement are in, so
+                    // the write-ahead intent carries all of the transaction's ops.
+                    let step = if tagging.as_ref().is_some_and(|t| t.must_wait(&msg)) {
+                        FrontendStep::Wait
+                    } else {
+                        match machine.on_frontend(&msg, now_ns()) {
+                            FrontendStep::Forward { intent: Some(mut snap) } => {
+                                if let Some(t) = tagging.as_mut() {
+                                    snap.ops = t.intent_ops();
+                                }
+                                recorder.intent(snap).map_err(|e| Failure::Other(SessionError::Log(e)))?;
+                                FrontendStep::Forward { intent: None }
+                            }
+                            other => other,
                         }
-                        other => other,
                     };
+                    if let (FrontendStep::Forward { .. }, Some(t)) = (&step, tagging.as_mut()) {
+                        forward = t.frontend(&msg, frame.raw(), machine.current_statement());
+                    }
                     (step, machine.in_copy_in())
                 };
                 match step {
@@ -540,7 +577,7 @@ async fn client_to_server(
                     }
                 }
             }
-            out.extend_from_slice(frame.raw());
+            out.extend_from_slice(&forward);
             if frame.tag() == ftag::TERMINATE {
                 let _ = sw.write_all(&out).await;
                 return Ok(End::ClientClosed);
@@ -554,6 +591,46 @@ async fn client_to_server(
             Ok(0) => return Ok(End::ClientClosed),
             Ok(_) => {}
             Err(e) => return Err(Failure::Other(SessionError::ClientIo(e))),
+        }
+    }
+}
+
+/// Runs what the tagger wants injected (a catalog reload or a fence) when the connection is between two
+/// client transactions with nothing outstanding. The client's message waits meanwhile; the replies are
+/// swallowed by [`server_to_client`], which records the fence in session order.
+async fn inject_between_transactions(
+    core: &Mutex<Core>,
+    replied: &Notify,
+    sw: &mut (impl AsyncWrite + Unpin),
+    out: &mut BytesMut,
+) -> Result<(), Failure> {
+    let frame = {
+        let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
+        let Core { machine, tagging, .. } = &mut *guard;
+        let idle = !machine.in_transaction() && machine.outstanding() == 0 && !machine.is_passthrough();
+        match tagging.as_mut() {
+            Some(t) if idle && !t.injecting() => match t.injection_due() {
+                Some(what) => t.start_injection(what),
+                None => return Ok(()),
+            },
+            _ => return Ok(()),
+        }
+    };
+    out.extend_from_slice(&frame);
+    sw.write_all(out).await.map_err(|e| Failure::Other(SessionError::UpstreamIo(e)))?;
+    out.clear();
+    loop {
+        replied.notified().await;
+        let (send, done) = {
+            let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
+            let send = guard.inject_send.take();
+            (send, !guard.tagging.as_ref().is_some_and(SessionTagging::injecting))
+        };
+        if let Some(f) = send {
+            sw.write_all(&f).await.map_err(|e| Failure::Other(SessionError::UpstreamIo(e)))?;
+        }
+        if done {
+            return Ok(());
         }
     }
 }
@@ -577,9 +654,30 @@ async fn server_to_client(
                 Err(e) => return Err(Failure::Other(SessionError::UpstreamProtocol(e.to_string()))),
             };
             let mut tickets = Vec::new();
+            let mut outgoing = Outgoing::Same;
             {
                 let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
-                let Core { machine, recorder } = &mut *guard;
+                let Core { machine, recorder, tagging, inject_send } = &mut *guard;
+                if let Some(t) = tagging.as_mut()
+                    && t.injecting()
+                {
+                    // A reply to an injected query: the client never sees it, the machine never matches it.
+                    match t.injected_backend(frame.tag(), &frame.body()) {
+                        InjectStep::More => {}
+                        InjectStep::Send(f) => *inject_send = Some(f),
+                        InjectStep::Done(Some(fence)) => {
+                            let seq = machine.reserve_seq();
+                            recorder
+                                .fence(seq, fence.ops, fence_statements(), fence.committed)
+                                .map_err(|e| Failure::Other(SessionError::Log(e)))?;
+                        }
+                        InjectStep::Done(None) => {}
+                    }
+                    continue;
+                }
+                if let Some(t) = tagging.as_mut() {
+                    outgoing = t.backend(frame.tag(), &frame.body());
+                }
                 let ends = match machine.on_backend(frame.tag(), &frame.body(), now_ns()) {
                     Ok(ends) => ends,
                     Err(desync) => {
@@ -588,7 +686,15 @@ async fn server_to_client(
                         desync.ends
                     }
                 };
-                for end in ends {
+                for mut end in ends {
+                    if let Some(t) = tagging.as_mut() {
+                        // Ops that arrived after an intent (a COMMIT in the same query string as the
+                        // statements) cannot join it; they are counted as lost.
+                        end.txn.ops = t.end_ops(end.intent_written);
+                        if end.outcome == history::Outcome::Committed {
+                            t.committed();
+                        }
+                    }
                     let ticket = recorder.end(end).map_err(|e| Failure::Other(SessionError::Log(e)))?;
                     tickets.extend(ticket);
                 }
@@ -604,7 +710,15 @@ async fn server_to_client(
             if frame.tag() == btag::ERROR_RESPONSE {
                 debug!("database error relayed");
             }
-            out.extend_from_slice(frame.raw());
+            match outgoing {
+                Outgoing::Same => out.extend_from_slice(frame.raw()),
+                Outgoing::Drop => {}
+                Outgoing::Replace(tag, body) => {
+                    out.extend_from_slice(&[tag]);
+                    out.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+                    out.extend_from_slice(&body);
+                }
+            }
         }
         replied.notify_one();
         if !out.is_empty() {

@@ -152,6 +152,9 @@ pub struct RowPlan {
     pub point: Option<PointLookup>,
     /// What the rows do not cover (for example phantoms of a predicate read).
     pub notes: Vec<Opaque>,
+    /// Where the extra columns were spliced into the client's text, as (character offset, characters
+    /// inserted), so error positions after it can be moved back.
+    pub splice: Option<(usize, usize)>,
 }
 
 impl RowPlan {
@@ -195,16 +198,83 @@ pub fn plan_query(sql: &str, catalog: &Catalog) -> PlannedQuery {
             };
         }
     };
+    let single = statements.len() == 1;
     let mut out = Vec::with_capacity(statements.len());
     let mut texts = Vec::with_capacity(statements.len());
     let mut any = false;
     for mut stmt in statements {
-        let plan = plan_statement(&mut stmt, catalog);
+        let select_end = select_list_end(&stmt);
+        let mut plan = plan_statement(&mut stmt, catalog);
         any |= matches!(plan, StmtPlan::Rows(_));
-        texts.push(stmt.to_string());
+        // One statement: splice the extra columns into the client's own text, so everything the client
+        // wrote keeps its position (error positions stay right). Several: print the rewritten statements.
+        let spliced = match (&mut plan, single) {
+            (StmtPlan::Rows(rows), true) => splice(sql, &stmt, rows, select_end),
+            _ => None,
+        };
+        texts.push(spliced.unwrap_or_else(|| stmt.to_string()));
         out.push(plan);
     }
     PlannedQuery { rewritten: any.then(|| texts.join("; ")), stmts: out, aligned: true }
+}
+
+/// Where the target list of a plain SELECT ends in its text, if the parser knows.
+fn select_list_end(stmt: &Statement) -> Option<sqlparser::tokenizer::Location> {
+    use sqlparser::ast::Spanned;
+    let Statement::Query(q) = stmt else { return None };
+    let SetExpr::Select(sel) = q.body.as_ref() else { return None };
+    let end = sel.projection.last()?.span().end;
+    (end.line > 0).then_some(end)
+}
+
+/// The byte offset of a 1-based (line, column) location; columns count characters.
+fn byte_offset(sql: &str, loc: sqlparser::tokenizer::Location) -> Option<usize> {
+    let (mut line, mut col) = (1u64, 1u64);
+    for (i, ch) in sql.char_indices() {
+        if line == loc.line && col == loc.column {
+            return Some(i);
+        }
+        if ch == '\n' {
+            line += 1;
+            col = 1;
+        } else {
+            col += 1;
+        }
+    }
+    (line == loc.line && col == loc.column).then_some(sql.len())
+}
+
+/// The client's text with the extra columns spliced in: after the target list of a SELECT, or appended to
+/// (or as) the RETURNING list of a write, which is always the statement's last clause.
+fn splice(
+    sql: &str,
+    stmt: &Statement,
+    rows: &mut RowPlan,
+    select_end: Option<sqlparser::tokenizer::Location>,
+) -> Option<String> {
+    let n = rows.extra_columns();
+    let tail = |items: &[SelectItem]| -> Option<String> {
+        let extra = items.get(items.len().checked_sub(n)?..)?;
+        Some(extra.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+    };
+    match stmt {
+        Statement::Query(q) => {
+            let SetExpr::Select(sel) = q.body.as_ref() else { return None };
+            let at = byte_offset(sql, select_end?)?;
+            let inserted = format!(", {}", tail(&sel.projection)?);
+            rows.splice = Some((sql[..at].chars().count(), inserted.chars().count()));
+            Some(format!("{}{inserted}{}", &sql[..at], &sql[at..]))
+        }
+        Statement::Insert(sqlparser::ast::Insert { returning: Some(r), .. })
+        | Statement::Update(sqlparser::ast::Update { returning: Some(r), .. })
+        | Statement::Delete(sqlparser::ast::Delete { returning: Some(r), .. }) => {
+            let body = sql.trim_end().trim_end_matches(';').trim_end();
+            // A newline first, so a trailing `-- comment` cannot swallow the addition.
+            let joint = if rows.hidden_result { "\nRETURNING " } else { "\n, " };
+            Some(format!("{body}{joint}{}", tail(r)?))
+        }
+        _ => None,
+    }
 }
 
 /// Plans one parsed statement and, for [`StmtPlan::Rows`], rewrites it in place.
@@ -480,7 +550,14 @@ fn plan_query_stmt(q: &mut Query, catalog: &Catalog) -> StmtPlan {
         ));
     }
     select.projection.extend(items);
-    StmtPlan::Rows(RowPlan { kind: RowKind::Read, tables: tags, hidden_result: false, point, notes })
+    StmtPlan::Rows(RowPlan {
+        kind: RowKind::Read,
+        tables: tags,
+        hidden_result: false,
+        point,
+        notes,
+        splice: None,
+    })
 }
 
 /// `WHERE k1 = v1 AND k2 = v2 ...` over exactly the key columns.
@@ -605,7 +682,14 @@ fn plan_insert(ins: &mut sqlparser::ast::Insert, catalog: &Catalog) -> StmtPlan 
     }
     let hidden_result = ins.returning.is_none();
     ins.returning.get_or_insert_with(Vec::new).extend(items);
-    StmtPlan::Rows(RowPlan { kind: RowKind::Insert, tables: vec![tag], hidden_result, point: None, notes })
+    StmtPlan::Rows(RowPlan {
+        kind: RowKind::Insert,
+        tables: vec![tag],
+        hidden_result,
+        point: None,
+        notes,
+        splice: None,
+    })
 }
 
 fn plan_update(upd: &mut sqlparser::ast::Update, catalog: &Catalog) -> StmtPlan {
@@ -662,7 +746,14 @@ fn plan_update(upd: &mut sqlparser::ast::Update, catalog: &Catalog) -> StmtPlan 
     }
     let hidden_result = upd.returning.is_none();
     upd.returning.get_or_insert_with(Vec::new).extend(items);
-    StmtPlan::Rows(RowPlan { kind: RowKind::Update, tables: vec![tag], hidden_result, point: None, notes })
+    StmtPlan::Rows(RowPlan {
+        kind: RowKind::Update,
+        tables: vec![tag],
+        hidden_result,
+        point: None,
+        notes,
+        splice: None,
+    })
 }
 
 fn plan_delete(del: &mut sqlparser::ast::Delete, catalog: &Catalog) -> StmtPlan {
@@ -702,7 +793,14 @@ fn plan_delete(del: &mut sqlparser::ast::Delete, catalog: &Catalog) -> StmtPlan 
     }
     let hidden_result = del.returning.is_none();
     del.returning.get_or_insert_with(Vec::new).extend(items);
-    StmtPlan::Rows(RowPlan { kind: RowKind::Delete, tables: vec![tag], hidden_result, point: None, notes })
+    StmtPlan::Rows(RowPlan {
+        kind: RowKind::Delete,
+        tables: vec![tag],
+        hidden_result,
+        point: None,
+        notes,
+        splice: None,
+    })
 }
 
 #[cfg(test)]

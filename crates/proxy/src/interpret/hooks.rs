@@ -48,6 +48,8 @@ pub struct SessionTagging {
     tagger: Tagger,
     fences: FenceCounter,
     injecting: Option<InjectedReplies>,
+    /// How many of the open transaction's ops went into its write-ahead intent.
+    in_intent: usize,
 }
 
 fn query_frame(sql: &str) -> Bytes {
@@ -64,6 +66,7 @@ impl SessionTagging {
             shared,
             fences: FenceCounter::new(fence_every),
             injecting: None,
+            in_intent: 0,
         }
     }
 
@@ -84,14 +87,24 @@ impl SessionTagging {
         self.tagger.on_backend(tag, body)
     }
 
-    /// The ops collected for the transaction now ending or committing (taken).
-    pub fn take_ops(&mut self) -> Vec<LoggedOp> {
-        self.tagger.take_ops()
+    /// A copy of the ops collected so far, for the open transaction's write-ahead intent.
+    pub fn intent_ops(&mut self) -> Vec<LoggedOp> {
+        self.in_intent = self.tagger.ops().len();
+        self.tagger.ops().to_vec()
     }
 
-    /// A copy of the ops collected so far, for a write-ahead intent.
-    pub fn ops(&self) -> Vec<LoggedOp> {
-        self.tagger.ops().to_vec()
+    /// The ops of a transaction that just ended. With an intent already logged, they were logged there,
+    /// and any that came later are counted as lost and dropped (an empty list is returned).
+    pub fn end_ops(&mut self, intent_written: bool) -> Vec<LoggedOp> {
+        let ops = self.tagger.take_ops();
+        let in_intent = std::mem::take(&mut self.in_intent);
+        if intent_written {
+            let lost = ops.len().saturating_sub(in_intent) as u64;
+            self.shared.metrics.lost_ops.fetch_add(lost, Ordering::Relaxed);
+            Vec::new()
+        } else {
+            ops
+        }
     }
 
     /// Notes a committed client transaction (for the fence counter).

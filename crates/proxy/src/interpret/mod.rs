@@ -62,18 +62,25 @@ pub enum StrategyName {
 }
 
 /// The `[tagging]` section of the configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TaggingConfig {
-    /// The strategy; `off` until tagging is wired into sessions.
+    /// The strategy: `off` (the default: statements only), `xmin`, or `column` (not built yet).
     pub strategy: StrategyName,
-    /// Run a fence every this many committed client transactions per connection; 0 disables fences.
-    pub fence_every: u64,
 }
 
-impl Default for TaggingConfig {
+/// The `[fence]` section of the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FenceConfig {
+    /// Run a fence every this many committed client transactions per connection (20 by default); 0
+    /// disables fences. Only with tagging on.
+    pub every: u64,
+}
+
+impl Default for FenceConfig {
     fn default() -> Self {
-        TaggingConfig { strategy: StrategyName::Off, fence_every: 20 }
+        FenceConfig { every: 20 }
     }
 }
 
@@ -176,10 +183,12 @@ mod tests {
     #[test]
     fn tagging_config_defaults_to_off_with_fences_every_20() {
         let c: TaggingConfig = toml::from_str("").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(c, TaggingConfig { strategy: StrategyName::Off, fence_every: 20 });
-        let c: TaggingConfig =
-            toml::from_str("strategy = \"xmin\"\nfence_every = 5").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.strategy, StrategyName::Off);
+        assert_eq!(FenceConfig::default().every, 20);
+        let c: TaggingConfig = toml::from_str("strategy = \"xmin\"").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.strategy, StrategyName::Xmin);
+        let f: FenceConfig = toml::from_str("every = 5").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(f.every, 5);
         assert!(toml::from_str::<TaggingConfig>("strategy = \"bogus\"").is_err());
     }
 

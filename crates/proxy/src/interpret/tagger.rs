@@ -53,6 +53,9 @@ pub struct TaggingMetrics {
     pub broken_sessions: AtomicU64,
     /// Fence transactions run.
     pub fences: AtomicU64,
+    /// Ops that arrived after their transaction's write-ahead intent was logged (a COMMIT sent in the same
+    /// query string as the statements), so they are missing from the history.
+    pub lost_ops: AtomicU64,
 }
 
 impl TaggingMetrics {
@@ -84,6 +87,7 @@ impl TaggingMetrics {
         }
         s.push_str(&format!("krait_tagging_broken_sessions_total {}\n", g(&self.broken_sessions)));
         s.push_str(&format!("krait_fences_total {}\n", g(&self.fences)));
+        s.push_str(&format!("krait_tagging_lost_ops_total {}\n", g(&self.lost_ops)));
         s
     }
 }
@@ -133,8 +137,8 @@ struct Portal {
 
 #[derive(Debug)]
 enum Pending {
-    /// Parse, Bind, Close: one completion message.
-    One,
+    /// Parse, Bind, Close: one completion message. A Parse carries its splice, for error positions.
+    One(Option<(usize, usize)>),
     Describe(Arc<StmtPlan>),
     Execute {
         portal: Portal,
@@ -281,8 +285,8 @@ impl Tagger {
                 if self.statements.len() >= MAX_NAMES && !self.statements.contains_key(name) {
                     self.statements.clear();
                 }
+                self.queue.push_back(Pending::One(splice_of(&plan)));
                 self.statements.insert(name.clone(), plan);
-                self.queue.push_back(Pending::One);
                 rewritten.map(|sql| {
                     self.shared.metrics.statements_rewritten.fetch_add(1, Ordering::Relaxed);
                     encode(&FrontendMessage::Parse {
@@ -315,7 +319,7 @@ impl Tagger {
                     portal.clone(),
                     Portal { plan, params: params.clone(), param_formats: param_formats.clone() },
                 );
-                self.queue.push_back(Pending::One);
+                self.queue.push_back(Pending::One(None));
                 if extra > 0 && result_formats.len() > 1 {
                     let mut formats = result_formats.clone();
                     extend_result_formats(&mut formats, extra);
@@ -352,7 +356,7 @@ impl Tagger {
                     Target::Statement => self.statements.remove(name),
                     Target::Portal => self.portals.remove(name).map(|p| p.plan),
                 };
-                self.queue.push_back(Pending::One);
+                self.queue.push_back(Pending::One(None));
                 None
             }
             FrontendMessage::FunctionCall { .. } => {
@@ -379,7 +383,7 @@ impl Tagger {
     fn backend(&mut self, tag: u8, body: &Bytes) -> Result<Outgoing, String> {
         match tag {
             btag::PARSE_COMPLETE | btag::BIND_COMPLETE | btag::CLOSE_COMPLETE => {
-                if matches!(self.queue.front(), Some(Pending::One)) {
+                if matches!(self.queue.front(), Some(Pending::One(_))) {
                     self.queue.pop_front();
                     Ok(Outgoing::Same)
                 } else {
@@ -472,6 +476,16 @@ impl Tagger {
                 }
             }
             btag::ERROR_RESPONSE => {
+                let splice = match self.queue.front() {
+                    Some(Pending::One(s)) => *s,
+                    Some(Pending::Execute { portal, .. }) => splice_of(&portal.plan),
+                    Some(Pending::Query { plans, at, .. }) => plans.get(*at).and_then(splice_of),
+                    _ => None,
+                };
+                let outgoing = match splice.and_then(|s| move_error_position(body, s)) {
+                    Some(b) => Outgoing::Replace(btag::ERROR_RESPONSE, b),
+                    None => Outgoing::Same,
+                };
                 match self.queue.front() {
                     Some(Pending::Query { .. } | Pending::Ready) | None => {}
                     Some(_) => {
@@ -486,7 +500,7 @@ impl Tagger {
                         }
                     }
                 }
-                Ok(Outgoing::Same)
+                Ok(outgoing)
             }
             btag::READY_FOR_QUERY => {
                 match self.queue.front() {
@@ -550,6 +564,37 @@ impl Tagger {
             }
         }
     }
+}
+
+fn splice_of(plan: &StmtPlan) -> Option<(usize, usize)> {
+    match plan {
+        StmtPlan::Rows(r) => r.splice,
+        _ => None,
+    }
+}
+
+/// An ErrorResponse body with its position field (`P`, 1-based characters) moved back over the text the
+/// rewriter spliced in, so it points where it would without Krait. `None`: nothing to change.
+fn move_error_position(body: &Bytes, (at, len): (usize, usize)) -> Option<Bytes> {
+    let mut out = BytesMut::with_capacity(body.len());
+    let mut changed = false;
+    for field in body.split(|&b| b == 0) {
+        if field.is_empty() {
+            continue;
+        }
+        if field[0] == b'P'
+            && let Some(p) = std::str::from_utf8(&field[1..]).ok().and_then(|v| v.parse::<usize>().ok())
+            && p > at + len
+        {
+            out.extend_from_slice(format!("P{}", p - len).as_bytes());
+            changed = true;
+        } else {
+            out.extend_from_slice(field);
+        }
+        out.extend_from_slice(&[0]);
+    }
+    out.extend_from_slice(&[0]);
+    changed.then(|| out.freeze())
 }
 
 fn client_reply(r: ClientReply) -> Outgoing {

@@ -277,6 +277,7 @@ mod tests {
             hidden_result: true,
             point: Some(PointLookup { namespace: "accounts".into(), values: vec![PkValue::Param(0)] }),
             notes: vec![],
+            splice: None,
         }
     }
 
