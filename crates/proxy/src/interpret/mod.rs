@@ -12,6 +12,30 @@
 //! - [`catalog`]: primary keys from `pg_catalog`, cached.
 //! - [`fence`]: the fence transaction and the per-connection counter.
 //!
+//! # In the session
+//!
+//! With `[tagging] strategy = "xmin"` ([`hooks`] is what the session calls):
+//! - The first session loads the primary keys before its client's first message; a statement that names
+//!   an unknown table is opaque and makes the next idle session reload the catalog.
+//! - A statement is rewritten once (at Query or Parse); a prepared statement keeps its plan for every Bind.
+//! - A message that may commit (Query, Execute, Sync) waits until the rows of every earlier statement have
+//!   arrived, so the write-ahead intent carries all the ops. A client that pipelines Execute and Sync pays
+//!   one extra round trip per batch.
+//! - Ops that arrive after the intent (a COMMIT in the same query string as the statements, e.g.
+//!   `UPDATE ...; COMMIT`) cannot join it: they are counted in `krait_tagging_lost_ops_total` and missing
+//!   from the history.
+//! - Fences run between client transactions only, and are recorded with `fence = true` at their place in
+//!   session order.
+//!
+//! Known differences a client can see: a Bind that lists the wrong number of result formats gets an error
+//! message naming the widened counts; an error in a rewritten statement that combines several statements
+//! in one query string may report a position shifted by the added columns (single statements are spliced
+//! in place and their error positions are moved back). A DML Execute with a row limit returns its rows in
+//! pieces (PortalSuspended) where the client, without RETURNING, expected none.
+//!
+//! Opaque statements are counted in `/metrics` by class; the history itself does not carry them yet (its
+//! record format has no field for them), so a report cannot list them.
+//!
 //! # Strategies
 //!
 //! [`VersionStrategy`] is what a way of identifying versions must provide. [`XminStrategy`] is

@@ -19,6 +19,10 @@
 //!   is sent, so no reader can see a recorded version before the book holds it.
 //! - A point lookup that finds no row reads `Absent` (the initial "no row" version), unless this proxy
 //!   recorded a DELETE of that key and no live version since: then it read that tombstone.
+//! - The book is shared by all sessions and a write enters it when its RETURNING row reaches the proxy. A
+//!   client that pipelines COMMIT behind its writes (one query string) lets the database commit before the
+//!   proxy has read that row; another session's read of the new version can then be processed first and
+//!   be recorded as pre-history. Fences avoid this by sending COMMIT only after their row is in.
 //! - The book lives in memory. After a restart, the proxy seeds it from the log's write ops
 //!   ([`VersionBook::seed_from`]), so versions written by an earlier run stay `Version`, not pre-history.
 //!
