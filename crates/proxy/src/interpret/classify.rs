@@ -889,6 +889,23 @@ mod tests {
     }
 
     #[test]
+    fn single_statements_keep_the_clients_text_around_the_splice() {
+        let sql = "select  balance -- b\n FROM accounts WHERE id = 7;";
+        let (out, plan) = rows(sql);
+        assert_eq!(
+            out,
+            "select  balance, accounts.xmin::TEXT AS krait_v0, accounts.id::TEXT AS krait_v1 -- b\n FROM accounts \
+             WHERE id = 7;"
+        );
+        let inserted = ", accounts.xmin::TEXT AS krait_v0, accounts.id::TEXT AS krait_v1".chars().count();
+        assert_eq!(plan.splice, Some((15, inserted)));
+        let (out, _) = rows("update accounts set balance = 0 where id = 1 -- done\n;");
+        assert!(out.starts_with("update accounts set balance = 0 where id = 1 -- done\nRETURNING "), "{out}");
+        let (out, _) = rows("DELETE FROM accounts WHERE id = 1 RETURNING id");
+        assert!(out.starts_with("DELETE FROM accounts WHERE id = 1 RETURNING id\n, accounts.xmin"), "{out}");
+    }
+
+    #[test]
     fn what_cannot_be_mapped_is_opaque_and_control_is_not() {
         assert_eq!(opaque_kind("SELECT count(*) FROM accounts"), OpaqueKind::Aggregate);
         assert_eq!(opaque_kind("SELECT DISTINCT balance FROM accounts"), OpaqueKind::Aggregate);

@@ -6,6 +6,9 @@
 //! fences form one read-modify-write chain; session order then places every client transaction between two
 //! fences, which gives the verifier its epochs.
 //!
+//! One proxy per database: the fence row is shared, and each proxy's version book knows only its own
+//! fences, so two proxies fencing one database would each see the other's fence versions as pre-history.
+//!
 //! The fence runs at READ COMMITTED with `SELECT ... FOR UPDATE`: the lock makes the read return the
 //! latest committed version (the one the UPDATE then replaces), whatever the session's default isolation,
 //! and two concurrent fences queue on the row lock instead of failing with serialization errors.

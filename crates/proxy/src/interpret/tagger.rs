@@ -749,6 +749,21 @@ mod tests {
     }
 
     #[test]
+    fn error_positions_after_the_splice_move_back() {
+        let err = |p: &str| {
+            let mut b = BytesMut::new();
+            for f in ["SERROR", "C42703", &format!("P{p}"), "Mx"] {
+                b.extend_from_slice(f.as_bytes());
+                b.extend_from_slice(&[0]);
+            }
+            b.extend_from_slice(&[0]);
+            b.freeze()
+        };
+        assert_eq!(move_error_position(&err("100"), (15, 60)), Some(err("40")));
+        assert_eq!(move_error_position(&err("12"), (15, 60)), None);
+    }
+
+    #[test]
     fn an_error_skips_to_sync_and_unknown_tables_mark_the_catalog_stale() {
         let s = shared();
         let mut t = Tagger::new(s.clone());
