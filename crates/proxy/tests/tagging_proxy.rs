@@ -85,8 +85,7 @@ async fn extended(c: &mut Raw, sql: &str, params: &[&str], columns: usize, binds
             statement: Bytes::from_static(b"st"),
             param_formats: vec![],
             params: params.iter().map(|p| Some(Bytes::copy_from_slice(p.as_bytes()))).collect(),
-            // Per-column formats on the first Bind (text), none on the others. (A Bind with a wrong number
-            // of formats would get an error naming the widened counts: a known difference.)
+            // Per-column formats on the first Bind (text), none on the others.
             result_formats: if i == 0 { vec![0; columns] } else { vec![] },
         }
         .encode(&mut out);
@@ -128,9 +127,11 @@ fn the_client_sees_the_same_bytes_with_and_without_krait() {
             &format!("BEGIN; SELECT b FROM {t} WHERE id = 1; UPDATE {t} SET c = c WHERE id < 3; ROLLBACK"),
             "SELECT 1",
         ];
-        let ext: [(&str, &[&str], usize); 4] = [
+        let ext: [(&str, &[&str], usize); 5] = [
             (&format!("SELECT * FROM {t} WHERE id = $1"), &["5"], 8),
             (&format!("SELECT a, id FROM {t} WHERE id > $1 ORDER BY id"), &["17"], 2),
+            // A wrong number of result formats: the error names the client's counts, not the widened ones.
+            (&format!("SELECT a, id FROM {t} WHERE id > $1"), &["17"], 8),
             (&format!("UPDATE {t} SET a = a + $1 WHERE id = $2"), &["1", "6"], 0),
             (&format!("UPDATE {t} SET a = a + $1 WHERE id = $2 RETURNING a"), &["1", "7"], 1),
         ];

@@ -27,8 +27,7 @@
 //! - Fences run between client transactions only, and are recorded with `fence = true` at their place in
 //!   session order.
 //!
-//! Known differences a client can see: a Bind that lists the wrong number of result formats gets an error
-//! message naming the widened counts; an error in a rewritten statement that combines several statements
+//! Known differences a client can see: an error in a rewritten statement that combines several statements
 //! in one query string may report a position shifted by the added columns (single statements are spliced
 //! in place and their error positions are moved back). A DML Execute with a row limit returns its rows in
 //! pieces (PortalSuspended) where the client, without RETURNING, expected none.

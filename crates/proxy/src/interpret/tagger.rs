@@ -137,8 +137,10 @@ struct Portal {
 
 #[derive(Debug)]
 enum Pending {
-    /// Parse, Bind, Close: one completion message. A Parse carries its splice, for error positions.
+    /// Parse, Close: one completion message. A Parse carries its splice, for error positions.
     One(Option<(usize, usize)>),
+    /// Bind: BindComplete. Carries how many result formats it added, for the error message.
+    Bind(usize),
     Describe(Arc<StmtPlan>),
     Execute {
         portal: Portal,
@@ -319,8 +321,9 @@ impl Tagger {
                     portal.clone(),
                     Portal { plan, params: params.clone(), param_formats: param_formats.clone() },
                 );
-                self.queue.push_back(Pending::One(None));
-                if extra > 0 && result_formats.len() > 1 {
+                let widened = if extra > 0 && result_formats.len() > 1 { extra } else { 0 };
+                self.queue.push_back(Pending::Bind(widened));
+                if widened > 0 {
                     let mut formats = result_formats.clone();
                     extend_result_formats(&mut formats, extra);
                     Some(encode(&FrontendMessage::Bind {
@@ -383,7 +386,7 @@ impl Tagger {
     fn backend(&mut self, tag: u8, body: &Bytes) -> Result<Outgoing, String> {
         match tag {
             btag::PARSE_COMPLETE | btag::BIND_COMPLETE | btag::CLOSE_COMPLETE => {
-                if matches!(self.queue.front(), Some(Pending::One(_))) {
+                if matches!(self.queue.front(), Some(Pending::One(_) | Pending::Bind(_))) {
                     self.queue.pop_front();
                     Ok(Outgoing::Same)
                 } else {
@@ -482,7 +485,11 @@ impl Tagger {
                     Some(Pending::Query { plans, at, .. }) => plans.get(*at).and_then(splice_of),
                     _ => None,
                 };
-                let outgoing = match splice.and_then(|s| move_error_position(body, s)) {
+                let moved = match self.queue.front() {
+                    Some(Pending::Bind(extra)) if *extra > 0 => unwiden_format_error(body, *extra),
+                    _ => splice.and_then(|s| move_error_position(body, s)),
+                };
+                let outgoing = match moved {
                     Some(b) => Outgoing::Replace(btag::ERROR_RESPONSE, b),
                     None => Outgoing::Same,
                 };
@@ -590,6 +597,37 @@ fn move_error_position(body: &Bytes, (at, len): (usize, usize)) -> Option<Bytes>
             changed = true;
         } else {
             out.extend_from_slice(field);
+        }
+        out.extend_from_slice(&[0]);
+    }
+    out.extend_from_slice(&[0]);
+    changed.then(|| out.freeze())
+}
+
+/// The server's "bind message has N result formats but query has M columns" for a Bind whose formats
+/// were widened by `extra`, with both counts as the client's own Bind and statement have them.
+fn unwiden_format_error(body: &Bytes, extra: usize) -> Option<Bytes> {
+    let mut out = BytesMut::with_capacity(body.len());
+    let mut changed = false;
+    for field in body.split(|&b| b == 0) {
+        if field.is_empty() {
+            continue;
+        }
+        let text = std::str::from_utf8(&field[1..]).ok();
+        let fixed = (field[0] == b'M').then_some(text).flatten().and_then(|m| {
+            let rest = m.strip_prefix("bind message has ")?;
+            let (n, rest) = rest.split_once(" result formats but query has ")?;
+            let (c, tail) = rest.split_once(' ')?;
+            let (n, c) =
+                (n.parse::<usize>().ok()?.checked_sub(extra)?, c.parse::<usize>().ok()?.checked_sub(extra)?);
+            Some(format!("Mbind message has {n} result formats but query has {c} {tail}"))
+        });
+        match fixed {
+            Some(f) => {
+                out.extend_from_slice(f.as_bytes());
+                changed = true;
+            }
+            None => out.extend_from_slice(field),
         }
         out.extend_from_slice(&[0]);
     }
@@ -761,6 +799,19 @@ mod tests {
         };
         assert_eq!(move_error_position(&err("100"), (15, 60)), Some(err("40")));
         assert_eq!(move_error_position(&err("12"), (15, 60)), None);
+        let msg = |m: &str| {
+            let mut b = BytesMut::new();
+            for f in ["SERROR", "C08P01", &format!("M{m}")] {
+                b.extend_from_slice(f.as_bytes());
+                b.extend_from_slice(&[0]);
+            }
+            b.extend_from_slice(&[0]);
+            b.freeze()
+        };
+        assert_eq!(
+            unwiden_format_error(&msg("bind message has 10 result formats but query has 4 columns"), 2),
+            Some(msg("bind message has 8 result formats but query has 2 columns"))
+        );
     }
 
     #[test]
