@@ -23,7 +23,6 @@ use wire::pg::{
 };
 
 use crate::config::{ClientTlsMode, Config};
-use crate::interpret::fence::fence_statements;
 use crate::interpret::hooks::{InjectStep, SessionTagging, load_catalog};
 use crate::interpret::tagger::{Outgoing, TaggingShared};
 use crate::machine::{FrontendStep, SessionMachine};
@@ -668,7 +667,7 @@ async fn server_to_client(
                         InjectStep::Done(Some(fence)) => {
                             let seq = machine.reserve_seq();
                             recorder
-                                .fence(seq, fence.ops, fence_statements(), fence.committed)
+                                .fence(seq, fence.ops, fence.statements, fence.committed)
                                 .map_err(|e| Failure::Other(SessionError::Log(e)))?;
                         }
                         InjectStep::Done(None) => {}

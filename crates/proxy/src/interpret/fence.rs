@@ -3,11 +3,12 @@
 //! Every `fence.every` committed client transactions on a connection, the session runs one fence
 //! transaction on that same connection, between two client transactions (never while the client has one
 //! open), and swallows every reply. The fence reads and rewrites the single row of `krait_fence`, so all
-//! fences form one read-modify-write chain; session order then places every client transaction between two
+//! fences of this proxy form one read-modify-write chain; session order then places every client transaction between two
 //! fences, which gives the verifier its epochs.
 //!
-//! One proxy per database: the fence row is shared, and each proxy's version book knows only its own
-//! fences, so two proxies fencing one database would each see the other's fence versions as pre-history.
+//! Each proxy fences its own row of `krait_fence` (a random id chosen at start): a proxy's version book
+//! knows only its own fences, so two proxies sharing one row would see each other's fence versions as
+//! pre-history.
 //!
 //! The fence runs at READ COMMITTED with `SELECT ... FOR UPDATE`: the lock makes the read return the
 //! latest committed version (the one the UPDATE then replaces), whatever the session's default isolation,
@@ -21,18 +22,26 @@ use super::versions::{VersionBook, key_name, version_id};
 /// The fence table's name (also its key namespace).
 pub const FENCE_TABLE: &str = "krait_fence";
 
-/// Creates the fence table and its single row if missing. Safe to run from several sessions: a lost race
+/// Creates the fence table and this proxy's row if missing. Safe to run from several sessions: a lost race
 /// on CREATE fails harmlessly and the next fence retries.
-pub const SETUP_SQL: &str = "CREATE TABLE IF NOT EXISTS krait_fence (id int PRIMARY KEY, epoch bigint NOT NULL); \
-     INSERT INTO krait_fence VALUES (0, 0) ON CONFLICT (id) DO NOTHING";
+pub fn setup_sql(row: i32) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS krait_fence (id int PRIMARY KEY, epoch bigint NOT NULL); \
+         INSERT INTO krait_fence VALUES ({row}, 0) ON CONFLICT (id) DO NOTHING"
+    )
+}
 
-/// The fence's body: one simple-protocol query string. Replies: BEGIN, the read row (xmin, id), the written
-/// row (xmin, id), then ReadyForQuery in the block. COMMIT ([`FENCE_COMMIT`]) goes in a second message,
-/// only after the written row has been put in the version book, so no session can read the fence's
-/// version before the proxy knows it was recorded.
-pub const FENCE_SQL: &str = "BEGIN ISOLATION LEVEL READ COMMITTED; \
-     SELECT xmin::text, id::text FROM krait_fence WHERE id = 0 FOR UPDATE; \
-     UPDATE krait_fence SET epoch = epoch + 1 WHERE id = 0 RETURNING xmin::text, id::text";
+/// The fence's body on row `row`: one simple-protocol query string. Replies: BEGIN, the read row (xmin,
+/// id), the written row (xmin, id), then ReadyForQuery in the block. COMMIT ([`FENCE_COMMIT`]) goes in a
+/// second message, only after the written row has been put in the version book, so no session can read
+/// the fence's version before the proxy knows it was recorded.
+pub fn fence_sql(row: i32) -> String {
+    format!(
+        "BEGIN ISOLATION LEVEL READ COMMITTED; \
+         SELECT xmin::text, id::text FROM krait_fence WHERE id = {row} FOR UPDATE; \
+         UPDATE krait_fence SET epoch = epoch + 1 WHERE id = {row} RETURNING xmin::text, id::text"
+    )
+}
 
 /// The fence's second message.
 pub const FENCE_COMMIT: &str = "COMMIT";
@@ -81,8 +90,8 @@ pub fn fence_ops(read: [&[u8]; 2], written: [&[u8]; 2], book: &VersionBook) -> V
 }
 
 /// The statement texts a fence transaction records, so its op `stmt` indices resolve.
-pub fn fence_statements() -> Vec<String> {
-    let mut v: Vec<String> = FENCE_SQL.split("; ").map(|s| s.trim().to_owned()).collect();
+pub fn fence_statements(row: i32) -> Vec<String> {
+    let mut v: Vec<String> = fence_sql(row).split("; ").map(|s| s.trim().to_owned()).collect();
     v.push(FENCE_COMMIT.to_owned());
     v
 }
@@ -105,6 +114,8 @@ pub enum Injection {
     Fence {
         /// Create the table and row first.
         setup: bool,
+        /// This proxy's row of `krait_fence`.
+        row: i32,
     },
 }
 
@@ -113,9 +124,11 @@ impl Injection {
     pub fn sql(self) -> String {
         match self {
             Injection::Catalog => super::PK_QUERY.to_owned(),
-            Injection::Fence { setup: false } => FENCE_SQL.to_owned(),
+            Injection::Fence { setup: false, row } => fence_sql(row),
             // The setup commits on its own: in the fence's transaction, the fence would read its own insert.
-            Injection::Fence { setup: true } => format!("BEGIN; {SETUP_SQL}; COMMIT; {FENCE_SQL}"),
+            Injection::Fence { setup: true, row } => {
+                format!("BEGIN; {}; COMMIT; {}", setup_sql(row), fence_sql(row))
+            }
         }
     }
 }
@@ -270,6 +283,7 @@ mod tests {
             panic!("shape")
         };
         assert_eq!(*observed, Observed::Version(*write));
-        assert_eq!(fence_statements().len(), 4);
+        assert_eq!(fence_statements(7).len(), 4);
+        assert!(fence_statements(7)[1].contains("id = 7"));
     }
 }

@@ -26,6 +26,8 @@ use super::tagger::{Outgoing, Tagger, TaggingShared};
 pub struct FenceTxn {
     /// Its read and write of the fence row.
     pub ops: Vec<LoggedOp>,
+    /// Its statement texts (the ops cite them by index).
+    pub statements: Vec<String>,
     /// Whether it committed.
     pub committed: bool,
 }
@@ -123,7 +125,10 @@ impl SessionTagging {
         if self.shared.catalog_stale.load(Ordering::Relaxed) {
             Some(Injection::Catalog)
         } else if self.fences.due() {
-            Some(Injection::Fence { setup: !self.shared.fence_ready.load(Ordering::Relaxed) })
+            Some(Injection::Fence {
+                setup: !self.shared.fence_ready.load(Ordering::Relaxed),
+                row: self.shared.fence_row,
+            })
         } else {
             None
         }
@@ -148,7 +153,11 @@ impl SessionTagging {
                 let Some(replies) = self.injecting.take() else { return InjectStep::Done(None) };
                 match replies.finish(&self.shared) {
                     Injected::Catalog => InjectStep::Done(None),
-                    Injected::Fence { ops, committed } => InjectStep::Done(Some(FenceTxn { ops, committed })),
+                    Injected::Fence { ops, committed } => InjectStep::Done(Some(FenceTxn {
+                        ops,
+                        statements: super::fence::fence_statements(self.shared.fence_row),
+                        committed,
+                    })),
                 }
             }
         }
@@ -194,8 +203,10 @@ mod tests {
         assert_eq!(s.injection_due(), None);
         s.committed();
         s.committed();
-        assert_eq!(s.injection_due(), Some(Injection::Fence { setup: true }));
-        let frame = s.start_injection(Injection::Fence { setup: true });
+        let row = shared.fence_row;
+        assert!(row > 0);
+        assert_eq!(s.injection_due(), Some(Injection::Fence { setup: true, row }));
+        let frame = s.start_injection(Injection::Fence { setup: true, row });
         assert_eq!(frame[0], b'Q');
         assert!(s.injecting());
         assert_eq!(s.injection_due(), None);
@@ -204,9 +215,10 @@ mod tests {
         let (t, b) = rfq(b'T');
         assert!(matches!(s.injected_backend(t, &b), InjectStep::Send(_)));
         let (t, b) = rfq(b'I');
+        let statements = crate::interpret::fence::fence_statements(row);
         assert_eq!(
             s.injected_backend(t, &b),
-            InjectStep::Done(Some(FenceTxn { ops: vec![], committed: false }))
+            InjectStep::Done(Some(FenceTxn { ops: vec![], statements, committed: false }))
         );
         assert!(!s.injecting());
     }

@@ -100,8 +100,10 @@ pub struct TaggingShared {
     pub catalog_stale: std::sync::atomic::AtomicBool,
     /// Write ids recorded by this proxy.
     pub book: VersionBook,
-    /// Whether a fence committed, so the fence table exists (later fences skip the setup).
+    /// Whether a fence committed, so the fence table and row exist (later fences skip the setup).
     pub fence_ready: std::sync::atomic::AtomicBool,
+    /// This proxy's row of `krait_fence`.
+    pub fence_row: i32,
     /// Counters.
     pub metrics: TaggingMetrics,
 }
@@ -109,7 +111,9 @@ pub struct TaggingShared {
 impl TaggingShared {
     /// Shared state with an empty catalog, marked stale so the first session loads it.
     pub fn new() -> Self {
-        let s = Self::default();
+        // A random row per proxy, never 0, within PostgreSQL's int.
+        let fence_row = 1 + (rand::random::<u32>() % (i32::MAX as u32 - 1)) as i32;
+        let s = TaggingShared { fence_row, ..Self::default() };
         s.catalog_stale.store(true, Ordering::Relaxed);
         s
     }

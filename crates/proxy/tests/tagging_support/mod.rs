@@ -201,7 +201,8 @@ impl Tagged {
         }
         self.fences.fenced();
         let setup = !self.rec.shared.fence_ready.load(Ordering::Relaxed);
-        let what = Injection::Fence { setup };
+        let row = self.rec.shared.fence_row;
+        let what = Injection::Fence { setup, row };
         let mut b = BytesMut::new();
         FrontendMessage::Query { sql: Bytes::from(what.sql().into_bytes()) }.encode(&mut b);
         self.raw.write(&b).await;
@@ -222,7 +223,7 @@ impl Tagged {
         let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
         let mut txn = LoggedTxn::new(id, self.session, self.seq);
         txn.ops = ops;
-        txn.statements = fence_statements();
+        txn.statements = fence_statements(row);
         txn.fence = true;
         self.seq += 1;
         let outcome = if committed { Outcome::Committed } else { Outcome::Aborted };
