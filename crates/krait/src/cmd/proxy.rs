@@ -57,8 +57,8 @@ pub fn config(command: ConfigCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
+/// Resolves on Ctrl-C or SIGTERM: how `krait proxy` and `krait serve` are told to stop.
+pub(crate) async fn shutdown_signal() {
     let terminate = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {

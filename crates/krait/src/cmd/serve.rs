@@ -459,7 +459,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })?;
         let mut ticker = tokio::time::interval(status_every);
         ticker.tick().await;
-        let stop = shutdown_signal();
+        let stop = crate::cmd::proxy::shutdown_signal();
         tokio::pin!(stop);
         loop {
             tokio::select! {
@@ -479,22 +479,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     })?;
     eprintln!("krait serve: stopped; verifier: {}", final_status.line());
     Ok(ExitCode::SUCCESS)
-}
-
-/// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
-    }
 }
 
 #[cfg(test)]
