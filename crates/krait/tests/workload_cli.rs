@@ -1,6 +1,6 @@
 //! `krait workload` and `krait bench` end to end: generated histories are accepted by `krait verify`, a run
 //! against the local PostgreSQL (127.0.0.1:5432, database `test`; `KRAIT_TEST_PG_URL` overrides) reports
-//! zero errors, and the bench writes its table and plot.
+//! zero errors, and the bench writes its tables and plots.
 
 mod common;
 
@@ -106,10 +106,13 @@ fn bench_writes_a_csv_row_per_point_and_a_plot() {
         "100,300",
         "--clients",
         "4",
+        "--figures",
+        "fig5",
         "--out",
         d,
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!dir.path().join("stage_time.csv").exists(), "fig7 was not asked for");
     let csv = std::fs::read_to_string(dir.path().join("verify_time.csv")).unwrap();
     let rows: Vec<&str> = csv.lines().skip(1).collect();
     assert_eq!(rows.len(), 4, "{csv}");
@@ -117,4 +120,63 @@ fn bench_writes_a_csv_row_per_point_and_a_plot() {
     assert!(rows[0].starts_with("twitter,100,") && rows[3].starts_with("blindw-wm,300,"), "{csv}");
     let svg = std::fs::read_to_string(dir.path().join("verify_time.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("blindw-wm") && svg.contains("number of transactions"));
+}
+
+#[test]
+fn bench_writes_stage_times_and_the_differential_analysis() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = krait(&[
+        "bench",
+        "--workloads",
+        "twitter,blindw-rw",
+        "--figures",
+        "fig7,fig8",
+        "--stage-txns",
+        "200",
+        "--diff-txns",
+        "100,150",
+        "--clients",
+        "4",
+        "--out",
+        d,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!dir.path().join("verify_time.csv").exists(), "fig5 was not asked for");
+
+    let stages = std::fs::read_to_string(dir.path().join("stage_time.csv")).unwrap();
+    let mut lines = stages.lines();
+    assert_eq!(
+        lines.next(),
+        Some("workload,txns,committed,construct_ms,prune_ms,solve_ms,report_ms,verdict"),
+        "{stages}"
+    );
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 2, "{stages}");
+    assert!(rows[0].starts_with("twitter,200,") && rows[1].starts_with("blindw-rw,200,"), "{stages}");
+    assert!(rows.iter().all(|r| r.ends_with(",accept")), "{stages}");
+
+    let diff = std::fs::read_to_string(dir.path().join("differential.csv")).unwrap();
+    let mut lines = diff.lines();
+    assert_eq!(lines.next(), Some("workload,txns,config,verify_ms,verdict"), "{diff}");
+    let rows: Vec<&str> = lines.collect();
+    // 2 workloads x 2 sizes x 4 configurations.
+    assert_eq!(rows.len(), 16, "{diff}");
+    for w in ["twitter", "blindw-rw"] {
+        for n in ["100", "150"] {
+            for c in ["all-on", "no-prune", "no-coalesce", "no-combine"] {
+                let key = format!("{w},{n},{c},");
+                assert_eq!(rows.iter().filter(|r| r.starts_with(&key)).count(), 1, "{key} in {diff}");
+            }
+        }
+    }
+    assert!(rows.iter().all(|r| r.ends_with(",accept")), "{diff}");
+    for svg in ["stage_time.svg", "differential.svg"] {
+        let text = std::fs::read_to_string(dir.path().join(svg)).unwrap();
+        assert!(text.starts_with("<svg") && text.contains("blindw-rw"), "{svg}");
+    }
+    let stage_svg = std::fs::read_to_string(dir.path().join("stage_time.svg")).unwrap();
+    assert!(stage_svg.contains("construct") && stage_svg.contains("solve"));
+    let diff_svg = std::fs::read_to_string(dir.path().join("differential.svg")).unwrap();
+    assert!(diff_svg.contains("no-coalesce"));
 }
