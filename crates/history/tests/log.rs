@@ -496,3 +496,23 @@ fn opening_a_log_that_another_handle_holds_is_a_clear_error() {
     let err = SledLog::open(dir.path(), Durability::Strict).unwrap_err();
     assert!(err.to_string().contains("could not acquire lock"), "{err}");
 }
+
+#[test]
+fn session_ended_is_tailed_in_order_and_ignored_by_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = SledLog::open(dir.path(), Durability::Group).unwrap();
+    let _ =
+        log.append_finished(LoggedTxn::new(TxnId(1), SessionId(3), 0), Outcome::Committed, Some(1)).unwrap();
+    let ended = log.append_session_ended(SessionId(3), Some(0)).unwrap();
+    assert_eq!(ended.seq(), 1);
+    let all = collect_tail(&log, 0);
+    assert_eq!(all[1], (1, LogRecord::SessionEnded { session: SessionId(3), last_seq: Some(0) }));
+    let history = log.replay().unwrap();
+    assert_eq!(history.transactions.len(), 1);
+    assert_eq!(history.transactions[0].id, TxnId(1));
+    log.close().unwrap();
+    // A reopened log scans it without taking it for a crash or a pending intent.
+    drop(log);
+    let log = SledLog::open(dir.path(), Durability::Group).unwrap();
+    assert!(collect_tail(&log, 0).iter().all(|(_, r)| !matches!(r, LogRecord::Recovery { .. })));
+}

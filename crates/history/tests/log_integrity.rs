@@ -2,7 +2,7 @@
 //! reported with their sequence number, never skipped and never a panic; and the record decoder survives
 //! arbitrary bytes.
 
-use history::log::record::frame;
+use history::log::record::{HEADER_LEN, frame};
 use history::log::{FORMAT_VERSION, RecordError};
 use history::{
     Durability, HistoryLog, KeyName, LogError, LogRecord, LoggedOp, LoggedTxn, Observed, Outcome, SessionId,
@@ -131,6 +131,15 @@ fn a_foreign_key_in_the_records_tree_is_reported() {
 }
 
 #[test]
+fn session_ended_is_the_last_variant_so_older_logs_keep_their_tags() {
+    // postcard writes the variant index first: Intent 0 .. Recovery 3 must not move.
+    let bytes = LogRecord::SessionEnded { session: SessionId(1), last_seq: None }.encode().unwrap();
+    assert_eq!(bytes[HEADER_LEN], 4);
+    let bytes = LogRecord::Recovery { indeterminate: vec![], gap: false, previous: None }.encode().unwrap();
+    assert_eq!(bytes[HEADER_LEN], 3);
+}
+
+#[test]
 fn encode_then_decode_is_the_identity_for_every_record_kind() {
     let records = vec![
         LogRecord::Intent(sample_txn(1)),
@@ -142,6 +151,8 @@ fn encode_then_decode_is_the_identity_for_every_record_kind() {
             gap: true,
             previous: Some(Durability::None),
         },
+        LogRecord::SessionEnded { session: SessionId(6), last_seq: Some(u64::MAX) },
+        LogRecord::SessionEnded { session: SessionId(7), last_seq: None },
     ];
     for r in records {
         let bytes = r.encode().unwrap();

@@ -59,7 +59,7 @@ impl Recorder {
     /// A recorder for one new session.
     pub fn session(self: &Arc<Self>) -> SessionRecorder {
         let id = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
-        SessionRecorder { rec: self.clone(), id, intents: HashMap::new() }
+        SessionRecorder { rec: self.clone(), id, intents: HashMap::new(), last_seq: None }
     }
 
     fn logged(&self, session: SessionId, id: TxnId, snap: TxnSnapshot) -> LoggedTxn {
@@ -78,6 +78,8 @@ pub struct SessionRecorder {
     /// The session id in the history.
     pub id: SessionId,
     intents: HashMap<u64, TxnId>,
+    /// The session-order position of the latest transaction logged, for the session-ended record.
+    last_seq: Option<u64>,
 }
 
 impl SessionRecorder {
@@ -93,6 +95,7 @@ impl SessionRecorder {
         }
         let _ticket = result?;
         self.intents.insert(seq, id);
+        self.saw(seq);
         Ok(())
     }
 
@@ -119,13 +122,14 @@ impl SessionRecorder {
         if result.is_err() {
             Metrics::inc(&self.rec.metrics.log_errors);
         }
-        result.map(|_| ())
+        result.map(|_| self.saw(seq))
     }
 
     /// Logs how a transaction ended. Returns the ticket to wait on before the client may see a commit.
     pub fn end(&mut self, end: TxnEnd) -> Result<Option<DurabilityTicket>, LogError> {
         let commit_ns = (end.outcome == Outcome::Committed).then_some(end.end_ns);
         let outcome = end.outcome;
+        let seq = end.txn.seq;
         let result = match self.intents.remove(&end.txn.seq) {
             Some(id) => self.rec.log.append_outcome(id, outcome, commit_ns),
             None => {
@@ -140,6 +144,7 @@ impl SessionRecorder {
                 return Err(e);
             }
         };
+        self.saw(seq);
         let m = &self.rec.metrics;
         Metrics::inc(match outcome {
             Outcome::Committed => &m.txns_committed,
@@ -147,5 +152,20 @@ impl SessionRecorder {
             Outcome::Indeterminate => &m.txns_indeterminate,
         });
         Ok((outcome == Outcome::Committed).then_some(ticket))
+    }
+
+    /// Logs that the session is over. Call after its open transaction has been recorded, so that a tailing
+    /// verifier sees every transaction of the session before its end. The ticket is not waited on: a lost
+    /// record only delays garbage collection.
+    pub fn ended(&mut self) -> Result<(), LogError> {
+        let result = self.rec.log.append_session_ended(self.id, self.last_seq);
+        if result.is_err() {
+            Metrics::inc(&self.rec.metrics.log_errors);
+        }
+        result.map(|_| ())
+    }
+
+    fn saw(&mut self, seq: u64) {
+        self.last_seq = Some(self.last_seq.map_or(seq, |s| s.max(seq)));
     }
 }

@@ -475,6 +475,11 @@ async fn message_loop(
                 warn!("cannot record the transaction open at disconnect: {e}");
             }
         }
+        // Only now, after the session's last transaction record, so a tailing verifier never sees the end
+        // of a session before one of its transactions.
+        if let Err(e) = rec.ended() {
+            warn!("cannot record the end of the session: {e}");
+        }
     }
     match outcome {
         Ok(End::ClientClosed) | Ok(End::Shutdown) => {

@@ -99,7 +99,7 @@ impl TestProxy {
                 LogRecord::Finished { txn, outcome, commit_ns } => {
                     out.push(Recorded { txn, outcome: Some(outcome), commit_ns });
                 }
-                LogRecord::Recovery { .. } => {}
+                LogRecord::Recovery { .. } | LogRecord::SessionEnded { .. } => {}
             }
         }
         out

@@ -97,7 +97,7 @@ pub use record::{FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError};
 pub use replay::Replayer;
 pub use sled_log::SledLog;
 
-use crate::{History, Outcome, TxnId};
+use crate::{History, Outcome, SessionId, TxnId};
 
 /// How hard the log works to keep acknowledged transactions across a crash (DESIGN.md §3).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -246,6 +246,14 @@ pub trait HistoryLog: Send + Sync {
         txn: LoggedTxn,
         outcome: Outcome,
         commit_ns: Option<u64>,
+    ) -> Result<DurabilityTicket, LogError>;
+
+    /// Appends that a client session ended, after the records of all its transactions. The ticket need not
+    /// be waited on: losing the record in a crash only delays garbage collection until the next run.
+    fn append_session_ended(
+        &self,
+        session: SessionId,
+        last_seq: Option<u64>,
     ) -> Result<DurabilityTicket, LogError>;
 
     /// The records from sequence number `from_seq` on, in append order. Under `group` and `none` it may

@@ -143,6 +143,17 @@ pub enum LogRecord {
         /// The durability setting of the run that ended here, if it was known.
         previous: Option<Durability>,
     },
+    /// Written when a client session ends (connection closed, failed, or proxy shutdown), after the
+    /// records of all its transactions, including the one open at disconnect. It lets an online verifier
+    /// stop waiting for the session, so that a quiet session does not hold `epoch_agree` (and so garbage
+    /// collection) back for ever (the verifier's `OnlineVerifier::session_ended`). Appended last to the enum: postcard encodes variants by
+    /// index, so logs written before it existed still decode.
+    SessionEnded {
+        /// The session that ended.
+        session: SessionId,
+        /// The position in session order of the session's last logged transaction; `None` if it logged none.
+        last_seq: Option<u64>,
+    },
 }
 
 /// Why a record value could not be decoded.
@@ -240,7 +251,7 @@ impl LogRecord {
         match self {
             LogRecord::Intent(txn) | LogRecord::Finished { txn, .. } => Some(txn.id),
             LogRecord::Outcome { txn, .. } => Some(*txn),
-            LogRecord::Recovery { .. } => None,
+            LogRecord::Recovery { .. } | LogRecord::SessionEnded { .. } => None,
         }
     }
 }

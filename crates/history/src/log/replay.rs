@@ -83,6 +83,8 @@ impl Replayer {
                     t.commit_ns = commit_ns;
                 }
             }
+            // The history has no place for session ends; session order is already in the transactions.
+            LogRecord::SessionEnded { .. } => {}
             LogRecord::Recovery { indeterminate, gap, previous: _ } => {
                 for txn in indeterminate {
                     // Already Indeterminate in the history; the record only promises no outcome will come.

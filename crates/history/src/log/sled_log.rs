@@ -12,7 +12,7 @@ use super::group_commit::{FlushPolicy, GroupCommit};
 use super::{
     Durability, DurabilityTicket, HistoryLog, LogError, LogOptions, LogRecord, LogStats, LoggedTxn, Tail,
 };
-use crate::{Outcome, TxnId};
+use crate::{Outcome, SessionId, TxnId};
 
 const FORMAT_KEY: &str = "format";
 const FORMAT_TAG: &[u8] = b"krait-history-log 1";
@@ -252,6 +252,14 @@ impl HistoryLog for SledLog {
         )
     }
 
+    fn append_session_ended(
+        &self,
+        session: SessionId,
+        last_seq: Option<u64>,
+    ) -> Result<DurabilityTicket, LogError> {
+        self.append(&LogRecord::SessionEnded { session, last_seq }, |_| Ok(()), |_, _| {})
+    }
+
     fn tail(&self, from_seq: u64) -> Tail<'_> {
         Box::new(TailIter { iter: self.records.range(from_seq.to_be_bytes()..), last: None })
     }
@@ -420,6 +428,7 @@ fn scan_run(records: &sled::Tree, run_start: u64) -> Result<RunScan, LogError> {
             LogRecord::Outcome { txn, .. } => {
                 pending.remove(&txn);
             }
+            LogRecord::SessionEnded { .. } => {}
             LogRecord::Recovery { indeterminate, .. } => {
                 for txn in indeterminate {
                     pending.remove(&txn);

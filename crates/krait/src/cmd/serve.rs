@@ -190,6 +190,21 @@ impl Feeder {
                     }
                 }
             }
+            LogRecord::SessionEnded { session, .. } => {
+                // The proxy logs a session's end after its last transaction's records, so an intent of the
+                // session still pending here will get no outcome: it goes to the verifier as Indeterminate
+                // first, so that the session's transactions are all fed before its end is announced.
+                let mut orphans: Vec<TxnId> =
+                    self.pending.iter().filter(|(_, t)| t.session == session).map(|(&id, _)| id).collect();
+                orphans.sort_by_key(|id| self.pending.get(id).map(|t| t.seq));
+                for id in orphans {
+                    if let Some(t) = self.pending.remove(&id) {
+                        self.push(t, Outcome::Indeterminate, None)?;
+                    }
+                }
+                // A quiet session no longer holds `epoch_agree` (and so collection) back (Cobra §4.2).
+                self.verifier.session_ended(session);
+            }
         }
         Ok(())
     }
@@ -566,5 +581,73 @@ mod tests {
         assert_eq!(feeder.status().lag_txns, 10, "4 read but unverified, 6 not read yet");
         assert_eq!(feeder.read_log(&log, 100).expect("reads"), 6);
         assert_eq!(feeder.read_log(&log, 100).expect("reads"), 0);
+    }
+
+    /// A logged transaction of `session` at position `seq` with the given ops.
+    fn logged(id: u64, session: u64, seq: u64, ops: Vec<LoggedOp>, fence: bool) -> LoggedTxn {
+        let mut t = LoggedTxn::new(TxnId(id), SessionId(session), seq);
+        t.ops = ops;
+        t.fence = fence;
+        t
+    }
+
+    fn read(k: &str, observed: Observed) -> LoggedOp {
+        LoggedOp::Read { key: key(k), observed, stmt: None }
+    }
+
+    fn write(k: &str, w: u64) -> LoggedOp {
+        LoggedOp::Write { key: key(k), write: WriteId(w), stmt: None }
+    }
+
+    /// Session 3 runs one transaction (left as an intent with no outcome when `orphan`) and goes quiet;
+    /// session 1 writes x twice; then ten fences alternate between sessions 1 and 2. Returns the feeder
+    /// after a last round.
+    fn quiet_session(end: bool, orphan: bool) -> Feeder {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+        let quiet = logged(1, 3, 0, vec![write("s", 7)], false);
+        if orphan {
+            let _ = log.append_intent(quiet).expect("intent");
+        } else {
+            let _ = log.append_finished(quiet, Outcome::Committed, Some(1)).expect("finished");
+        }
+        if end {
+            let _ = log.append_session_ended(SessionId(3), Some(0)).expect("session ended");
+        }
+        let t2 = logged(2, 1, 0, vec![write("x", 1)], false);
+        let _ = log.append_finished(t2, Outcome::Committed, Some(2)).expect("finished");
+        let t3 = logged(3, 1, 1, vec![read("x", Observed::Version(WriteId(1))), write("x", 2)], false);
+        let _ = log.append_finished(t3, Outcome::Committed, Some(3)).expect("finished");
+        let mut seqs = [0u64, 2, 0];
+        for i in 0..10u64 {
+            let session = 1 + i % 2;
+            let prev =
+                if i == 0 { Observed::PreHistory(0) } else { Observed::Version(WriteId(1000 + i - 1)) };
+            let seq = seqs[session as usize];
+            seqs[session as usize] += 1;
+            let fence = logged(10 + i, session, seq, vec![read("F", prev), write("F", 1000 + i)], true);
+            let _ = log.append_finished(fence, Outcome::Committed, Some(10 + i)).expect("finished");
+        }
+        log.sync().expect("durable");
+        let options = RoundOptions { round_size: 2, round_interval: None, ..RoundOptions::default() };
+        let mut feeder = Feeder::new(options, None);
+        feeder.read_log(&log, usize::MAX).expect("reads");
+        feeder.finish().expect("a last round");
+        feeder
+    }
+
+    #[test]
+    fn a_session_ended_record_lets_collection_advance_past_a_quiet_session() {
+        let stalled = quiet_session(false, false);
+        assert_eq!((stalled.verifier.epoch_agree(), stalled.verifier.deleted()), (0, 0), "no end: stalled");
+        for orphan in [false, true] {
+            let mut ended = quiet_session(true, orphan);
+            let (agree, deleted) = (ended.verifier.epoch_agree(), ended.verifier.deleted());
+            assert!(agree >= 8 && deleted > 0, "orphan {orphan}: epoch_agree {agree}, deleted {deleted}");
+            // The quiet session's transaction was fed (as Indeterminate when its outcome never came).
+            assert_eq!(ended.status().txns_read, 13, "orphan {orphan}");
+            assert!(ended.pending.is_empty(), "orphan {orphan}");
+            assert!(ended.new_rejects().is_empty(), "orphan {orphan}");
+        }
     }
 }
