@@ -15,9 +15,10 @@
 //! transaction admitted later from any open session, because that session's later transactions follow its
 //! fence of epoch ≥ `epoch_agree` in session order.
 //!
-//! **Sessions that go quiet.** The history has no session-end marker, so the caller says when a session has
-//! ended ([`crate::rounds::OnlineVerifier::session_ended`]; the proxy calls it when a client connection
-//! closes, and `verify --rounds` when a session's last transaction has been admitted). An ended session no
+//! **Sessions that go quiet.** A `History` has no session-end marker, so the caller says when a session has
+//! ended ([`crate::rounds::OnlineVerifier::session_ended`]: `krait serve` calls it on the log's
+//! `SessionEnded` record, which the proxy appends when a client connection closes, and `verify --rounds` when
+//! a session's last transaction has been admitted). An ended session no
 //! longer holds `epoch_agree` back: it will add no transaction, so the Guarantee needs nothing from it. Its
 //! transactions after its last fence stay open (never collected); the proxy can avoid even that by running a
 //! fence just before it closes the upstream connection.
