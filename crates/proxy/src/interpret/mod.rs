@@ -75,10 +75,11 @@ pub use versions::{TagError, VersionBook};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StrategyName {
-    /// No rewriting; transactions are recorded as statements only.
+    /// No rewriting; transactions are recorded as statements only. The default until tagging can no longer
+    /// stall a pipelining client (a random extended-protocol script hung through the proxy with `xmin` on).
+    #[default]
     Off,
     /// PostgreSQL's `xmin` system column.
-    #[default]
     Xmin,
     /// A hidden column the proxy fills (MySQL/MariaDB; design only).
     Column,
@@ -88,8 +89,7 @@ pub enum StrategyName {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TaggingConfig {
-    /// The strategy: `xmin` (the default, as DESIGN.md §3 says for PostgreSQL), `off` (statements only), or
-    /// `column` (not built yet).
+    /// The strategy: `off` (the default for now: statements only), `xmin`, or `column` (not built yet).
     pub strategy: StrategyName,
 }
 
@@ -205,10 +205,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tagging_config_defaults_to_xmin_with_fences_every_20() {
+    fn tagging_config_defaults_to_off_with_fences_every_20() {
         let c: TaggingConfig = toml::from_str("").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(c.strategy, StrategyName::Xmin);
-        let c: TaggingConfig = toml::from_str("strategy = \"off\"").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.strategy, StrategyName::Off);
         assert_eq!(FenceConfig::default().every, 20);
         let c: TaggingConfig = toml::from_str("strategy = \"xmin\"").unwrap_or_else(|e| panic!("{e}"));
