@@ -46,7 +46,7 @@ enum Command {
     #[command(subcommand)]
     Workload(cmd::workload::WorkloadCommand),
     /// Verification time against history size for each workload, as CSV and an SVG plot (Cobra Fig. 5).
-    Bench(cmd::workload::BenchArgs),
+    Bench(cmd::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,7 +67,7 @@ fn main() -> ExitCode {
         Command::Report(command) => cmd::report::run(command),
         Command::Demo(args) => cmd::demo::run(args),
         Command::Workload(command) => cmd::workload::run(command),
-        Command::Bench(args) => cmd::workload::bench(args),
+        Command::Bench(args) => cmd::bench::bench(args),
     };
     match result {
         Ok(code) => code,
