@@ -7,6 +7,8 @@
 //! - [`model`]: the execution tests, one vshift and one can-commit per consistency model (§4.1, Fig. 4, as
 //!   restated in DESIGN.md's Appendix), plus read committed, which the paper cannot express.
 //! - [`generate`](mod@generate): seeded clients that drive the store and record a [`history::History`].
+//! - [`session`]: interactive clients, one transaction statement by statement, several open at once.
+//! - [`pg`]: a PostgreSQL-wire front on sessions, so real drivers can run transactions on the store.
 //!
 //! ```
 //! use refstore::{GenConfig, Model, generate};
@@ -44,10 +46,13 @@
 
 pub mod generate;
 pub mod model;
+pub mod pg;
+pub mod session;
 pub mod store;
 
 pub use generate::{
     GenConfig, GenError, MAX_CLIENTS, MAX_KEYS, MAX_OPS_PER_TXN, Simulation, generate, simulate,
 };
 pub use model::{ClientState, Model, UnknownModel};
+pub use session::{RowKey, Session, SessionError, SharedStore, StoreConfig};
 pub use store::{KvStore, TxnIndex, Version, View};

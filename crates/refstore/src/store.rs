@@ -162,6 +162,20 @@ impl KvStore {
         KvStore { versions, txns: vec![initial] }
     }
 
+    /// Adds a key whose only version is an initial one, written by the initial transaction and observed as
+    /// `initial` (`Observed::Absent` for a row that does not exist yet). Returns the key, which is the next
+    /// index; the initial transaction is in every view, so every client sees the new key at once.
+    pub fn add_key(&mut self, initial: Observed) -> Key {
+        let key = key_at(self.versions.len());
+        self.versions.push(vec![Version {
+            observed: initial,
+            writer: TxnIndex::INITIAL,
+            readers: Vec::new(),
+        }]);
+        self.txns[0].writes.push((key, 0));
+        key
+    }
+
     /// How many keys the store has.
     pub fn key_count(&self) -> usize {
         self.versions.len()
