@@ -20,6 +20,8 @@ fn corpus() -> PathBuf {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    // Per-round lines (live transactions after collection, time per round) unless `--quiet`.
+    let verbose = !std::env::args().any(|a| a == "--quiet");
     let name = args.iter().find(|a| a.parse::<usize>().is_err()).cloned();
     let name = name.unwrap_or_else(|| "cobra/scaling/twitter-100000".to_owned());
     let mut sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
@@ -51,22 +53,41 @@ fn main() {
             ..RoundOptions::default()
         };
         match verify_in_rounds(&h, &options) {
-            Ok(out) => println!(
-                "{:>10} {:>7} {:>8} {:>10.2} {:>10.0} {:>9} {:>9} {:>9} {:>8}",
-                if adapt {
-                    format!("adaptive{}", out.rounds.last().map_or(0, |r| r.round_size))
-                } else {
-                    size.to_string()
-                },
-                out.rounds.len(),
-                if out.is_accept() { "accept" } else { "reject" },
-                out.elapsed_ms / 1e3,
-                out.throughput(),
-                out.max_live,
-                out.live_at_end,
-                out.deleted,
-                out.links_added,
-            ),
+            Ok(out) => {
+                if verbose {
+                    for r in &out.rounds {
+                        println!(
+                            "    round {:>3}: admitted {:>6} verified {:>6} deleted {:>6} live after GC {:>6} \
+                             waiting {:>5} epoch_agree {:>4} verify {:>8.1} ms gc {:>8.1} ms",
+                            r.round,
+                            r.admitted,
+                            r.verified,
+                            r.deleted,
+                            r.live_after,
+                            r.waiting,
+                            r.epoch_agree,
+                            r.verify_ms,
+                            r.gc_ms
+                        );
+                    }
+                }
+                println!(
+                    "{:>10} {:>7} {:>8} {:>10.2} {:>10.0} {:>9} {:>9} {:>9} {:>8}",
+                    if adapt {
+                        format!("adaptive{}", out.rounds.last().map_or(0, |r| r.round_size))
+                    } else {
+                        size.to_string()
+                    },
+                    out.rounds.len(),
+                    if out.is_accept() { "accept" } else { "reject" },
+                    out.elapsed_ms / 1e3,
+                    out.throughput(),
+                    out.max_live,
+                    out.live_at_end,
+                    out.deleted,
+                    out.links_added,
+                )
+            }
             Err(e) => println!("{size:>10} error: {e}"),
         }
     }
