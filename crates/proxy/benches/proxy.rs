@@ -7,6 +7,11 @@
 //! For each workload (pgbench's built-in select-only `-S` and tpcb-like) and each path it prints tps and
 //! mean latency: direct; through Krait with `log.durability = none`, `group` and `strict`; and through
 //! pgbouncer in session pooling. Nothing is asserted: the figures depend on the machine.
+//!
+//! Tagging is off here (the config has no `[tagging]`): this bench is the proxy's relay and log cost on
+//! pgbench's own driver, next to pgbouncer. The cost of xmin tagging and fences, on the tokio-postgres
+//! workloads of `krait workload run`, and the network and history bytes per 1k transactions, are
+//! `krait bench fig12` and `fig13` (Cobra Fig. 12 and 13; docs/benchmarks.md).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -63,6 +63,9 @@ pub struct BenchArgs {
     diff_txns: Vec<u64>,
     #[command(flatten)]
     sizes: SizeArgs,
+    // Boxed: the proxy figures' settings would make `krait`'s command enum large for every command.
+    #[command(flatten)]
+    proxy: Box<proxy::ProxyArgs>,
 }
 
 /// A figure `krait bench` can produce (numbered as in Cobra §6).
@@ -228,7 +231,23 @@ fn fig5(args: &BenchArgs, names: &[WorkloadName], sizes: &[u64]) -> anyhow::Resu
     }
     std::fs::write(&csv_path, csv).with_context(|| format!("cannot write {}", csv_path.display()))?;
     let svg_path = args.out.join("verify_time.svg");
-    plot(&points, &svg_path).with_context(|| format!("cannot draw {}", svg_path.display()))?;
+    let lines: Vec<(String, Vec<(f64, f64)>)> = WorkloadName::ALL
+        .iter()
+        .map(|name| {
+            let line = points
+                .iter()
+                .filter(|p| p.workload == *name)
+                .map(|p| (p.txns as f64, p.verify_ms / 1e3))
+                .collect();
+            (name.to_string(), line)
+        })
+        .collect();
+    let axes = Axes {
+        caption: "Verification time vs. number of transactions (generated histories)",
+        x_desc: "number of transactions",
+        y_desc: "verification time (s)",
+    };
+    plot_lines(&lines, &axes, &svg_path).with_context(|| format!("cannot draw {}", svg_path.display()))?;
     eprintln!("wrote {} and {}", csv_path.display(), svg_path.display());
     Ok(points.iter().all(|p| p.verdict == "accept"))
 }
@@ -358,7 +377,8 @@ fn fig8(args: &BenchArgs, names: &[WorkloadName]) -> anyhow::Result<bool> {
         .collect();
     let svg_path = args.out.join("differential.svg");
     let caption = format!("Differential analysis, {largest} transactions (generated histories)");
-    plot_grouped(&groups, &DIFF_CONFIGS, &caption, &svg_path)
+    let axes = Axes { caption: &caption, x_desc: "workload", y_desc: "verification time (s)" };
+    plot_grouped(&groups, &DIFF_CONFIGS, &axes, &svg_path)
         .with_context(|| format!("cannot draw {}", svg_path.display()))?;
     eprintln!("wrote {} and {}", csv_path.display(), svg_path.display());
     Ok(points.iter().all(|p| p.verdict == "accept"))
@@ -419,11 +439,18 @@ fn plot_stacked(
     Ok(())
 }
 
-/// Grouped bars: one group per label, one bar per series (seconds; `None` draws no bar).
-fn plot_grouped(
+/// A plot's caption and axis descriptions.
+pub(super) struct Axes<'a> {
+    pub(super) caption: &'a str,
+    pub(super) x_desc: &'a str,
+    pub(super) y_desc: &'a str,
+}
+
+/// Grouped bars: one group per label, one bar per series (`None` draws no bar).
+pub(super) fn plot_grouped(
     groups: &[(String, Vec<Option<f64>>)],
     series: &[&str],
-    caption: &str,
+    axes: &Axes<'_>,
     path: &std::path::Path,
 ) -> anyhow::Result<()> {
     use plotters::prelude::*;
@@ -435,7 +462,7 @@ fn plot_grouped(
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
     let labels: Vec<String> = groups.iter().map(|(l, _)| l.clone()).collect();
     let mut chart = ChartBuilder::on(&root)
-        .caption(caption, ("sans-serif", 20))
+        .caption(axes.caption, ("sans-serif", 20))
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(60)
@@ -445,8 +472,8 @@ fn plot_grouped(
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(groups.len().max(1))
-        .x_desc("workload")
-        .y_desc("verification time (s)")
+        .x_desc(axes.x_desc)
+        .y_desc(axes.y_desc)
         .x_label_formatter(&|x| bar_label(&labels, *x))
         .draw()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -484,16 +511,21 @@ fn bar_label(labels: &[String], x: f64) -> String {
     labels.get(i as usize).cloned().unwrap_or_default()
 }
 
-/// Verification time (s) against transactions, one line per workload.
-fn plot(points: &[BenchPoint], path: &std::path::Path) -> anyhow::Result<()> {
+/// Lines with dots: one line per named series of (x, y) points; empty series are left out.
+pub(super) fn plot_lines(
+    lines: &[(String, Vec<(f64, f64)>)],
+    axes: &Axes<'_>,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
     use plotters::prelude::*;
 
-    let x_max = points.iter().map(|p| p.txns).max().unwrap_or(1) as f64 * 1.05;
-    let y_max = points.iter().map(|p| p.verify_ms / 1e3).fold(0.0, f64::max).max(1e-3) * 1.1;
+    let points = || lines.iter().flat_map(|(_, l)| l.iter());
+    let x_max = points().map(|p| p.0).fold(0.0, f64::max).max(1e-3) * 1.05;
+    let y_max = points().map(|p| p.1).fold(0.0, f64::max).max(1e-3) * 1.1;
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut chart = ChartBuilder::on(&root)
-        .caption("Verification time vs. number of transactions (generated histories)", ("sans-serif", 20))
+        .caption(axes.caption, ("sans-serif", 20))
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(60)
@@ -501,17 +533,12 @@ fn plot(points: &[BenchPoint], path: &std::path::Path) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     chart
         .configure_mesh()
-        .x_desc("number of transactions")
-        .y_desc("verification time (s)")
+        .x_desc(axes.x_desc)
+        .y_desc(axes.y_desc)
         .x_label_formatter(&|x| format!("{x:.0}"))
         .draw()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    for (i, name) in WorkloadName::ALL.iter().enumerate() {
-        let series: Vec<(f64, f64)> = points
-            .iter()
-            .filter(|p| p.workload == *name)
-            .map(|p| (p.txns as f64, p.verify_ms / 1e3))
-            .collect();
+    for (i, (name, series)) in lines.iter().enumerate() {
         if series.is_empty() {
             continue;
         }
@@ -522,7 +549,7 @@ fn plot(points: &[BenchPoint], path: &std::path::Path) -> anyhow::Result<()> {
             .label(name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
         chart
-            .draw_series(series.into_iter().map(|(x, y)| Circle::new((x, y), 3, color.filled())))
+            .draw_series(series.iter().map(|&(x, y)| Circle::new((x, y), 3, color.filled())))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     chart
