@@ -101,6 +101,8 @@ struct Pending {
     expect: Expect,
     may_end: bool,
     may_commit: bool,
+    /// Its position among all requests pushed, counting from 1.
+    tick: u64,
 }
 
 /// A transaction as far as it has run: what an intent records.
@@ -135,6 +137,9 @@ struct OpenTxn {
     snap: TxnSnapshot,
     intent_written: bool,
     had_error: bool,
+    /// How many requests had been pushed when it opened: a ReadyForQuery answers a Sync or Query pushed
+    /// earlier, and then says nothing about this transaction (see [`SessionMachine::answers`]).
+    opened_tick: u64,
 }
 
 /// What to do with a frontend message.
@@ -164,6 +169,8 @@ pub struct Desync {
 #[derive(Debug)]
 pub struct SessionMachine {
     queue: VecDeque<Pending>,
+    /// How many requests have been pushed so far (the last one's [`Pending::tick`]).
+    ticks: u64,
     ends_in_flight: usize,
     commits_in_flight: usize,
     server_skipping: bool,
@@ -174,6 +181,10 @@ pub struct SessionMachine {
     predicted: TxnStatus,
     /// An Execute ran while idle since the last Sync: that Sync commits an implicit transaction.
     implicit_pending: bool,
+    /// The server's last word was ReadyForQuery `I` with nothing outstanding, and the client has sent nothing
+    /// but Flush since: the one point where the proxy may run a query of its own without touching the
+    /// client's protocol state (a pipeline half sent, a server skipping to Sync after an error).
+    at_rest: bool,
     txn: Option<OpenTxn>,
     next_seq: u64,
     statements: HashMap<Bytes, Prepared>,
@@ -192,6 +203,7 @@ impl SessionMachine {
     pub fn new() -> Self {
         SessionMachine {
             queue: VecDeque::new(),
+            ticks: 0,
             ends_in_flight: 0,
             commits_in_flight: 0,
             server_skipping: false,
@@ -199,6 +211,7 @@ impl SessionMachine {
             passthrough: false,
             predicted: TxnStatus::Idle,
             implicit_pending: false,
+            at_rest: true,
             txn: None,
             next_seq: 0,
             statements: HashMap::new(),
@@ -219,6 +232,69 @@ impl SessionMachine {
         let seq = self.next_seq;
         self.next_seq += 1;
         seq
+    }
+
+    /// Whether the connection is between two client transactions at a protocol rest point: the server has
+    /// answered everything with ReadyForQuery `I` and the client has sent nothing since (Flush aside). Only
+    /// here may the proxy inject a query: anywhere else the server may be skipping to the client's Sync
+    /// after an error (and would drop the injected query unanswered), or be inside the client's pipeline.
+    pub fn at_rest(&self) -> bool {
+        self.at_rest
+            && self.queue.is_empty()
+            && self.txn.is_none()
+            && !self.passthrough
+            && !self.server_skipping
+            && !self.copy_in
+    }
+
+    /// Whether forwarding `msg` now may commit the open transaction (the same keyword guess
+    /// [`SessionMachine::on_frontend`] makes, without changing anything). Messages the server will skip or
+    /// ignore (after an error, during COPY FROM STDIN) commit nothing.
+    pub fn may_commit(&self, msg: &FrontendMessage) -> bool {
+        if self.passthrough || self.copy_in {
+            return false;
+        }
+        match msg {
+            FrontendMessage::Sync => self.implicit_pending && self.txn.is_some(),
+            _ if self.server_skipping => false,
+            FrontendMessage::Query { sql } => self.query_effect(&classify(sql)).1,
+            FrontendMessage::Execute { portal, .. } => {
+                let kind = self.portals.get(portal).map_or(StmtKind::Plain, |p| p.kind);
+                match kind {
+                    StmtKind::Commit | StmtKind::PrepareTxn => true,
+                    StmtKind::Other => self.predicted == TxnStatus::Idle,
+                    _ => false,
+                }
+            }
+            FrontendMessage::FunctionCall { .. } => self.predicted == TxnStatus::Idle,
+            _ => false,
+        }
+    }
+
+    /// The status a query string leaves the server in, and whether it may commit, as its statements'
+    /// leading keywords tell.
+    fn query_effect(&self, kinds: &[StmtKind]) -> (TxnStatus, bool) {
+        let mut status = self.predicted;
+        let (mut may_commit, mut implicit) = (false, false);
+        for kind in kinds {
+            match kind {
+                StmtKind::Begin => status = TxnStatus::InTransaction,
+                StmtKind::Commit | StmtKind::PrepareTxn => {
+                    may_commit = true;
+                    status = TxnStatus::Idle;
+                }
+                StmtKind::Rollback => status = TxnStatus::Idle,
+                StmtKind::Other => {
+                    may_commit = true;
+                    implicit |= status == TxnStatus::Idle;
+                }
+                StmtKind::Plain | StmtKind::Savepoint | StmtKind::RollbackTo => {
+                    implicit |= status == TxnStatus::Idle;
+                }
+            }
+        }
+        may_commit |= implicit && status == TxnStatus::Idle;
+        (status, may_commit)
     }
 
     /// How many requests still wait for replies.
@@ -249,6 +325,14 @@ impl SessionMachine {
 
     /// Offers one frontend message that is about to be forwarded. On [`FrontendStep::Wait`] nothing changed.
     pub fn on_frontend(&mut self, msg: &FrontendMessage, now_ns: u64) -> FrontendStep {
+        let step = self.offer(msg, now_ns);
+        if matches!(step, FrontendStep::Forward { .. }) && !matches!(msg, FrontendMessage::Flush) {
+            self.at_rest = false;
+        }
+        step
+    }
+
+    fn offer(&mut self, msg: &FrontendMessage, now_ns: u64) -> FrontendStep {
         let forward = FrontendStep::Forward { intent: None };
         if self.passthrough {
             return forward;
@@ -314,26 +398,7 @@ impl SessionMachine {
                     return FrontendStep::Wait;
                 }
                 let kinds = classify(sql);
-                let mut status = self.predicted;
-                let (mut may_commit, mut implicit) = (false, false);
-                for kind in &kinds {
-                    match kind {
-                        StmtKind::Begin => status = TxnStatus::InTransaction,
-                        StmtKind::Commit | StmtKind::PrepareTxn => {
-                            may_commit = true;
-                            status = TxnStatus::Idle;
-                        }
-                        StmtKind::Rollback => status = TxnStatus::Idle,
-                        StmtKind::Other => {
-                            may_commit = true;
-                            implicit |= status == TxnStatus::Idle;
-                        }
-                        StmtKind::Plain | StmtKind::Savepoint | StmtKind::RollbackTo => {
-                            implicit |= status == TxnStatus::Idle;
-                        }
-                    }
-                }
-                may_commit |= implicit && status == TxnStatus::Idle;
+                let (status, may_commit) = self.query_effect(&kinds);
                 self.predicted = status;
                 self.add_statement(sql, now_ns);
                 let intent = if may_commit { self.intent() } else { None };
@@ -418,7 +483,8 @@ impl SessionMachine {
     fn push(&mut self, expect: Expect, may_end: bool, may_commit: bool) {
         self.ends_in_flight += usize::from(may_end);
         self.commits_in_flight += usize::from(may_commit);
-        self.queue.push_back(Pending { expect, may_end, may_commit });
+        self.ticks += 1;
+        self.queue.push_back(Pending { expect, may_end, may_commit, tick: self.ticks });
     }
 
     fn pop(&mut self) {
@@ -433,6 +499,11 @@ impl SessionMachine {
     }
 
     fn add_statement(&mut self, sql: &[u8], now_ns: u64) {
+        self.add_statement_at(sql, now_ns, self.ticks);
+    }
+
+    /// Adds a statement to the open transaction, or opens one as if `opened_tick` requests had been pushed.
+    fn add_statement_at(&mut self, sql: &[u8], now_ns: u64, opened_tick: u64) {
         let text = wire::pg::text(sql).into_owned();
         match &mut self.txn {
             Some(t) => t.snap.statements.push(text),
@@ -443,6 +514,7 @@ impl SessionMachine {
                     snap: TxnSnapshot { seq, statements: vec![text], start_ns: now_ns, ops: Vec::new() },
                     intent_written: false,
                     had_error: false,
+                    opened_tick,
                 });
             }
         }
@@ -462,6 +534,17 @@ impl SessionMachine {
     fn end_txn(&mut self, outcome: Outcome, now_ns: u64) -> Option<TxnEnd> {
         let t = self.txn.take()?;
         Some(TxnEnd { txn: t.snap, intent_written: t.intent_written, outcome, end_ns: now_ns })
+    }
+
+    /// Whether a ReadyForQuery answering the request pushed as `tick` speaks for the open transaction: it
+    /// does unless the transaction opened after that request was forwarded. That happens when a COMMIT's
+    /// CommandComplete ends a transaction and the client's next statement is let through before the Sync
+    /// behind the COMMIT is answered; that Sync's `I` must not end the new transaction.
+    fn answers(&self, tick: Option<u64>) -> bool {
+        match (&self.txn, tick) {
+            (Some(t), Some(tick)) => t.opened_tick < tick,
+            _ => false,
+        }
     }
 
     fn head(&self) -> Option<&Expect> {
@@ -575,11 +658,12 @@ impl SessionMachine {
                     .first()
                     .and_then(|b| TxnStatus::from_byte(*b).ok())
                     .ok_or_else(|| "ReadyForQuery without a valid status".to_owned())?;
+                let ours = self.answers(self.queue.front().map(|p| p.tick));
                 self.pop_if(
                     |e| matches!(e, Expect::Query { .. } | Expect::Sync | Expect::FunctionCall),
                     "ReadyForQuery",
                 )?;
-                if status == TxnStatus::Idle {
+                if status == TxnStatus::Idle && ours {
                     let outcome = match self.txn.as_ref().map(|t| t.had_error) {
                         Some(true) => Outcome::Aborted,
                         _ => Outcome::Committed,
@@ -587,12 +671,13 @@ impl SessionMachine {
                     // Portals die with their transaction, but the client may already have bound new ones for
                     // its next batch, so the portal map is not cleared here: Bind overwrites, Close removes.
                     ends.extend(self.end_txn(outcome, now_ns));
-                } else if let Some(t) = &mut self.txn {
+                } else if let Some(t) = self.txn.as_mut().filter(|_| ours) {
                     // A failed block is reported by the status byte; a recovered one (ROLLBACK TO) clears it.
                     t.had_error = status == TxnStatus::Failed;
                 }
                 if self.queue.is_empty() {
                     self.predicted = status;
+                    self.at_rest = status == TxnStatus::Idle;
                 }
             }
             other => return Err(self.unexpected(&format!("message {:?}", char::from(other)))),
@@ -624,10 +709,12 @@ impl SessionMachine {
             "ROLLBACK" if kind != Some(StmtKind::RollbackTo) => self.end_txn(Outcome::Aborted, now_ns),
             "PREPARE TRANSACTION" => self.end_txn(Outcome::Indeterminate, now_ns),
             _ => {
-                // A statement after COMMIT or ROLLBACK in the same query string runs in a new transaction.
+                // A statement after COMMIT or ROLLBACK in the same query string runs in a new transaction,
+                // which that query's ReadyForQuery ends.
                 if self.txn.is_none() {
                     let text = query.as_deref().unwrap_or("-- unknown statement");
-                    self.add_statement(text.as_bytes(), now_ns);
+                    let opened = self.queue.front().map_or(self.ticks, |p| p.tick.saturating_sub(1));
+                    self.add_statement_at(text.as_bytes(), now_ns, opened);
                 }
                 None
             }

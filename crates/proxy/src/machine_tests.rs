@@ -543,3 +543,55 @@ mod arbitrary_streams {
         }
     }
 }
+
+/// The order the differential oracle caught (seed 175): an extended COMMIT and its Sync, then the client's
+/// next batch opens a block. The next Execute may go as soon as the COMMIT's CommandComplete is in, before
+/// the Sync's ReadyForQuery `I`; that `I` answers the Sync sent before the new block and must not end it
+/// (it used to, recording the block's statements as a committed transaction the server never committed).
+#[test]
+fn a_ready_for_query_does_not_end_a_transaction_opened_after_its_sync() {
+    let mut h = Harness::new();
+    h.extended("commit");
+    h.send(FrontendMessage::Sync);
+    h.send(FrontendMessage::Parse { name: b(""), query: b("begin"), param_types: vec![] });
+    h.send(bind(""));
+    let exec = FrontendMessage::Execute { portal: b(""), max_rows: 0 };
+    assert_eq!(h.m.on_frontend(&exec, 0), FrontendStep::Wait, "the COMMIT is unanswered");
+    h.replies([BackendMessage::ParseComplete, BackendMessage::BindComplete, cc("COMMIT")]);
+    h.send(exec);
+    h.send(FrontendMessage::Sync);
+    h.query("insert into t values (3)");
+    h.replies([rfq(I)]);
+    assert_eq!(h.outcomes(), vec![(Outcome::Committed, true, vec!["commit".into()])]);
+    assert!(h.m.in_transaction(), "the block opened after the first Sync is still open");
+    h.replies([
+        BackendMessage::ParseComplete,
+        BackendMessage::BindComplete,
+        cc("BEGIN"),
+        rfq(T),
+        cc("INSERT 0 1"),
+        rfq(T),
+    ]);
+    h.query("rollback");
+    h.replies([cc("ROLLBACK"), rfq(I)]);
+    assert_eq!(h.outcomes().len(), 2);
+    assert_eq!(
+        h.outcomes()[1],
+        (Outcome::Aborted, false, vec!["begin".into(), "insert into t values (3)".into(), "rollback".into()])
+    );
+    assert_eq!(h.m.outstanding(), 0);
+}
+
+/// A statement after COMMIT in the same query string opens a transaction that the string's own
+/// ReadyForQuery ends.
+#[test]
+fn a_statement_after_commit_in_one_query_string_ends_at_its_ready_for_query() {
+    let mut h = Harness::new();
+    h.query("begin; insert into t values (1); commit; insert into t values (2)");
+    h.replies([cc("BEGIN"), cc("INSERT 0 1"), cc("COMMIT"), cc("INSERT 0 1"), rfq(I)]);
+    let outcomes = h.outcomes();
+    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+    assert_eq!(outcomes[0].0, Outcome::Committed);
+    assert_eq!(outcomes[1].0, Outcome::Committed);
+    assert!(!h.m.in_transaction());
+}

@@ -547,8 +547,11 @@ async fn client_to_server(
                     let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
                     let Core { machine, recorder, tagging, .. } = &mut *guard;
                     // A message that may commit waits until the rows of every earlier statement are in, so
-                    // the write-ahead intent carries all of the transaction's ops.
-                    let step = if tagging.as_ref().is_some_and(|t| t.must_wait(&msg)) {
+                    // the write-ahead intent carries all of the transaction's ops. The server runs messages
+                    // in order, so this costs a pipelining client one round trip to the database and never
+                    // waits on anything the server would not answer (see `SessionTagging::must_wait`).
+                    let may_commit = machine.may_commit(&msg);
+                    let step = if tagging.as_ref().is_some_and(|t| t.must_wait(may_commit)) {
                         FrontendStep::Wait
                     } else {
                         match machine.on_frontend(&msg, now_ns()) {
@@ -611,9 +614,8 @@ async fn inject_between_transactions(
     let frame = {
         let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
         let Core { machine, tagging, .. } = &mut *guard;
-        let idle = !machine.in_transaction() && machine.outstanding() == 0 && !machine.is_passthrough();
         match tagging.as_mut() {
-            Some(t) if idle && !t.injecting() => match t.injection_due() {
+            Some(t) if machine.at_rest() && !t.injecting() => match t.injection_due() {
                 Some(what) => t.start_injection(what),
                 None => return Ok(()),
             },

@@ -36,6 +36,10 @@ pub struct Opts {
     pub durability: Option<&'static str>,
     /// `listen.max_message_bytes`.
     pub max_message_bytes: Option<usize>,
+    /// `tagging.strategy` ("xmin" or "off"); the proxy's default when unset.
+    pub tagging: Option<&'static str>,
+    /// `fence.every`; the proxy's default when unset.
+    pub fence_every: Option<u64>,
 }
 
 pub async fn start_proxy() -> TestProxy {
@@ -60,6 +64,14 @@ pub async fn start_proxy_with(opts: Opts) -> TestProxy {
             cert.display(),
             key.display()
         ));
+    }
+    // KRAIT_TEST_TAGGING runs the suite under another strategy than the default, to compare.
+    let env_tagging = std::env::var("KRAIT_TEST_TAGGING").ok();
+    if let Some(strategy) = opts.tagging.or(env_tagging.as_deref()) {
+        toml.push_str(&format!("[tagging]\nstrategy = \"{strategy}\"\n"));
+    }
+    if let Some(every) = opts.fence_every {
+        toml.push_str(&format!("[fence]\nevery = {every}\n"));
     }
     let config = Config::parse(&toml, Path::new("<test>")).expect("test config");
     let handle = proxy::start(config).await.expect("proxy starts");

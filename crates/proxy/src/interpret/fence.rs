@@ -120,16 +120,18 @@ pub enum Injection {
 }
 
 impl Injection {
-    /// The first query string to send; [`InjectedReplies::on_backend`] says when to send more.
-    pub fn sql(self) -> String {
-        match self {
-            Injection::Catalog => super::PK_QUERY.to_owned(),
+    /// The first statements to send, in one batch ending in Sync; [`InjectedReplies::on_backend`] says
+    /// when to send more.
+    pub fn statements(self) -> Vec<String> {
+        let sql = match self {
+            Injection::Catalog => return vec![super::PK_QUERY.to_owned()],
             Injection::Fence { setup: false, row } => fence_sql(row),
             // The setup commits on its own: in the fence's transaction, the fence would read its own insert.
             Injection::Fence { setup: true, row } => {
                 format!("BEGIN; {}; COMMIT; {}", setup_sql(row), fence_sql(row))
             }
-        }
+        };
+        sql.split("; ").map(str::to_owned).collect()
     }
 }
 

@@ -16,7 +16,7 @@ use bytes::{Bytes, BytesMut};
 use history::log::LoggedOp;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use wire::pg::backend::tag as btag;
-use wire::pg::{FrontendMessage, split_frame};
+use wire::pg::{FrontendMessage, Target, split_frame};
 
 use super::fence::{FenceCounter, Injected, InjectedReplies, Injection, Step};
 use super::tagger::{Outgoing, Tagger, TaggingShared};
@@ -54,9 +54,41 @@ pub struct SessionTagging {
     in_intent: usize,
 }
 
-fn query_frame(sql: &str) -> Bytes {
+/// The statement and portal name injected queries use. A client that uses it too would have it closed.
+const INJECTED_NAME: &[u8] = b"krait_injected";
+
+/// The frames that run `statements` in order, then Sync, in the extended protocol under
+/// [`INJECTED_NAME`]. Not a simple Query: that would destroy the client's unnamed prepared statement, which
+/// outlives Sync (PostgreSQL docs, "Extended Query"), so a client that prepared it before a fence and binds
+/// it after would fail. Every statement closes the name first (closing a missing name is not an error), so
+/// an injection cut short by an error leaves nothing that blocks the next.
+fn injected_frames<S: AsRef<str>>(statements: &[S]) -> Bytes {
+    let name = Bytes::from_static(INJECTED_NAME);
     let mut b = BytesMut::new();
-    FrontendMessage::Query { sql: Bytes::copy_from_slice(sql.as_bytes()) }.encode(&mut b);
+    let close = |b: &mut BytesMut| {
+        FrontendMessage::Close { target: Target::Statement, name: name.clone() }.encode(b);
+        FrontendMessage::Close { target: Target::Portal, name: name.clone() }.encode(b);
+    };
+    for sql in statements {
+        close(&mut b);
+        FrontendMessage::Parse {
+            name: name.clone(),
+            query: Bytes::copy_from_slice(sql.as_ref().as_bytes()),
+            param_types: vec![],
+        }
+        .encode(&mut b);
+        FrontendMessage::Bind {
+            portal: name.clone(),
+            statement: name.clone(),
+            param_formats: vec![],
+            params: vec![],
+            result_formats: vec![],
+        }
+        .encode(&mut b);
+        FrontendMessage::Execute { portal: name.clone(), max_rows: 0 }.encode(&mut b);
+    }
+    close(&mut b);
+    FrontendMessage::Sync.encode(&mut b);
     b.freeze()
 }
 
@@ -72,10 +104,13 @@ impl SessionTagging {
         }
     }
 
-    /// Whether `msg` must wait for outstanding rows before it is offered to the state machine.
-    pub fn must_wait(&self, msg: &FrontendMessage) -> bool {
-        matches!(msg, FrontendMessage::Query { .. } | FrontendMessage::Execute { .. } | FrontendMessage::Sync)
-            && self.tagger.results_pending()
+    /// Whether a client message must wait for outstanding rows before it is offered to the state machine.
+    /// Only a message that may commit waits (`may_commit`, from [`crate::machine::SessionMachine::may_commit`],
+    /// which is false for messages the server will skip or ignore), and only while the tagger still trusts
+    /// its own queue: a broken tagger's queue may list replies that never come, and the client must not wait
+    /// on them. Ops that arrive after the intent are then counted as lost rather than waited for.
+    pub fn must_wait(&self, may_commit: bool) -> bool {
+        may_commit && !self.tagger.is_broken() && self.tagger.results_pending()
     }
 
     /// The bytes to forward for a client message (`raw` unless it was rewritten). `stmt` is the index of its
@@ -140,7 +175,7 @@ impl SessionTagging {
             self.fences.fenced();
         }
         self.injecting = Some(InjectedReplies::new(what));
-        query_frame(&what.sql())
+        injected_frames(&what.statements())
     }
 
     /// Takes one backend message while injecting.
@@ -148,7 +183,7 @@ impl SessionTagging {
         let Some(replies) = self.injecting.as_mut() else { return InjectStep::Done(None) };
         match replies.on_backend(tag, body, &self.shared.book) {
             Step::More => InjectStep::More,
-            Step::Send(sql) => InjectStep::Send(query_frame(sql)),
+            Step::Send(sql) => InjectStep::Send(injected_frames(&[sql])),
             Step::Done => {
                 let Some(replies) = self.injecting.take() else { return InjectStep::Done(None) };
                 match replies.finish(&self.shared) {
@@ -165,12 +200,12 @@ impl SessionTagging {
 }
 
 /// Loads the catalog over a connection that has just finished startup, before the client's first message:
-/// sends [`super::PK_QUERY`] and swallows the replies. `sbuf` holds bytes already read from the database.
+/// runs [`super::PK_QUERY`] and swallows the replies. `sbuf` holds bytes already read from the database.
 pub async fn load_catalog<S>(db: &mut S, sbuf: &mut BytesMut, shared: &TaggingShared) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin + ?Sized,
 {
-    db.write_all(&query_frame(super::PK_QUERY)).await?;
+    db.write_all(&injected_frames(&[super::PK_QUERY])).await?;
     let mut replies = InjectedReplies::new(Injection::Catalog);
     loop {
         while let Some(frame) =
@@ -207,7 +242,18 @@ mod tests {
         assert!(row > 0);
         assert_eq!(s.injection_due(), Some(Injection::Fence { setup: true, row }));
         let frame = s.start_injection(Injection::Fence { setup: true, row });
-        assert_eq!(frame[0], b'Q');
+        // Extended protocol, so the client's unnamed statement survives: per statement Close, Close, Parse,
+        // Bind, Execute; then Close, Close, Sync. Setup (4 statements) and fence (3).
+        let mut buf = BytesMut::from(&frame[..]);
+        let mut tags = Vec::new();
+        while let Ok(Some(f)) = split_frame(&mut buf, 1 << 20) {
+            tags.push(f.tag());
+        }
+        assert!(buf.is_empty());
+        assert_eq!(tags.len(), 7 * 5 + 3, "{tags:?}");
+        assert_eq!(&tags[..5], b"CCPBE");
+        assert_eq!(&tags[tags.len() - 3..], b"CCS");
+        assert!(!tags.contains(&b'Q'));
         assert!(s.injecting());
         assert_eq!(s.injection_due(), None);
         let rfq = |st: u8| (btag::READY_FOR_QUERY, Bytes::copy_from_slice(&[st]));

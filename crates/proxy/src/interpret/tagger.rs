@@ -180,6 +180,8 @@ pub struct Tagger {
     portals: HashMap<Bytes, Portal>,
     queue: VecDeque<Pending>,
     skipping: bool,
+    /// The server is in COPY FROM STDIN: it ignores Sync (and so answers none) until CopyDone or CopyFail.
+    copy_in: bool,
     broken: bool,
     ops: Vec<LoggedOp>,
 }
@@ -199,6 +201,7 @@ impl Tagger {
             portals: HashMap::new(),
             queue: VecDeque::new(),
             skipping: false,
+            copy_in: false,
             broken: false,
             ops: Vec::new(),
         }
@@ -253,6 +256,12 @@ impl Tagger {
     /// open transaction's statement list. Returns the raw frame to send instead, if it was rewritten.
     pub fn on_frontend(&mut self, msg: &FrontendMessage, stmt: Option<u32>) -> Option<Bytes> {
         match msg {
+            FrontendMessage::CopyDone | FrontendMessage::CopyFail { .. } => {
+                self.copy_in = false;
+                None
+            }
+            // A Sync sent during COPY FROM STDIN gets no ReadyForQuery (libpq pipelines one after COPY).
+            FrontendMessage::Sync if self.copy_in => None,
             FrontendMessage::Sync => {
                 self.skipping = false;
                 self.queue.push_back(Pending::Ready);
@@ -388,6 +397,10 @@ impl Tagger {
     }
 
     fn backend(&mut self, tag: u8, body: &Bytes) -> Result<Outgoing, String> {
+        if matches!(tag, btag::COMMAND_COMPLETE | btag::ERROR_RESPONSE) {
+            // Either ends a COPY FROM STDIN.
+            self.copy_in = false;
+        }
         match tag {
             btag::PARSE_COMPLETE | btag::BIND_COMPLETE | btag::CLOSE_COMPLETE => {
                 if matches!(self.queue.front(), Some(Pending::One(_) | Pending::Bind(_))) {
@@ -524,6 +537,7 @@ impl Tagger {
             }
             btag::COPY_IN_RESPONSE => {
                 // The server ignores Syncs until the copy ends; drop the queued ones as the machine does.
+                self.copy_in = true;
                 let mut kept = VecDeque::new();
                 for (i, p) in self.queue.drain(..).enumerate() {
                     if i == 0 || !matches!(p, Pending::Ready) {
