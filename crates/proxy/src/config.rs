@@ -56,7 +56,7 @@ pub struct Config {
     /// The admin HTTP server.
     #[serde(default)]
     pub admin: AdminConfig,
-    /// SQL interpretation and version tagging; off by default for now.
+    /// SQL interpretation and version tagging; `xmin` by default.
     #[serde(default)]
     pub tagging: crate::interpret::TaggingConfig,
     /// Fence injection (used when tagging is on).

@@ -7,8 +7,8 @@
 //! - `session`: accept, TLS, startup and authentication relay, then the message loop.
 //! - [`machine`]: the pure state machine that matches every reply to its request and finds transaction
 //!   boundaries; [`sql`] is the little keyword reading it needs.
-//! - [`interpret`]: SQL to row reads and writes with version tags (`[tagging] strategy = "xmin"`, off by
-//!   default for now), reply stripping, and fence injection.
+//! - [`interpret`]: SQL to row reads and writes with version tags (`[tagging] strategy = "xmin"`, the
+//!   default), reply stripping, and fence injection.
 //! - [`recorder`]: intents and outcomes to the history log, with the durability wait.
 //! - `admin`: `/healthz`, `/metrics`, `/api/status`.
 //!

@@ -75,11 +75,10 @@ pub use versions::{TagError, VersionBook};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StrategyName {
-    /// No rewriting; transactions are recorded as statements only. The default until tagging can no longer
-    /// stall a pipelining client (a random extended-protocol script hung through the proxy with `xmin` on).
-    #[default]
+    /// No rewriting; transactions are recorded as statements only.
     Off,
-    /// PostgreSQL's `xmin` system column.
+    /// PostgreSQL's `xmin` system column: the default, as DESIGN.md §3 says for PostgreSQL.
+    #[default]
     Xmin,
     /// A hidden column the proxy fills (MySQL/MariaDB; design only).
     Column,
@@ -89,7 +88,8 @@ pub enum StrategyName {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TaggingConfig {
-    /// The strategy: `off` (the default for now: statements only), `xmin`, or `column` (not built yet).
+    /// The strategy: `xmin` (the default, as DESIGN.md §3 says for PostgreSQL), `off` (statements only), or
+    /// `column` (not built yet).
     pub strategy: StrategyName,
 }
 
@@ -205,12 +205,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tagging_config_defaults_to_off_with_fences_every_20() {
+    fn tagging_config_defaults_to_xmin_with_fences_every_20() {
         let c: TaggingConfig = toml::from_str("").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(c.strategy, StrategyName::Off);
-        assert_eq!(FenceConfig::default().every, 20);
-        let c: TaggingConfig = toml::from_str("strategy = \"xmin\"").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.strategy, StrategyName::Xmin);
+        assert_eq!(FenceConfig::default().every, 20);
+        let c: TaggingConfig = toml::from_str("strategy = \"off\"").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.strategy, StrategyName::Off);
         let f: FenceConfig = toml::from_str("every = 5").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(f.every, 5);
         assert!(toml::from_str::<TaggingConfig>("strategy = \"bogus\"").is_err());
