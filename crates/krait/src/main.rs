@@ -47,6 +47,9 @@ enum Command {
     Workload(cmd::workload::WorkloadCommand),
     /// Verification time against history size for each workload, as CSV and an SVG plot (Cobra Fig. 5).
     Bench(cmd::bench::BenchArgs),
+    /// Serve the reference store (a kv-store whose consistency model is known by construction) over the
+    /// PostgreSQL wire protocol; on shutdown, write the history its clients observed (--history-out).
+    Refstore(cmd::refstore::RefstoreArgs),
 }
 
 fn main() -> ExitCode {
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => cmd::demo::run(args),
         Command::Workload(command) => cmd::workload::run(command),
         Command::Bench(args) => cmd::bench::bench(args),
+        Command::Refstore(args) => cmd::refstore::run(args),
     };
     match result {
         Ok(code) => code,

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod demo;
 pub mod history;
 pub mod proxy;
+pub mod refstore;
 pub mod report;
 pub mod serve;
 pub mod verify;
