@@ -207,3 +207,77 @@ fn common_check(config: &std::path::Path) -> std::process::Output {
         .output()
         .expect("runs krait config check")
 }
+
+/// One HTTP/1.1 GET on the admin server; returns the body.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connects to the admin server");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("sets a timeout");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("sends");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("reads the reply");
+    assert!(response.starts_with("HTTP/1.1 200"), "{path}: {response}");
+    response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
+}
+
+/// `/metrics` and `/api/status` of a running `krait serve` carry the verifier's state: transactions
+/// verified, the lag in transactions and in seconds, and whether it has fallen behind.
+#[test]
+fn serve_reports_the_verifier_lag_on_metrics_and_status() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (port, admin_port) = (free_port(), free_port());
+    let config = dir.path().join("krait.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[listen]\naddress = \"127.0.0.1:{port}\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
+             [log]\npath = \"{}\"\n[admin]\nenabled = true\naddress = \"127.0.0.1:{admin_port}\"\n",
+            dir.path().join("log").display()
+        ),
+    )
+    .expect("writes the config");
+    let serve = Serve::start(&config, &dir.path().join("data"), port);
+    let admin = format!("127.0.0.1:{admin_port}");
+    let table = format!("krait_serve_lag_{}", std::process::id());
+    let sql = format!(
+        "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int primary key, v int);\n\
+         BEGIN; INSERT INTO {table} VALUES (1, 1); COMMIT;\n\
+         BEGIN; UPDATE {table} SET v = v + 1 WHERE k = 1; COMMIT;\nDROP TABLE {table};\n"
+    );
+    let psql = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "test", "-X", "-q"])
+        .args(["-v", "ON_ERROR_STOP=1", "-c", &sql])
+        .output()
+        .expect("runs psql");
+    assert!(psql.status.success(), "psql through krait serve: {}", String::from_utf8_lossy(&psql.stderr));
+    // The verifier catches up: status shows what it verified and no lag.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        let body = http_get(&admin, "/api/status");
+        let json: serde_json::Value = serde_json::from_str(&body).expect("/api/status is JSON");
+        let v = &json["verifier"];
+        assert!(v.is_object(), "/api/status has a verifier section: {body}");
+        for field in ["lag_transactions", "lag_seconds", "behind", "verified"] {
+            assert!(!v[field].is_null(), "verifier.{field} in {body}");
+        }
+        if v["verified"].as_u64().is_some_and(|n| n >= 2) && v["lag_transactions"].as_u64() == Some(0) {
+            break json;
+        }
+        assert!(Instant::now() < deadline, "the verifier did not catch up: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status["verifier"]["behind"], serde_json::Value::Bool(false), "{status}");
+    assert_eq!(status["verifier"]["lag_seconds"].as_f64(), Some(0.0), "{status}");
+    let metrics = http_get(&admin, "/metrics");
+    let sample = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("{name} in /metrics:\n{metrics}"))
+    };
+    assert_eq!(sample("krait_verifier_lag_transactions "), 0.0);
+    assert_eq!(sample("krait_verifier_lag_seconds "), 0.0);
+    assert_eq!(sample("krait_verifier_behind "), 0.0);
+    assert!(sample("krait_verifier_verified_total ") >= 2.0);
+    serve.stop();
+}

@@ -182,6 +182,47 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
     let _ = writeln!(out, "krait_log_fsync_seconds_bucket{{le=\"+Inf\"}} {}", stats.fsyncs);
     let _ = writeln!(out, "krait_log_fsync_seconds_sum {}", stats.fsync_ns_total as f64 / 1e9);
     let _ = writeln!(out, "krait_log_fsync_seconds_count {}", stats.fsyncs);
+    let v = &m.verifier;
+    if g(&v.attached) != 0 {
+        let lag_s = g(&v.lag_ms) as f64 / 1e3;
+        let samples: [(&str, &str, &str, String); 7] = [
+            (
+                "krait_verifier_verified_total",
+                "counter",
+                "Transactions verified.",
+                g(&v.verified).to_string(),
+            ),
+            (
+                "krait_verifier_lag_transactions",
+                "gauge",
+                "Recorded transactions not verified yet.",
+                g(&v.lag_txns).to_string(),
+            ),
+            (
+                "krait_verifier_lag_seconds",
+                "gauge",
+                "How long the oldest unverified transaction has waited.",
+                lag_s.to_string(),
+            ),
+            (
+                "krait_verifier_behind",
+                "gauge",
+                "1 when the verifier has fallen behind the recorded load.",
+                g(&v.behind).to_string(),
+            ),
+            ("krait_verifier_rounds_total", "counter", "Verification rounds run.", g(&v.rounds).to_string()),
+            ("krait_verifier_rejects_total", "counter", "Reject reports found.", g(&v.rejects).to_string()),
+            (
+                "krait_verifier_live_transactions",
+                "gauge",
+                "Transactions held after the last garbage collection.",
+                g(&v.live).to_string(),
+            ),
+        ];
+        for (name, kind, help, value) in samples {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        }
+    }
     if let Some(t) = &state.tagging {
         out.push_str(&t.metrics.render());
     }
@@ -192,7 +233,20 @@ fn render_status(state: &AdminState) -> String {
     let m = &state.metrics;
     let g = Metrics::get;
     let stats = state.log.stats();
+    let v = &m.verifier;
+    let verifier = (g(&v.attached) != 0).then(|| {
+        serde_json::json!({
+            "verified": g(&v.verified),
+            "behind": g(&v.behind) != 0,
+            "lag_transactions": g(&v.lag_txns),
+            "lag_seconds": g(&v.lag_ms) as f64 / 1e3,
+            "rounds": g(&v.rounds),
+            "rejects": g(&v.rejects),
+            "live_transactions": g(&v.live),
+        })
+    });
     serde_json::json!({
+        "verifier": verifier,
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_s": state.started.elapsed().as_secs(),
         "listen": state.listen.to_string(),

@@ -28,6 +28,37 @@ pub struct Metrics {
     pub log_errors: AtomicU64,
     /// CancelRequests relayed to the database.
     pub cancels_relayed: AtomicU64,
+    /// The co-located verifier's progress, when one runs (`krait serve`).
+    pub verifier: VerifierMetrics,
+}
+
+/// What a co-located online verifier publishes for /metrics and /api/status (`krait serve` updates it from
+/// its verifier thread; the proxy only reads it). All zero, and not shown, until `attached` is set.
+#[derive(Debug, Default)]
+pub struct VerifierMetrics {
+    /// 1 once a verifier publishes here.
+    pub attached: AtomicU64,
+    /// Transactions verified by completed rounds.
+    pub verified: AtomicU64,
+    /// Recorded transactions not verified yet (read but waiting for a round, plus log records not read).
+    pub lag_txns: AtomicU64,
+    /// How long the oldest transaction not yet verified has waited, in milliseconds.
+    pub lag_ms: AtomicU64,
+    /// 1 when the verifier has fallen behind the recorded load.
+    pub behind: AtomicU64,
+    /// Rounds run.
+    pub rounds: AtomicU64,
+    /// Reject reports found.
+    pub rejects: AtomicU64,
+    /// Transactions held after the last garbage collection.
+    pub live: AtomicU64,
+}
+
+impl VerifierMetrics {
+    /// Sets a gauge.
+    pub fn set(gauge: &AtomicU64, value: u64) {
+        gauge.store(value, Ordering::Relaxed);
+    }
 }
 
 impl Metrics {

@@ -7,10 +7,17 @@
 //! the log; it never waits for the verifier, so a slow round delays verification (the lag grows), not
 //! clients. Each tick reads at most [`MAX_RECORDS_PER_TICK`] records so that rounds and status keep running.
 //!
-//! The proxy's admin server is the proxy crate's; this command does not extend it. Instead it prints a status
-//! line (transactions recorded and verified, lag, rounds, rejects) to stderr every few seconds.
+//! **Sessions.** A session ends for the verifier at its `SessionEnded` record. A session that was open when
+//! the proxy crashed has none: it ends at the `Recovery` record the log appends when `serve` reopens it
+//! (before the proxy accepts a client), as does every other session of the crashed run, so that it does not
+//! hold `epoch_agree` and garbage collection back for ever.
+//!
+//! The proxy's admin server is the proxy crate's; this command publishes the verifier's state into it every
+//! quarter second ([`publish_status`]): `/metrics` and `/api/status` show the transactions verified, the lag
+//! in transactions and in seconds, and whether the verifier has fallen behind. It also prints a status line
+//! (transactions recorded and verified, lag, rounds, rejects) to stderr every few seconds.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use history::log::{HistoryLog, LogRecord, LoggedOp, LoggedTxn};
-use history::{Durability, Op, Outcome, StmtRef, Transaction, TxnId};
+use history::{Durability, Op, Outcome, SessionId, StmtRef, Transaction, TxnId};
 use verifier::{OnlineVerifier, ReportStore, RoundOptions};
 
 /// How often the verifier thread looks at the log.
@@ -77,6 +84,11 @@ pub struct Status {
     pub lag_txns: u64,
     /// How long the oldest transaction not yet verified has been waiting since it was read.
     pub lag: Duration,
+    /// When the oldest transaction not yet verified was read, so that the lag can be told between ticks
+    /// (a long round publishes nothing while it runs).
+    pub oldest_unverified: Option<Instant>,
+    /// Transactions held after the last garbage collection.
+    pub live: u64,
     /// Why the verifier stopped, if it failed.
     pub error: Option<String>,
 }
@@ -111,6 +123,8 @@ pub struct Feeder {
     pushed_at: VecDeque<(u64, Instant)>,
     seen_rounds: usize,
     seen_rejects: usize,
+    /// Sessions of the log that have transactions and no SessionEnded record yet.
+    open_sessions: HashSet<SessionId>,
 }
 
 impl Feeder {
@@ -140,6 +154,7 @@ impl Feeder {
             pushed_at: VecDeque::new(),
             seen_rounds: 0,
             seen_rejects: 0,
+            open_sessions: HashSet::new(),
         }
     }
 
@@ -189,6 +204,15 @@ impl Feeder {
                         self.push(t, Outcome::Indeterminate, None)?;
                     }
                 }
+                // A Recovery record marks where a run of the proxy ended (it is appended when the log is
+                // reopened after a crash, or at a close with intents in flight), and no session of that run
+                // can log anything after it. Sessions open at a crash never got their SessionEnded record;
+                // without this they would hold `epoch_agree` (and so collection) back for ever.
+                let mut open: Vec<SessionId> = self.open_sessions.drain().collect();
+                open.sort_unstable();
+                for session in open {
+                    self.verifier.session_ended(session);
+                }
             }
             LogRecord::SessionEnded { session, .. } => {
                 // The proxy logs a session's end after its last transaction's records, so an intent of the
@@ -203,6 +227,7 @@ impl Feeder {
                     }
                 }
                 // A quiet session no longer holds `epoch_agree` (and so collection) back (Cobra §4.2).
+                self.open_sessions.remove(&session);
                 self.verifier.session_ended(session);
             }
         }
@@ -259,6 +284,7 @@ impl Feeder {
         }
         self.status.txns_read += 1;
         self.status.ops_read += ops.len() as u64;
+        self.open_sessions.insert(logged.session);
         let txn = Transaction {
             id: logged.id,
             session: logged.session,
@@ -318,7 +344,9 @@ impl Feeder {
         while self.pushed_at.front().is_some_and(|&(n, _)| n <= self.status.verified) {
             self.pushed_at.pop_front();
         }
+        self.status.oldest_unverified = self.pushed_at.front().map(|&(_, at)| at);
         self.status.lag = self.pushed_at.front().map_or(Duration::ZERO, |&(_, at)| at.elapsed());
+        self.status.live = self.verifier.live_transactions() as u64;
         let unread = self.status.log_records.saturating_sub(self.status.records_read);
         self.status.lag_txns = self.status.txns_read.saturating_sub(self.status.verified) + unread;
     }
@@ -429,6 +457,37 @@ pub fn online_options(round_size: usize, interval: Duration) -> RoundOptions {
     }
 }
 
+/// How often `serve` publishes the verifier's state to the admin server's `/metrics` and `/api/status`.
+const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+
+/// Publishes the verifier's state into the proxy's metrics, for `/metrics` and `/api/status`. The lag is
+/// told from `now` (not from the verifier's last tick), so it keeps growing while a long round runs;
+/// `log_next_seq` counts log records appended since that tick as not yet verified. The verifier is behind
+/// when the oldest unverified transaction has waited more than two round intervals and a second (a round
+/// should verify it within one interval), or when more records wait unread than one tick reads.
+pub fn publish_status(
+    status: &Status,
+    metrics: &proxy::metrics::VerifierMetrics,
+    now: Instant,
+    round_interval: Duration,
+    log_next_seq: u64,
+) {
+    use proxy::metrics::VerifierMetrics as V;
+    let lag = status.oldest_unverified.map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
+    let unread = log_next_seq.saturating_sub(status.log_records.max(status.records_read));
+    let lag_txns = status.lag_txns + unread;
+    let behind = lag > round_interval * 2 + Duration::from_secs(1)
+        || log_next_seq.saturating_sub(status.records_read) > MAX_RECORDS_PER_TICK as u64;
+    V::set(&metrics.verified, status.verified);
+    V::set(&metrics.lag_txns, lag_txns);
+    V::set(&metrics.lag_ms, lag.as_millis() as u64);
+    V::set(&metrics.behind, u64::from(behind));
+    V::set(&metrics.rounds, status.rounds);
+    V::set(&metrics.rejects, status.rejects);
+    V::set(&metrics.live, status.live);
+    V::set(&metrics.attached, 1);
+}
+
 /// The data directory for reports when none is given: the directory holding the log directory.
 fn default_data_dir(log_path: &Path) -> PathBuf {
     match log_path.parent() {
@@ -447,8 +506,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot open the reports directory in {}", data_dir.display()))?;
     let reports_dir = store.dir().to_path_buf();
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let options =
-        online_options(args.round_size.max(1), Duration::from_millis(args.round_interval_ms.max(1)));
+    let options_interval = Duration::from_millis(args.round_interval_ms.max(1));
+    let options = online_options(args.round_size.max(1), options_interval);
     let status_every = Duration::from_secs(args.status_every.max(1));
     let final_status = runtime.block_on(async {
         let handle = proxy::start(config.clone()).await.context("the proxy could not start")?;
@@ -461,8 +520,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         );
         if let Some(admin) = handle.admin_addr() {
             eprintln!(
-                "krait serve: proxy admin server at http://{admin}/ (proxy metrics only; the verifier's \
-                 state is in the status lines below)"
+                "krait serve: admin server at http://{admin}/ (the verifier's state and lag are in /metrics \
+                 and /api/status)"
             );
         }
         let dir = reports_dir.clone();
@@ -474,11 +533,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })?;
         let mut ticker = tokio::time::interval(status_every);
         ticker.tick().await;
+        let mut publisher = tokio::time::interval(PUBLISH_EVERY);
+        let interval = options_interval;
         let stop = crate::cmd::proxy::shutdown_signal();
         tokio::pin!(stop);
         loop {
             tokio::select! {
                 _ = &mut stop => break,
+                _ = publisher.tick() => {
+                    let (s, next_seq) = (tailer.status(), handle.log().next_seq());
+                    publish_status(&s, &handle.metrics().verifier, Instant::now(), interval, next_seq);
+                }
                 _ = ticker.tick() => {
                     let s = tailer.status();
                     eprintln!("krait serve: verifier: {}", s.line());
@@ -634,6 +699,67 @@ mod tests {
         feeder.read_log(&log, usize::MAX).expect("reads");
         feeder.finish().expect("a last round");
         feeder
+    }
+
+    #[test]
+    fn published_lag_grows_between_ticks_and_says_when_behind() {
+        let metrics = proxy::Metrics::default();
+        let v = &metrics.verifier;
+        let g = proxy::Metrics::get;
+        let start = Instant::now();
+        let status = Status {
+            log_records: 10,
+            records_read: 10,
+            lag_txns: 4,
+            oldest_unverified: Some(start),
+            ..Status::default()
+        };
+        let interval = Duration::from_millis(200);
+        publish_status(&status, v, start + Duration::from_millis(500), interval, 10);
+        assert_eq!((g(&v.attached), g(&v.lag_txns), g(&v.lag_ms), g(&v.behind)), (1, 4, 500, 0));
+        // No new tick, but time passed and records were appended: the lag grows and the verifier is behind.
+        publish_status(&status, v, start + Duration::from_secs(3), interval, 13);
+        assert_eq!((g(&v.lag_txns), g(&v.lag_ms), g(&v.behind)), (7, 3_000, 1));
+        let caught_up = Status { lag_txns: 0, oldest_unverified: None, ..status };
+        publish_status(&caught_up, v, start + Duration::from_secs(4), interval, 10);
+        assert_eq!((g(&v.lag_txns), g(&v.lag_ms), g(&v.behind)), (0, 0, 0));
+    }
+
+    /// Session 3 runs one transaction and the proxy crashes before the session ends (no SessionEnded
+    /// record); after the restart (a Recovery record) sessions 4 and 5 run ten fences. Without the restart
+    /// rule session 3 would hold `epoch_agree` at 0 for ever.
+    #[test]
+    fn sessions_open_at_a_crash_end_at_the_recovery_record() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("log");
+        let log = SledLog::open(&path, Durability::Strict).expect("the log opens");
+        let quiet = logged(1, 3, 0, vec![write("s", 7)], false);
+        log.append_finished(quiet, Outcome::Committed, Some(1)).expect("finished").wait().expect("durable");
+        log.drop_as_if_crashed();
+        let log = SledLog::open(&path, Durability::Strict).expect("the log reopens after the crash");
+        let t2 = logged(2, 4, 0, vec![write("x", 1)], false);
+        let _ = log.append_finished(t2, Outcome::Committed, Some(2)).expect("finished");
+        let t3 = logged(3, 4, 1, vec![read("x", Observed::Version(WriteId(1))), write("x", 2)], false);
+        let _ = log.append_finished(t3, Outcome::Committed, Some(3)).expect("finished");
+        let mut seqs = [2u64, 0];
+        for i in 0..10u64 {
+            let s = (i % 2) as usize;
+            let prev =
+                if i == 0 { Observed::PreHistory(0) } else { Observed::Version(WriteId(1000 + i - 1)) };
+            let fence =
+                logged(10 + i, 4 + s as u64, seqs[s], vec![read("F", prev), write("F", 1000 + i)], true);
+            seqs[s] += 1;
+            let _ = log.append_finished(fence, Outcome::Committed, Some(10 + i)).expect("finished");
+        }
+        log.sync().expect("durable");
+        let options = RoundOptions { round_size: 2, round_interval: None, ..RoundOptions::default() };
+        let mut feeder = Feeder::new(options, None);
+        feeder.read_log(&log, usize::MAX).expect("reads");
+        feeder.finish().expect("a last round");
+        let (agree, deleted) = (feeder.verifier.epoch_agree(), feeder.verifier.deleted());
+        assert!(agree >= 8 && deleted > 0, "epoch_agree {agree}, deleted {deleted}");
+        assert_eq!(feeder.status().txns_read, 13);
+        assert!(feeder.new_rejects().is_empty());
     }
 
     #[test]
