@@ -162,6 +162,14 @@ fn verify_in_rounds(
     };
     let outcome = verifier::verify_in_rounds(history, &round_options)
         .with_context(|| format!("cannot verify {} in rounds", args.path.display()))?;
+    // One line per round, so that the live set after collection can be seen to stay bounded (or not).
+    for r in &outcome.rounds {
+        eprintln!(
+            "round {}: {} admitted, {} verified, {} deleted, {} live after collection, epoch_agree {}, \
+             {:.0} ms verify + {:.0} ms collect",
+            r.round, r.admitted, r.verified, r.deleted, r.live_after, r.epoch_agree, r.verify_ms, r.gc_ms
+        );
+    }
     eprintln!(
         "{} rounds over {} transactions in {:.0} ms ({:.0} txn/s); garbage collection deleted {}, at most {} \
          live after a round, {} live at the end, {} tombstones",

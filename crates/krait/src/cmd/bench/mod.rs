@@ -61,6 +61,9 @@ pub struct BenchArgs {
     /// at one size skips the larger ones.
     #[arg(long, value_delimiter = ',', default_value = "1000,2000")]
     diff_txns: Vec<u64>,
+    /// Round sizes for fig10 (transactions per round), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000,2500,5000,10000,20000")]
+    round_sizes: Vec<usize>,
     #[command(flatten)]
     sizes: SizeArgs,
     // Boxed: the proxy figures' settings would make `krait`'s command enum large for every command.
