@@ -204,7 +204,7 @@ impl Tagged {
         let row = self.rec.shared.fence_row;
         let what = Injection::Fence { setup, row };
         let mut b = BytesMut::new();
-        FrontendMessage::Query { sql: Bytes::from(what.sql().into_bytes()) }.encode(&mut b);
+        FrontendMessage::Query { sql: Bytes::from(what.statements().join("; ").into_bytes()) }.encode(&mut b);
         self.raw.write(&b).await;
         let mut replies = InjectedReplies::new(what);
         loop {
