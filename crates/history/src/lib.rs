@@ -11,5 +11,5 @@ pub use codec::{CodecError, Format, read_history, write_history};
 pub use log::{Durability, HistoryLog, LogError, LogRecord, LoggedOp, LoggedTxn, SledLog};
 pub use model::{
     CollectorId, History, HistoryStats, Key, KeyName, KeyTable, LogGap, Observed, Op, Outcome, SessionId,
-    StmtRef, Transaction, TxnId, WriteId,
+    StmtRef, Transaction, TxnId, UncheckedStatement, WriteId,
 };

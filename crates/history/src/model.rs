@@ -267,6 +267,21 @@ pub struct History {
     pub transactions: Vec<Transaction>,
     /// Places where the log may have lost transactions.
     pub gaps: Vec<LogGap>,
+    /// Statements the collector could not map to reads and writes, so the verifier cannot check them. Only
+    /// the proxy's log carries them; the exchange formats (native, JSON Lines, Cobra, PolySI) do not.
+    pub unchecked: Vec<UncheckedStatement>,
+}
+
+/// A statement recorded without row operations (an aggregate, a predicate read, DDL, COPY, …), kept so that
+/// a report can say what it did not check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UncheckedStatement {
+    /// The transaction it ran in.
+    pub txn: TxnId,
+    /// Why it could not be mapped, as the collector labels it (`aggregate`, `predicate`, `ddl`, …).
+    pub kind: String,
+    /// The statement text, if the collector logged it.
+    pub statement: Option<String>,
 }
 
 impl History {

@@ -141,7 +141,13 @@ fn arb_history() -> impl Strategy<Value = History> {
             });
         let gaps = prop::collection::vec(any::<u64>().prop_map(|after_txns| LogGap { after_txns }), 0..3);
         (Just(keys), Just(statements), prop::collection::vec(txn, 0..10), gaps).prop_map(
-            |(keys, statements, transactions, gaps)| History { keys, statements, transactions, gaps },
+            |(keys, statements, transactions, gaps)| History {
+                keys,
+                statements,
+                transactions,
+                gaps,
+                unchecked: Vec::new(),
+            },
         )
     })
 }

@@ -199,3 +199,44 @@ fn concurrent_transfers_at_serializable_are_accepted_with_every_op_mapped() {
         assert_eq!(r.verdict, Verdict::Accept, "{:?}", r.anomalies);
     });
 }
+
+#[test]
+fn opaque_statements_are_logged_and_the_report_says_they_were_not_checked() {
+    rt().block_on(async {
+        let t = "ktag_opaque";
+        let mut admin = setup(&format!(
+            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); \
+             INSERT INTO {t} VALUES (1, 10), (2, 20)"
+        ))
+        .await;
+        let rec = Recording::new(&mut admin).await;
+        let mut s = Tagged::connect(&rec).await;
+        s.exec("BEGIN ISOLATION LEVEL SERIALIZABLE").await;
+        let total = s.exec(&format!("SELECT sum(v) FROM {t}")).await;
+        assert_eq!(rows(&total), vec![vec![Some("30".to_owned())]]);
+        s.exec(&format!("SELECT v FROM {t} WHERE id = 1")).await;
+        assert_eq!(error_code(&s.exec("COMMIT").await), None);
+        let h = rec.history();
+        admin.simple(&format!("DROP TABLE {t}")).await;
+
+        assert_eq!(h.unchecked.len(), 1, "{:?}", h.unchecked);
+        let u = &h.unchecked[0];
+        assert_eq!(u.kind, OpaqueKind::Aggregate.label());
+        assert!(u.statement.as_deref().is_some_and(|sql| sql.contains("sum(v)")), "{u:?}");
+        let committed: Vec<_> = h.transactions.iter().filter(|t| t.outcome == Outcome::Committed).collect();
+        assert_eq!(committed.len(), 1);
+        assert_eq!(u.txn, committed[0].id);
+        // The point read is still mapped and checked.
+        assert_eq!(committed[0].ops.len(), 1, "{:?}", committed[0].ops);
+
+        let r = check(&h);
+        assert_eq!(r.verdict, Verdict::Accept, "{:?}", r.anomalies);
+        assert_eq!(r.not_checked.len(), 1, "{:?}", r.not_checked);
+        assert_eq!((r.not_checked[0].statements, r.not_checked[0].transactions), (1, 1));
+        let text = r.render_text();
+        assert!(text.contains("Not checked: 1 statement(s)") && text.contains("aggregate"), "{text}");
+        // The JSON report carries it too, and reads back.
+        let back = verifier::Report::from_json(&r.to_json()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back.not_checked, r.not_checked);
+    });
+}

@@ -169,6 +169,7 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
         serial_order: None,
         unverifiable: Vec::new(),
         dropped_indeterminate: Vec::new(),
+        not_checked: report::NotChecked::summarize(&h.unchecked),
         counts: Counts::default(),
         timings: Timings::default(),
         real_time: None,

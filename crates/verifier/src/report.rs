@@ -321,6 +321,46 @@ pub struct Unverifiable {
     pub reason: String,
 }
 
+/// One kind of statement the verifier could not check (DESIGN.md §3: opaque ops), summarised.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotChecked {
+    /// Why the collector could not map it (`aggregate`, `predicate`, `ddl`, …).
+    pub kind: String,
+    /// How many such statements.
+    pub statements: u64,
+    /// In how many distinct transactions.
+    pub transactions: u64,
+    /// The first one's text, if logged.
+    pub example: Option<String>,
+}
+
+impl NotChecked {
+    /// Groups a history's unchecked statements by kind, in the order each kind first appears.
+    pub fn summarize(unchecked: &[history::UncheckedStatement]) -> Vec<NotChecked> {
+        let mut out: Vec<(NotChecked, std::collections::HashSet<TxnId>)> = Vec::new();
+        for u in unchecked {
+            let at = match out.iter().position(|(n, _)| n.kind == u.kind) {
+                Some(at) => at,
+                None => {
+                    let first = NotChecked {
+                        kind: u.kind.clone(),
+                        statements: 0,
+                        transactions: 0,
+                        example: u.statement.clone(),
+                    };
+                    out.push((first, Default::default()));
+                    out.len() - 1
+                }
+            };
+            let (n, txns) = &mut out[at];
+            n.statements += 1;
+            txns.insert(u.txn);
+            n.transactions = txns.len() as u64;
+        }
+        out.into_iter().map(|(n, _)| n).collect()
+    }
+}
+
 /// The options the run used.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OptionsUsed {
@@ -433,6 +473,10 @@ pub struct Report {
     /// Indeterminate transactions that nobody read from; left out of the check.
     #[serde(default)]
     pub dropped_indeterminate: Vec<TxnId>,
+    /// Statements the history records without row operations (aggregates, predicate reads, DDL, …), by
+    /// kind: their effects were not checked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_checked: Vec<NotChecked>,
     /// Sizes.
     pub counts: Counts,
     /// Time per stage.
@@ -587,6 +631,21 @@ impl fmt::Display for Report {
                 writeln!(f, "  {} op {}: {}", u.op.txn, u.op.op, u.reason)?;
             }
         }
+        if !self.not_checked.is_empty() {
+            let total: u64 = self.not_checked.iter().map(|n| n.statements).sum();
+            writeln!(
+                f,
+                "Not checked: {total} statement(s) could not be mapped to row reads and writes, so their \
+                 effects were not verified:"
+            )?;
+            for n in &self.not_checked {
+                write!(f, "  {}: {} in {} transaction(s)", n.kind, n.statements, n.transactions)?;
+                match &n.example {
+                    Some(sql) => writeln!(f, ", e.g. {}", truncate(sql, 100))?,
+                    None => writeln!(f)?,
+                }
+            }
+        }
         if !self.dropped_indeterminate.is_empty() {
             writeln!(
                 f,
@@ -618,5 +677,14 @@ impl fmt::Display for Report {
             "Time: construct {:.1} ms, prune {:.1} ms, solve {:.1} ms, report {:.1} ms.",
             t.construct_ms, t.prune_ms, t.solve_ms, t.report_ms
         )
+    }
+}
+
+/// The first `max` characters of `text` on one line, with an ellipsis if cut.
+fn truncate(text: &str, max: usize) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match one_line.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &one_line[..at]),
+        None => one_line,
     }
 }

@@ -208,7 +208,7 @@ impl OnlineVerifier {
     pub fn new(keys: KeyTable, statements: Vec<String>, options: RoundOptions) -> Self {
         let round_size = options.round_size.max(1);
         OnlineVerifier {
-            work: History { keys, statements, transactions: Vec::new(), gaps: Vec::new() },
+            work: History { keys, statements, ..History::default() },
             options,
             new_in_round: 0,
             waiting: BTreeMap::new(),
@@ -575,7 +575,7 @@ impl OnlineVerifier {
             keys: self.work.keys.clone(),
             statements: self.work.statements.clone(),
             transactions: vec![t.clone()],
-            gaps: Vec::new(),
+            ..History::default()
         };
         report.transactions = vec![txn_report(&single, 0)];
         report.counts.transactions = 1;

@@ -56,13 +56,25 @@ pub enum LoggedOp {
         /// Index into [`LoggedTxn::statements`] of the statement the write came from.
         stmt: Option<u32>,
     },
+    /// A statement the proxy could not map to row reads and writes (an aggregate, a predicate read whose
+    /// phantoms cannot be checked, DDL, COPY, a function call, …). It carries no key: it is logged so that
+    /// reports can say plainly what was not checked (DESIGN.md §3). Appended last: postcard encodes variants
+    /// by index, so logs written before it existed still decode.
+    Opaque {
+        /// Why it could not be mapped, as the proxy's `/metrics` labels it (`aggregate`, `predicate`, …).
+        kind: String,
+        /// Index into [`LoggedTxn::statements`] of the statement.
+        stmt: Option<u32>,
+    },
 }
 
 impl LoggedOp {
     /// The statement index this op refers to, if any.
     pub fn stmt(&self) -> Option<u32> {
         match self {
-            LoggedOp::Read { stmt, .. } | LoggedOp::Write { stmt, .. } => *stmt,
+            LoggedOp::Read { stmt, .. } | LoggedOp::Write { stmt, .. } | LoggedOp::Opaque { stmt, .. } => {
+                *stmt
+            }
         }
     }
 }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use super::LogError;
 use super::record::{LogRecord, LoggedOp, LoggedTxn};
-use crate::{History, LogGap, Op, Outcome, StmtRef, Transaction, TxnId};
+use crate::{History, LogGap, Op, Outcome, StmtRef, Transaction, TxnId, UncheckedStatement};
 
 /// Builds a [`History`] from log records fed in sequence order. Usable incrementally: a verifier that
 /// tails the log can feed records as they arrive and look at [`Replayer::history`] between rounds.
@@ -144,6 +144,11 @@ impl Replayer {
                 }
                 LoggedOp::Write { key, write, .. } => {
                     Op::Write { key: self.history.keys.intern(key), write, stmt }
+                }
+                LoggedOp::Opaque { kind, stmt: index } => {
+                    let statement = index.and_then(|i| logged.statements.get(i as usize)).cloned();
+                    self.history.unchecked.push(UncheckedStatement { txn: logged.id, kind, statement });
+                    continue;
                 }
             });
         }

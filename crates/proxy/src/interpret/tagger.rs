@@ -235,20 +235,30 @@ impl Tagger {
         self.ops.clear();
     }
 
-    fn count_plan(&self, plan: &StmtPlan) {
+    /// Counts what `plan` could not map in `/metrics`, and logs it as an opaque op of statement `stmt` so
+    /// that reports say what was not checked (DESIGN.md §3).
+    fn count_plan(&mut self, plan: &StmtPlan, stmt: Option<u32>) {
         match plan {
             StmtPlan::Opaque(o) => {
-                self.shared.metrics.opaque(o.kind);
+                self.opaque(o.kind, stmt);
                 if matches!(o.kind, OpaqueKind::UnknownTable) {
                     self.shared.catalog_stale.store(true, Ordering::Relaxed);
                 }
             }
             StmtPlan::Rows(r) => {
                 for n in &r.notes {
-                    self.shared.metrics.opaque(n.kind);
+                    self.opaque(n.kind, stmt);
                 }
             }
             StmtPlan::Control => {}
+        }
+    }
+
+    /// Counts one opaque statement part and logs it, unless the session's ops are already given up.
+    fn opaque(&mut self, kind: OpaqueKind, stmt: Option<u32>) {
+        self.shared.metrics.opaque(kind);
+        if !self.broken {
+            self.ops.push(LoggedOp::Opaque { kind: kind.label().to_owned(), stmt });
         }
     }
 
@@ -276,7 +286,7 @@ impl Tagger {
                     Some(p) => {
                         // Not parsed: nothing is rewritten, so every reply passes through unchanged.
                         for s in &p.stmts {
-                            self.count_plan(s);
+                            self.count_plan(s, stmt);
                         }
                         (Vec::new(), None)
                     }
@@ -556,6 +566,7 @@ impl Tagger {
         match &op {
             LoggedOp::Read { .. } => m.reads.fetch_add(1, Ordering::Relaxed),
             LoggedOp::Write { .. } => m.writes.fetch_add(1, Ordering::Relaxed),
+            LoggedOp::Opaque { .. } => 0,
         };
         // Several writes of one row in one transaction share its xmin, so they are one version.
         if let LoggedOp::Write { key, write, .. } = &op
@@ -577,14 +588,14 @@ impl Tagger {
         formats: &[i16],
         stmt: Option<u32>,
     ) {
-        self.count_plan(plan);
+        self.count_plan(plan, stmt);
         if let StmtPlan::Rows(r) = plan
             && rows == 0
             && !self.broken
         {
             match absent_read(r, params, formats, stmt, &self.shared.book) {
                 Some(op) => self.push_op(op),
-                None if r.point.is_some() => self.shared.metrics.opaque(OpaqueKind::Predicate),
+                None if r.point.is_some() => self.opaque(OpaqueKind::Predicate, stmt),
                 None => {}
             }
         }
