@@ -6,6 +6,10 @@ mod common;
 
 use common::krait;
 
+/// Both tests drive BlindW-RW on the same schema; run concurrently, each proxy would see the other's writes
+/// as unrecorded versions and (rightly) reject its history as stale reads.
+static SHARED_SCHEMA: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn text(out: &[u8]) -> String {
     String::from_utf8_lossy(out).into_owned()
 }
@@ -18,6 +22,7 @@ fn field<'a>(header: &str, row: &'a str, column: &str) -> &'a str {
 
 #[test]
 fn fig12_measures_every_path_side_by_side_and_verifies_what_the_proxy_recorded() {
+    let _serial = SHARED_SCHEMA.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let out = krait(&[
@@ -66,6 +71,7 @@ fn fig12_measures_every_path_side_by_side_and_verifies_what_the_proxy_recorded()
 
 #[test]
 fn fig13_counts_both_legs_and_the_proxy_adds_bytes_only_when_tagging() {
+    let _serial = SHARED_SCHEMA.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let out = krait(&[

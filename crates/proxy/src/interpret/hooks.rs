@@ -136,7 +136,13 @@ impl SessionTagging {
         let ops = self.tagger.take_ops();
         let in_intent = std::mem::take(&mut self.in_intent);
         if intent_written {
-            let lost = ops.len().saturating_sub(in_intent) as u64;
+            // Opaque ops carry no key, so dropping a late one loses nothing the verifier checks.
+            let lost = ops
+                .get(in_intent..)
+                .unwrap_or_default()
+                .iter()
+                .filter(|o| !matches!(o, history::log::LoggedOp::Opaque { .. }))
+                .count() as u64;
             self.shared.metrics.lost_ops.fetch_add(lost, Ordering::Relaxed);
             Vec::new()
         } else {
