@@ -54,5 +54,5 @@ pub use generate::{
     GenConfig, GenError, MAX_CLIENTS, MAX_KEYS, MAX_OPS_PER_TXN, Simulation, generate, simulate,
 };
 pub use model::{ClientState, Model, UnknownModel};
-pub use session::{RowKey, Session, SessionError, SharedStore, StoreConfig};
+pub use session::{Row, RowKey, Session, SessionError, SharedStore, StoreConfig, Table};
 pub use store::{KvStore, TxnIndex, Version, View};

@@ -12,7 +12,8 @@
 //!   so the transaction could have run atomically at its commit, on the view it took: every committed
 //!   history is one the model allows.
 //!
-//! The keys and values are 64-bit integers (`kv(k int8, v int8)`). A row that was never written reads as the
+//! The keys and values are 64-bit integers (`kv(k int8, v int8)`, and the proxy's fence table, see
+//! [`Table`]). A row that was never written reads as the
 //! key's initial version, `Observed::Absent`; DELETE writes a new version that holds no row (a tombstone),
 //! so a later read of the missing row still names the version it saw. What every client observed is kept
 //! as a [`History`] in Krait's model: committed transactions, and aborted ones (rolled back, refused by the
@@ -32,9 +33,70 @@ use crate::store::{KvStore, TxnIndex, View};
 /// The key namespace of the `kv` table in recorded histories.
 pub const NAMESPACE: &str = "kv";
 
+/// The key namespace of the `krait_fence` table in recorded histories.
+pub const FENCE_NAMESPACE: &str = "krait_fence";
+
+/// The tables of the store. Both live in the one multi-version store, so the model's rules (views,
+/// execution tests) treat their rows alike; they differ only in name, column names and key namespace.
+///
+/// `krait_fence(id int4 primary key, epoch int8 not null)` is the table the Krait proxy's fence
+/// transactions read and rewrite (DESIGN.md §3 "Fences without client changes"). It is a table of its
+/// own rather than a reserved range of `kv` keys because then: the recorded keys carry the namespace
+/// `krait_fence` and the key text, exactly the key names the proxy records for the same rows, so the
+/// store's own history and the proxy's can be compared key for key; and no `kv` key is taken away from
+/// clients, nor can a client's `kv` statement read or clobber a fence row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Table {
+    /// `kv(k int8 primary key, v int8 not null)`: the clients' table.
+    Kv,
+    /// `krait_fence(id int4 primary key, epoch int8 not null)`: the proxy's fence table.
+    Fence,
+}
+
+impl Table {
+    /// The table's name, also its key namespace in recorded histories.
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Kv => NAMESPACE,
+            Table::Fence => FENCE_NAMESPACE,
+        }
+    }
+
+    /// The name of the primary-key column.
+    pub fn key_column(self) -> &'static str {
+        match self {
+            Table::Kv => "k",
+            Table::Fence => "id",
+        }
+    }
+
+    /// The name of the value column.
+    pub fn value_column(self) -> &'static str {
+        match self {
+            Table::Kv => "v",
+            Table::Fence => "epoch",
+        }
+    }
+}
+
 /// A key of the `kv` table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RowKey(pub i64);
+
+/// A row of any table: the table and the primary-key value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Row {
+    /// The table.
+    pub table: Table,
+    /// The primary-key value.
+    pub key: i64,
+}
+
+impl From<RowKey> for Row {
+    fn from(k: RowKey) -> Self {
+        Row { table: Table::Kv, key: k.0 }
+    }
+}
 
 /// How the shared store is set up.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -60,8 +122,12 @@ pub enum SessionError {
         txn: TxnId,
     },
     /// An INSERT of a key whose row exists in the transaction's snapshot.
-    #[error("duplicate key value violates unique constraint \"kv_pkey\": key ({0}) already exists")]
-    Duplicate(i64),
+    #[error(
+        "duplicate key value violates unique constraint \"{}_pkey\": key ({}) already exists",
+        .0.table.name(),
+        .0.key
+    )]
+    Duplicate(Row),
     /// The configuration is out of range.
     #[error("invalid store configuration: {0}")]
     InvalidConfig(&'static str),
@@ -93,7 +159,7 @@ struct Engine {
     store: KvStore,
     /// The value of every version, aligned with `store.versions(key)`.
     values: Vec<Vec<Option<i64>>>,
-    keys: HashMap<RowKey, Key>,
+    keys: HashMap<Row, Key>,
     history: History,
     clients: Vec<ClientState>,
     seqs: Vec<u64>,
@@ -149,11 +215,13 @@ impl SharedStore {
 }
 
 impl Engine {
-    fn key(&mut self, row: RowKey) -> Result<Key, SessionError> {
+    fn key(&mut self, row: Row) -> Result<Key, SessionError> {
         if let Some(&k) = self.keys.get(&row) {
             return Ok(k);
         }
-        let name = KeyName { namespace: NAMESPACE.to_owned(), bytes: row.0.to_string().into_bytes() };
+        // The key text is the decimal key, as PostgreSQL prints `k::text`: the name the proxy records.
+        let name =
+            KeyName { namespace: row.table.name().to_owned(), bytes: row.key.to_string().into_bytes() };
         let k = self.history.keys.intern(name);
         if self.store.add_key(Observed::Absent) != k {
             return Err(SessionError::Internal("store and history number keys differently"));
@@ -247,10 +315,10 @@ impl Session {
     }
 
     /// Reads `row` in the open transaction (beginning one if none is open) and records the read.
-    pub fn read(&mut self, row: RowKey) -> Result<RowRead, SessionError> {
+    pub fn read(&mut self, row: impl Into<Row>) -> Result<RowRead, SessionError> {
         self.begin();
         let mut e = self.store.lock();
-        let key = e.key(row)?;
+        let key = e.key(row.into())?;
         let txn = self.txn.as_mut().ok_or(SessionError::Internal("no open transaction"))?;
         if let Some(&(_, w, value)) = txn.writes.iter().find(|(k, _, _)| *k == key) {
             txn.ops.push(Op::Read { key, observed: Observed::Version(w), stmt: None });
@@ -271,10 +339,10 @@ impl Session {
     }
 
     /// Writes `value` to `row` (`None` deletes the row) in the open transaction and records the write.
-    pub fn write(&mut self, row: RowKey, value: Option<i64>) -> Result<WriteId, SessionError> {
+    pub fn write(&mut self, row: impl Into<Row>, value: Option<i64>) -> Result<WriteId, SessionError> {
         self.begin();
         let mut e = self.store.lock();
-        let key = e.key(row)?;
+        let key = e.key(row.into())?;
         let w = WriteId(e.next_write);
         e.next_write += 1;
         let txn = self.txn.as_mut().ok_or(SessionError::Internal("no open transaction"))?;

@@ -18,7 +18,9 @@ The store has one table, kv(k int8 primary key, v int8 not null), empty at start
 START TRANSACTION, COMMIT, ROLLBACK and point statements: SELECT cols FROM kv WHERE k = x; UPDATE kv SET v = \
 x | v + x | v - x WHERE k = x; INSERT INTO kv (k, v) VALUES (x, x), ...; DELETE FROM kv WHERE k = x; where x \
 is an integer literal or a parameter $n, cols are k, v or xmin (the writer's transaction number), and \
-UPDATE/INSERT/DELETE take RETURNING cols. Other SQL gets ERROR 0A000 and the connection carries on.
+UPDATE/INSERT/DELETE take RETURNING cols. It also answers what the Krait proxy sends on its own (its \
+primary-key catalog query, `xmin::text` tags, and fence transactions on a second table, krait_fence), so \
+`krait proxy` with tagging on can run in front of it. Other SQL gets ERROR 0A000 and the connection carries on.
 
 Each connection is one client (one session of the history). A transaction takes its view when it begins and \
 commits only if the model's execution test allows it; a refused COMMIT is ERROR 40001 (serialization_failure), \

@@ -9,7 +9,11 @@
 //!   block commits on its own: unlike PostgreSQL, a multi-statement Query is not one implicit transaction);
 //! - the extended protocol (Parse, Bind, Describe, Execute with row limits, Close, Flush, Sync), with
 //!   parameters in text or binary; a statement outside a BEGIN block commits when it is executed;
-//! - the SQL of [`sql`], on the table `kv(k int8, v int8)` that always exists and starts empty.
+//! - the SQL of [`sql`], on the table `kv(k int8, v int8)` that always exists and starts empty, and the
+//!   statements the Krait proxy sends on its own: its primary-key catalog query, its row-version tags
+//!   (`xmin::text`) and its fence transactions on `krait_fence(id int4, epoch int8)`, which also always
+//!   exists and starts empty (see [`sql`] and [`crate::session::Table`]). So the real proxy, tagging on,
+//!   can run in front of the store.
 //!
 //! COMMIT runs the model's execution test; a refused commit is an ERROR with SQLSTATE 40001
 //! (serialization_failure), after which the transaction is over, so drivers retry as they do on PostgreSQL.
@@ -33,13 +37,13 @@ use wire::pg::{
     split_frame, split_startup,
 };
 
-use crate::session::{RowKey, Session, SessionError, SharedStore};
-use sql::{Column, NewValue, Scalar, SqlError, Statement};
+use crate::session::{Row, Session, SessionError, SharedStore, Table};
+use sql::{ColType, Column, Item, NewValue, Scalar, SqlError, Statement};
 
 /// The largest frontend message the front accepts; the statements it understands are tiny.
 pub const MAX_MESSAGE_LEN: usize = 1 << 20;
 
-/// The type oid of `int8`, the type of every column and parameter.
+/// The type oid of `int8`, the type of every parameter and most columns.
 const INT8_OID: u32 = 20;
 const INT4_OID: u32 = 23;
 const INT2_OID: u32 = 21;
@@ -223,13 +227,24 @@ struct Portal {
     params: Vec<Option<i64>>,
     result_formats: Vec<i16>,
     /// After the first Execute: the rows not sent yet and the command tag.
-    ran: Option<(std::collections::VecDeque<Vec<i64>>, String)>,
+    ran: Option<(std::collections::VecDeque<Vec<Cell>>, String)>,
+}
+
+/// One value of a result row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cell {
+    /// An integer, sent as its column's type says (int8, int4, or its decimal text).
+    Int(i64),
+    /// A fixed text (the catalog's names).
+    Text(&'static str),
 }
 
 /// The result of one statement.
 struct Outcome {
-    rows: Vec<Vec<i64>>,
+    rows: Vec<Vec<Cell>>,
     tag: String,
+    /// A notice to send before the result (a no-op CREATE TABLE IF NOT EXISTS).
+    notice: Option<(&'static str, &'static str)>,
 }
 
 struct Conn {
@@ -303,6 +318,10 @@ impl Conn {
 
     fn warning(&mut self, sqlstate: &str, message: &str) {
         self.send(BackendMessage::NoticeResponse(ErrorFields::with_severity("WARNING", sqlstate, message)));
+    }
+
+    fn notice(&mut self, sqlstate: &str, message: &str) {
+        self.send(BackendMessage::NoticeResponse(ErrorFields::with_severity("NOTICE", sqlstate, message)));
     }
 
     fn handle(&mut self, msg: FrontendMessage) -> Result<Flow, ProtocolError> {
@@ -395,12 +414,16 @@ impl Conn {
                 for stmt in &stmts {
                     match self.run(stmt, &[]) {
                         Ok(outcome) => {
-                            if !stmt.columns().is_empty() {
-                                let fields = row_description(stmt.columns(), &[]);
+                            if let Some((state, text)) = outcome.notice {
+                                self.notice(state, text);
+                            }
+                            let cols = stmt.columns();
+                            if !cols.is_empty() {
+                                let fields = row_description(&cols, &[]);
                                 self.send(BackendMessage::RowDescription { fields });
                             }
                             for row in &outcome.rows {
-                                self.send(data_row(row, &[]));
+                                self.send(data_row(row, &cols, &[]));
                             }
                             self.send(command_complete(&outcome.tag));
                         }
@@ -507,7 +530,7 @@ impl Conn {
         }
         match stmt.as_ref().map(|s| s.columns()).filter(|c| !c.is_empty()) {
             Some(cols) => {
-                let fields = row_description(cols, &formats);
+                let fields = row_description(&cols, &formats);
                 self.send(BackendMessage::RowDescription { fields });
             }
             None => self.send(BackendMessage::NoData),
@@ -526,6 +549,9 @@ impl Conn {
         if portal.ran.is_none() {
             let params = portal.params.clone();
             let outcome = self.run(&stmt, &params)?;
+            if let Some((state, text)) = outcome.notice {
+                self.notice(state, text);
+            }
             let portal =
                 self.portals.get_mut(name).ok_or_else(|| PgError::new("34000", "portal vanished"))?;
             portal.ran = Some((outcome.rows.into(), outcome.tag));
@@ -534,11 +560,12 @@ impl Conn {
         let formats = portal.result_formats.clone();
         let Some((rows, tag)) = portal.ran.as_mut() else { return Ok(()) };
         let limit = usize::try_from(max_rows).ok().filter(|&n| n > 0).unwrap_or(usize::MAX);
-        let batch: Vec<Vec<i64>> = (0..limit).map_while(|_| rows.pop_front()).collect();
+        let batch: Vec<Vec<Cell>> = (0..limit).map_while(|_| rows.pop_front()).collect();
         let suspended = !rows.is_empty();
         let tag = tag.clone();
+        let cols = stmt.columns();
         for row in &batch {
-            self.send(data_row(row, &formats));
+            self.send(data_row(row, &cols, &formats));
         }
         self.send(if suspended { BackendMessage::PortalSuspended } else { command_complete(&tag) });
         Ok(())
@@ -556,7 +583,7 @@ impl Conn {
     /// Runs one statement in the session: transaction control, or a data statement in the open block or in
     /// a transaction of its own.
     fn run(&mut self, stmt: &Statement, params: &[Option<i64>]) -> Result<Outcome, PgError> {
-        let tag = |t: &str| Ok(Outcome { rows: Vec::new(), tag: t.to_owned() });
+        let tag = |t: &str| Ok(Outcome { rows: Vec::new(), tag: t.to_owned(), notice: None });
         match stmt {
             Statement::Begin { read_only } => {
                 if self.block {
@@ -631,90 +658,135 @@ impl Conn {
                     .ok_or_else(|| PgError::new("42P02", format!("there is no parameter ${}", i + 1))),
             }
         };
-        let not_null = |v: Option<i64>, col: &str| {
+        let not_null = |v: Option<i64>, table: Table, col: &str| {
             v.ok_or_else(|| {
-                PgError::new("23502", format!("null value in column \"{col}\" of relation \"kv\""))
+                PgError::new(
+                    "23502",
+                    format!("null value in column \"{col}\" of relation \"{}\"", table.name()),
+                )
             })
         };
-        let writes = !matches!(stmt, Statement::Select { .. });
+        // krait_fence's key is an int4, as the proxy creates it.
+        let row_of = |table: Table, key: i64| -> Result<Row, PgError> {
+            if table == Table::Fence && i32::try_from(key).is_err() {
+                return Err(PgError::new("22003", "integer out of range"));
+            }
+            Ok(Row { table, key })
+        };
+        let outcome = |rows: Vec<Vec<Cell>>, tag: String| Ok(Outcome { rows, tag, notice: None });
+        let writes = matches!(
+            stmt,
+            Statement::Update { .. }
+                | Statement::Insert { .. }
+                | Statement::Delete { .. }
+                | Statement::CreateFence
+        );
         if writes && self.block && self.read_only {
             return Err(PgError::new("25006", "cannot execute a write in a read-only transaction"));
         }
-        let cols = stmt.columns();
-        let row = |k: i64, v: i64, xmin: u64| -> Vec<i64> {
-            cols.iter()
-                .map(|c| match c {
-                    Column::K => k,
-                    Column::V => v,
-                    Column::Xmin => i64::try_from(xmin).unwrap_or(i64::MAX),
-                })
-                .collect()
-        };
         match stmt {
-            Statement::Select { key, .. } => {
-                // `k = NULL` matches no row and reads nothing.
-                let Some(k) = value(*key)? else {
-                    return Ok(Outcome { rows: vec![], tag: "SELECT 0".into() });
-                };
-                let read = self.session.read(RowKey(k))?;
-                let rows: Vec<Vec<i64>> = read.value.map(|v| row(k, v, read.writer)).into_iter().collect();
-                Ok(Outcome { tag: format!("SELECT {}", rows.len()), rows })
+            Statement::Catalog => {
+                let rows =
+                    sql::CATALOG_ROWS.iter().map(|r| r.iter().map(|&t| Cell::Text(t)).collect()).collect();
+                outcome(rows, format!("SELECT {}", sql::CATALOG_ROWS.len()))
             }
-            Statement::Update { value: new, key, .. } => {
-                let Some(k) = value(*key)? else {
-                    return Ok(Outcome { rows: vec![], tag: "UPDATE 0".into() });
-                };
-                let read = self.session.read(RowKey(k))?;
-                let Some(old) = read.value else {
-                    return Ok(Outcome { rows: vec![], tag: "UPDATE 0".into() });
-                };
+            Statement::CreateFence => Ok(Outcome {
+                rows: Vec::new(),
+                tag: "CREATE TABLE".into(),
+                notice: Some(("42P07", "relation \"krait_fence\" already exists, skipping")),
+            }),
+            Statement::Select { table, cols, key } => {
+                // `k = NULL` matches no row and reads nothing.
+                let Some(k) = value(*key)? else { return outcome(vec![], "SELECT 0".into()) };
+                let read = self.session.read(row_of(*table, k)?)?;
+                let Some(v) = read.value else { return outcome(vec![], "SELECT 0".into()) };
+                let own = self.session.txn_number();
+                let row = cells(cols, Shown { k, v, xmin: read.writer, replaced: read.writer, own });
+                outcome(vec![row], "SELECT 1".into())
+            }
+            Statement::Update { table, value: new, key, returning } => {
+                let Some(k) = value(*key)? else { return outcome(vec![], "UPDATE 0".into()) };
+                let row = row_of(*table, k)?;
+                let read = self.session.read(row)?;
+                let Some(old) = read.value else { return outcome(vec![], "UPDATE 0".into()) };
                 let v = match *new {
-                    NewValue::Set(s) => not_null(value(s)?, "v")?,
+                    NewValue::Set(s) => not_null(value(s)?, *table, table.value_column())?,
                     NewValue::Add { by, negate } => {
-                        let by = not_null(value(by)?, "v")?;
+                        let by = not_null(value(by)?, *table, table.value_column())?;
                         let sum = if negate { old.checked_sub(by) } else { old.checked_add(by) };
                         sum.ok_or_else(|| PgError::new("22003", "bigint out of range"))?
                     }
                 };
-                self.session.write(RowKey(k), Some(v))?;
-                let xmin = self.session.txn_number();
-                Ok(Outcome {
-                    rows: if cols.is_empty() { vec![] } else { vec![row(k, v, xmin)] },
-                    tag: "UPDATE 1".into(),
-                })
+                self.session.write(row, Some(v))?;
+                let own = self.session.txn_number();
+                // The new version's xmin is the transaction's own number; the replaced one's is its writer's.
+                let shown = Shown { k, v, xmin: own, replaced: read.writer, own };
+                let rows = if returning.is_empty() { vec![] } else { vec![cells(returning, shown)] };
+                outcome(rows, "UPDATE 1".into())
             }
-            Statement::Insert { rows: values, .. } => {
+            Statement::Insert { table, rows: values, skip_existing, returning } => {
                 let mut rows = Vec::new();
+                let mut inserted = 0;
                 for &(k, v) in values {
-                    let k = not_null(value(k)?, "k")?;
-                    let v = not_null(value(v)?, "v")?;
-                    if self.session.read(RowKey(k))?.value.is_some() {
-                        return Err(SessionError::Duplicate(k).into());
+                    let k = not_null(value(k)?, *table, table.key_column())?;
+                    let v = not_null(value(v)?, *table, table.value_column())?;
+                    let row = row_of(*table, k)?;
+                    if self.session.read(row)?.value.is_some() {
+                        if *skip_existing {
+                            continue;
+                        }
+                        return Err(SessionError::Duplicate(row).into());
                     }
-                    self.session.write(RowKey(k), Some(v))?;
-                    rows.push(row(k, v, self.session.txn_number()));
+                    self.session.write(row, Some(v))?;
+                    inserted += 1;
+                    let own = self.session.txn_number();
+                    rows.push(cells(returning, Shown { k, v, xmin: own, replaced: own, own }));
                 }
-                let tag = format!("INSERT 0 {}", values.len());
-                Ok(Outcome { rows: if cols.is_empty() { vec![] } else { rows }, tag })
+                let tag = format!("INSERT 0 {inserted}");
+                outcome(if returning.is_empty() { vec![] } else { rows }, tag)
             }
-            Statement::Delete { key, .. } => {
-                let Some(k) = value(*key)? else {
-                    return Ok(Outcome { rows: vec![], tag: "DELETE 0".into() });
-                };
-                let read = self.session.read(RowKey(k))?;
-                let Some(v) = read.value else { return Ok(Outcome { rows: vec![], tag: "DELETE 0".into() }) };
-                self.session.write(RowKey(k), None)?;
+            Statement::Delete { table, key, returning } => {
+                let Some(k) = value(*key)? else { return outcome(vec![], "DELETE 0".into()) };
+                let row = row_of(*table, k)?;
+                let read = self.session.read(row)?;
+                let Some(v) = read.value else { return outcome(vec![], "DELETE 0".into()) };
+                self.session.write(row, None)?;
+                let own = self.session.txn_number();
                 // As in PostgreSQL, RETURNING shows the deleted row as it was.
-                Ok(Outcome {
-                    rows: if cols.is_empty() { vec![] } else { vec![row(k, v, read.writer)] },
-                    tag: "DELETE 1".into(),
-                })
+                let shown = Shown { k, v, xmin: read.writer, replaced: read.writer, own };
+                let rows = if returning.is_empty() { vec![] } else { vec![cells(returning, shown)] };
+                outcome(rows, "DELETE 1".into())
             }
             Statement::Begin { .. } | Statement::Commit | Statement::Rollback => {
                 Err(PgError::new("XX000", "transaction control reached the data path"))
             }
         }
     }
+}
+
+/// What a result row can show: the row's key and value, the `xmin` of the version shown, the `xmin` of
+/// the version an UPDATE replaced, and the statement's own transaction number.
+#[derive(Clone, Copy)]
+struct Shown {
+    k: i64,
+    v: i64,
+    xmin: u64,
+    replaced: u64,
+    own: u64,
+}
+
+fn cells(items: &[Item], s: Shown) -> Vec<Cell> {
+    let number = |n: u64| Cell::Int(i64::try_from(n).unwrap_or(i64::MAX));
+    items
+        .iter()
+        .map(|i| match i.col {
+            Column::K => Cell::Int(s.k),
+            Column::V => Cell::Int(s.v),
+            Column::Xmin => number(s.xmin),
+            Column::Replaced => number(s.replaced),
+            Column::CurrentXact => number(s.own),
+        })
+        .collect()
 }
 
 fn command_complete(tag: &str) -> BackendMessage {
@@ -730,31 +802,47 @@ fn format_of(formats: &[i16], i: usize) -> i16 {
     }
 }
 
-fn row_description(cols: &[Column], formats: &[i16]) -> Vec<FieldDescription> {
+fn type_of(ty: ColType) -> (u32, i16) {
+    match ty {
+        ColType::Int8 => (INT8_OID, 8),
+        ColType::Int4 => (INT4_OID, 4),
+        ColType::Text => (TEXT_OID, -1),
+    }
+}
+
+fn row_description(cols: &[(&str, ColType)], formats: &[i16]) -> Vec<FieldDescription> {
     cols.iter()
         .enumerate()
-        .map(|(i, c)| FieldDescription {
-            name: Bytes::from_static(c.name().as_bytes()),
-            table_oid: 0,
-            column: 0,
-            type_oid: INT8_OID,
-            type_size: 8,
-            type_modifier: -1,
-            format: format_of(formats, i),
+        .map(|(i, &(name, ty))| {
+            let (type_oid, type_size) = type_of(ty);
+            FieldDescription {
+                name: Bytes::copy_from_slice(name.as_bytes()),
+                table_oid: 0,
+                column: 0,
+                type_oid,
+                type_size,
+                type_modifier: -1,
+                format: format_of(formats, i),
+            }
         })
         .collect()
 }
 
-fn data_row(row: &[i64], formats: &[i16]) -> BackendMessage {
+/// Encodes a row. Integers go as their column's type: text, or binary int8/int4; a text column's binary
+/// form is its UTF-8 text, the same bytes as its text form (which is why the proxy casts its tags to text).
+fn data_row(row: &[Cell], cols: &[(&str, ColType)], formats: &[i16]) -> BackendMessage {
     let values = row
         .iter()
         .enumerate()
-        .map(|(i, v)| {
+        .map(|(i, cell)| {
+            let ty = cols.get(i).map_or(ColType::Int8, |c| c.1);
             let mut b = BytesMut::new();
-            if format_of(formats, i) == 1 {
-                b.put_i64(*v);
-            } else {
-                b.put_slice(v.to_string().as_bytes());
+            match (*cell, ty, format_of(formats, i)) {
+                (Cell::Int(v), ColType::Int8, 1) => b.put_i64(v),
+                // An int4 column only ever holds int4 values (krait_fence's keys are checked on the way in).
+                (Cell::Int(v), ColType::Int4, 1) => b.put_i32(i32::try_from(v).unwrap_or(i32::MAX)),
+                (Cell::Int(v), _, _) => b.put_slice(v.to_string().as_bytes()),
+                (Cell::Text(t), _, _) => b.put_slice(t.as_bytes()),
             }
             Some(b.freeze())
         })

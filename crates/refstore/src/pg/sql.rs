@@ -1,43 +1,84 @@
-//! The SQL the front understands: a small matcher for the fixed shape of the `kv(k int8 primary key, v int8
-//! not null)` table, not a general parser. Anything outside the shape is refused by construction (no clause
-//! can be silently ignored), with a message that says what is supported.
+//! The SQL the front understands: a small matcher for the fixed shapes of the `kv(k int8 primary key, v int8
+//! not null)` table, plus the few statements the Krait proxy sends on its own, not a general parser.
+//! Anything outside the shapes is refused by construction (no clause can be silently ignored), with a
+//! message that says what is supported.
 //!
 //! ```text
 //! BEGIN [WORK | TRANSACTION] [modes] | START TRANSACTION [modes]
 //! COMMIT [WORK | TRANSACTION] | END | ROLLBACK [WORK | TRANSACTION] | ABORT
-//! SELECT cols FROM kv WHERE k = x
-//! UPDATE kv SET v = y WHERE k = x [RETURNING cols]
-//! INSERT INTO kv [(k, v)] VALUES (x, x) [, (x, x)]... [RETURNING cols]
-//! DELETE FROM kv WHERE k = x [RETURNING cols]
+//! SELECT items FROM t WHERE key = x [FOR UPDATE]          (FOR UPDATE on krait_fence only)
+//! UPDATE t SET val = y WHERE key = x [RETURNING items]
+//! INSERT INTO t [(key, val)] VALUES (x, x) [, (x, x)]... [ON CONFLICT (key) DO NOTHING] [RETURNING items]
+//! DELETE FROM t WHERE key = x [RETURNING items]
 //!
-//! cols: * | col [, col]...      col: k | v | xmin, optionally written kv.col
+//! t: kv (key k, val v) or krait_fence (key id, val epoch), optionally written public.t
+//! items: * | item [, item]...
+//! item: expr [::type] [AS name]          type: text | int8 | bigint | int4 | int | integer
+//! expr: key | val | xmin, optionally written t.col
+//!     | pg_current_xact_id()                                   (the transaction's own number)
+//!     | (SELECT a.xmin FROM t AS a WHERE a.key = t.key)        (UPDATE ... RETURNING only: the replaced
+//!                                                              version's xmin; `a.xmin` may be cast to text)
 //! x: an integer literal, a quoted integer, or a parameter $n, optionally cast ::int8 (or another int type)
-//! y: x | v + x | v - x | x + v
+//! y: x | val + x | val - x | x + val
 //! ```
-//! The table may be written `kv` or `public.kv`.
+//!
+//! Two more statements are matched whole, token for token (case and spacing aside), because the Krait
+//! proxy sends them (DESIGN.md §3):
+//! - [`CATALOG_QUERY`], the proxy's primary-key catalog query: answered with the truth, that `kv`'s key is
+//!   `k` and `krait_fence`'s is `id`;
+//! - [`CREATE_FENCE`], the fence table's set-up: `krait_fence` always exists, so it does nothing.
+//!
+//! With those, the shapes above cover the proxy's tagging rewrite (`..., kv.xmin::TEXT AS krait_v0,
+//! kv.k::TEXT AS krait_v1`, and the replaced-version subquery of an UPDATE that reads its row) and its fence
+//! transaction (`SELECT xmin::text, id::text FROM krait_fence WHERE id = n FOR UPDATE`, `UPDATE krait_fence
+//! SET epoch = epoch + 1 ... RETURNING xmin::text, id::text`, `INSERT ... ON CONFLICT (id) DO NOTHING`).
+//!
+//! `xmin` is the number of the transaction that wrote the row's version (PostgreSQL's xmin; here a 64-bit
+//! number, sent as int8 unless cast to text). `FOR UPDATE` takes no lock (the store has none): the read is a
+//! plain read, and the model's commit test decides, as for any read-modify-write. It is accepted only on
+//! `krait_fence`, where the proxy's fence needs it; on `kv`, where a client may rely on the lock for mutual
+//! exclusion, it is refused.
 
 use std::fmt;
+use std::sync::OnceLock;
 
-/// A column of the `kv` table, or its `xmin` system column (the writer's transaction number).
+pub use crate::session::Table;
+
+/// What a result column shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Column {
     /// The key.
     K,
     /// The value.
     V,
-    /// The number of the transaction that wrote the row's version.
+    /// The number of the transaction that wrote the row's version (`xmin`).
     Xmin,
+    /// In `UPDATE ... RETURNING`: the `xmin` of the version the update replaced (the version its read saw).
+    Replaced,
+    /// `pg_current_xact_id()`: the number of the statement's own transaction.
+    CurrentXact,
 }
 
-impl Column {
-    /// The column's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Column::K => "k",
-            Column::V => "v",
-            Column::Xmin => "xmin",
-        }
-    }
+/// The type a result column is sent as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColType {
+    /// `int8`.
+    Int8,
+    /// `int4` (`krait_fence.id`).
+    Int4,
+    /// `text`: what `::text` casts give.
+    Text,
+}
+
+/// One result column: what it shows, as which type, under which name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// What it shows.
+    pub col: Column,
+    /// Its type.
+    pub ty: ColType,
+    /// Its name in the RowDescription: the `AS` name, else the column's (or function's) name.
+    pub name: String,
 }
 
 /// An integer operand: a literal, or a parameter (0-based).
@@ -63,7 +104,7 @@ pub enum NewValue {
     },
 }
 
-/// One statement of the supported shape.
+/// One statement of the supported shapes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Statement {
     /// BEGIN / START TRANSACTION.
@@ -77,46 +118,84 @@ pub enum Statement {
     Rollback,
     /// A point read.
     Select {
+        /// The table.
+        table: Table,
         /// The selected columns.
-        cols: Vec<Column>,
+        cols: Vec<Item>,
         /// The key.
         key: Scalar,
     },
     /// A point update.
     Update {
+        /// The table.
+        table: Table,
         /// The new value.
         value: NewValue,
         /// The key.
         key: Scalar,
         /// The RETURNING columns (empty if none).
-        returning: Vec<Column>,
+        returning: Vec<Item>,
     },
     /// Inserts of (key, value) rows.
     Insert {
+        /// The table.
+        table: Table,
         /// The rows, as (key, value).
         rows: Vec<(Scalar, Scalar)>,
+        /// `ON CONFLICT (key) DO NOTHING`: a row whose key exists is skipped instead of failing.
+        skip_existing: bool,
         /// The RETURNING columns (empty if none).
-        returning: Vec<Column>,
+        returning: Vec<Item>,
     },
     /// A point delete.
     Delete {
+        /// The table.
+        table: Table,
         /// The key.
         key: Scalar,
         /// The RETURNING columns (empty if none).
-        returning: Vec<Column>,
+        returning: Vec<Item>,
     },
+    /// The proxy's primary-key catalog query ([`CATALOG_QUERY`]).
+    Catalog,
+    /// The fence table's set-up ([`CREATE_FENCE`]): a no-op, the table exists.
+    CreateFence,
 }
 
+/// The rows [`Statement::Catalog`] returns, in the query's order (schema, table, key column): every table
+/// of the store with its primary key.
+pub const CATALOG_ROWS: [[&str; 3]; 2] = [["public", "krait_fence", "id"], ["public", "kv", "k"]];
+
+/// The column names of [`Statement::Catalog`]'s rows (all `text`), as PostgreSQL names `x.col::text`.
+const CATALOG_COLUMNS: [&str; 3] = ["nspname", "relname", "attname"];
+
+/// The Krait proxy's primary-key catalog query, as it sends it (a copy of `proxy::interpret::PK_QUERY`; the
+/// krait crate's tests check that the two agree).
+pub const CATALOG_QUERY: &str = "SELECT n.nspname::text, c.relname::text, a.attname::text \
+     FROM pg_catalog.pg_class c \
+     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+     LEFT JOIN pg_catalog.pg_index i ON i.indrelid = c.oid AND i.indisprimary \
+     LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey) \
+     WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
+       AND n.nspname NOT LIKE 'pg_toast%' \
+     ORDER BY 1, 2, array_position(i.indkey::int2[], a.attnum)";
+
+/// The fence table's set-up statement as the Krait proxy sends it (`proxy::interpret::fence::setup_sql`).
+pub const CREATE_FENCE: &str =
+    "CREATE TABLE IF NOT EXISTS krait_fence (id int PRIMARY KEY, epoch bigint NOT NULL)";
+
 impl Statement {
-    /// The columns of the rows it returns (empty: it returns no rows).
-    pub fn columns(&self) -> &[Column] {
-        match self {
+    /// The columns of the rows it returns, as (name, type); empty: it returns no rows.
+    pub fn columns(&self) -> Vec<(&str, ColType)> {
+        let items = match self {
             Statement::Select { cols, .. } => cols,
             Statement::Update { returning, .. }
             | Statement::Insert { returning, .. }
             | Statement::Delete { returning, .. } => returning,
-            _ => &[],
-        }
+            Statement::Catalog => return CATALOG_COLUMNS.iter().map(|&n| (n, ColType::Text)).collect(),
+            _ => return Vec::new(),
+        };
+        items.iter().map(|i| (i.name.as_str(), i.ty)).collect()
     }
 
     /// Whether it reads or writes rows (rather than controlling the transaction).
@@ -143,7 +222,8 @@ impl fmt::Display for SqlError {
 /// What the front supports, for error messages.
 pub const SUPPORTED: &str = "the krait reference store supports only BEGIN, COMMIT, ROLLBACK and point \
     statements on kv(k, v): SELECT cols FROM kv WHERE k = x; UPDATE kv SET v = x | v + x WHERE k = x; \
-    INSERT INTO kv (k, v) VALUES (x, x); DELETE FROM kv WHERE k = x; with RETURNING k, v or xmin";
+    INSERT INTO kv (k, v) VALUES (x, x); DELETE FROM kv WHERE k = x; with RETURNING k, v or xmin (and the \
+    Krait proxy's catalog query and fence statements)";
 
 fn unsupported(what: impl Into<String>) -> SqlError {
     SqlError { sqlstate: "0A000", message: format!("{}; {SUPPORTED}", what.into()) }
@@ -262,6 +342,21 @@ fn tokenize(sql: &str) -> Result<Vec<Tok>, SqlError> {
     Ok(toks)
 }
 
+/// The tokens of a statement matched whole, computed once.
+fn whole(cell: &'static OnceLock<Vec<Tok>>, sql: &str) -> &'static [Tok] {
+    cell.get_or_init(|| tokenize(sql).unwrap_or_default())
+}
+
+fn catalog_tokens() -> &'static [Tok] {
+    static CELL: OnceLock<Vec<Tok>> = OnceLock::new();
+    whole(&CELL, CATALOG_QUERY)
+}
+
+fn create_fence_tokens() -> &'static [Tok] {
+    static CELL: OnceLock<Vec<Tok>> = OnceLock::new();
+    whole(&CELL, CREATE_FENCE)
+}
+
 /// Parses a query string into its statements (a simple Query may hold several, separated by `;`). An empty
 /// list means the query was empty.
 pub fn parse(sql: &str) -> Result<Vec<Statement>, SqlError> {
@@ -282,6 +377,34 @@ pub fn parse_one(sql: &str) -> Result<Option<(Statement, usize)>, SqlError> {
         return Err(syntax("cannot insert multiple commands into a prepared statement"));
     }
     Parser { toks: first, pos: 0, params: 0 }.statement().map(Some)
+}
+
+/// A result item as written, before the statement's table is known (a SELECT names it after the items).
+#[derive(Debug)]
+struct RawItem {
+    expr: RawExpr,
+    cast: Option<String>,
+    alias: Option<String>,
+}
+
+#[derive(Debug)]
+enum RawExpr {
+    Star,
+    /// `[qualifier.]name`.
+    Col {
+        qual: Vec<String>,
+        name: String,
+    },
+    /// `(SELECT a.xmin FROM t AS a WHERE a.key = outer.key)`.
+    Replaced {
+        /// The inner `a.xmin` is cast to text.
+        text: bool,
+        table: Vec<String>,
+        key: String,
+        outer: Vec<String>,
+        outer_key: String,
+    },
+    CurrentXact,
 }
 
 struct Parser<'t> {
@@ -345,6 +468,19 @@ impl Parser<'_> {
         }
     }
 
+    fn expect_ident(&mut self) -> Result<String, SqlError> {
+        self.ident().ok_or_else(|| unsupported(format!("expected a name {}", self.near())))
+    }
+
+    /// `a.b.c`: one or more names joined by dots.
+    fn dotted(&mut self) -> Result<Vec<String>, SqlError> {
+        let mut parts = vec![self.expect_ident()?];
+        while self.sym('.') {
+            parts.push(self.expect_ident()?);
+        }
+        Ok(parts)
+    }
+
     fn end(&self) -> Result<(), SqlError> {
         match self.peek() {
             None => Ok(()),
@@ -353,6 +489,12 @@ impl Parser<'_> {
     }
 
     fn statement(mut self) -> Result<(Statement, usize), SqlError> {
+        if self.toks == catalog_tokens() {
+            return Ok((Statement::Catalog, 0));
+        }
+        if self.toks == create_fence_tokens() {
+            return Ok((Statement::CreateFence, 0));
+        }
         let Some(Tok::Ident { name, quoted: false }) = self.peek().cloned() else {
             return Err(syntax(format!("syntax error {}", self.near())));
         };
@@ -377,36 +519,54 @@ impl Parser<'_> {
                 Statement::Rollback
             }
             "select" => {
-                let cols = self.columns()?;
+                let raw = self.raw_items()?;
                 self.expect_keyword("from")?;
-                self.table()?;
-                let key = self.where_key()?;
+                let table = self.table()?;
+                let cols = resolve_items(raw, table, false)?;
+                let key = self.where_key(table)?;
+                if self.keyword("for") {
+                    self.expect_keyword("update")?;
+                    if table != Table::Fence {
+                        return Err(unsupported(
+                            "SELECT ... FOR UPDATE is supported on krait_fence only: the store takes no row \
+                             locks",
+                        ));
+                    }
+                }
                 self.end()?;
-                Statement::Select { cols, key }
+                Statement::Select { table, cols, key }
             }
             "update" => {
-                self.table()?;
+                let table = self.table()?;
                 self.expect_keyword("set")?;
-                self.column_named(Column::V, "only v can be updated")?;
+                if self.column(table)? != Column::V {
+                    return Err(unsupported(format!("only {} can be updated", table.value_column())));
+                }
                 self.expect_sym('=')?;
-                let value = self.new_value()?;
-                let key = self.where_key()?;
-                let returning = self.returning()?;
-                Statement::Update { value, key, returning }
+                let value = self.new_value(table)?;
+                let key = self.where_key(table)?;
+                let returning = self.returning(table, true)?;
+                Statement::Update { table, value, key, returning }
             }
             "insert" => {
                 self.expect_keyword("into")?;
-                self.table()?;
+                let table = self.table()?;
                 let mut key_first = true;
                 if self.sym('(') {
-                    let a = self.column()?;
+                    let a = self.column(table)?;
                     self.expect_sym(',')?;
-                    let b = self.column()?;
+                    let b = self.column(table)?;
                     self.expect_sym(')')?;
                     key_first = match (a, b) {
                         (Column::K, Column::V) => true,
                         (Column::V, Column::K) => false,
-                        _ => return Err(unsupported("INSERT must name the columns k and v")),
+                        _ => {
+                            return Err(unsupported(format!(
+                                "INSERT must name the columns {} and {}",
+                                table.key_column(),
+                                table.value_column()
+                            )));
+                        }
                     };
                 }
                 self.expect_keyword("values")?;
@@ -422,15 +582,27 @@ impl Parser<'_> {
                         break;
                     }
                 }
-                let returning = self.returning()?;
-                Statement::Insert { rows, returning }
+                let mut skip_existing = false;
+                if self.keyword("on") {
+                    self.expect_keyword("conflict")?;
+                    self.expect_sym('(')?;
+                    if self.column(table)? != Column::K {
+                        return Err(unsupported("ON CONFLICT must name the primary key"));
+                    }
+                    self.expect_sym(')')?;
+                    self.expect_keyword("do")?;
+                    self.expect_keyword("nothing")?;
+                    skip_existing = true;
+                }
+                let returning = self.returning(table, false)?;
+                Statement::Insert { table, rows, skip_existing, returning }
             }
             "delete" => {
                 self.expect_keyword("from")?;
-                self.table()?;
-                let key = self.where_key()?;
-                let returning = self.returning()?;
-                Statement::Delete { key, returning }
+                let table = self.table()?;
+                let key = self.where_key(table)?;
+                let returning = self.returning(table, false)?;
+                Statement::Delete { table, key, returning }
             }
             other => {
                 return Err(unsupported(format!(
@@ -460,99 +632,156 @@ impl Parser<'_> {
         Ok(Statement::Begin { read_only })
     }
 
-    fn table(&mut self) -> Result<(), SqlError> {
-        let first = self.ident();
-        let name = if self.sym('.') {
-            if first.as_deref() != Some("public") {
-                return Err(unsupported("only the table kv (or public.kv) exists"));
-            }
-            self.ident()
-        } else {
-            first
-        };
-        match name.as_deref() {
-            Some("kv") => Ok(()),
-            Some(other) => Err(SqlError {
-                sqlstate: "42P01",
-                message: format!("relation \"{other}\" does not exist; {SUPPORTED}"),
-            }),
-            None => Err(unsupported(format!("expected the table kv {}", self.near()))),
+    fn table(&mut self) -> Result<Table, SqlError> {
+        if !matches!(self.peek(), Some(Tok::Ident { .. })) {
+            return Err(unsupported(format!("expected the table kv {}", self.near())));
         }
+        let name = self.dotted()?;
+        table_named(&name)
     }
 
-    fn column(&mut self) -> Result<Column, SqlError> {
-        let mut name = self.ident();
-        if name.as_deref() == Some("kv") && self.sym('.') {
-            name = self.ident();
+    /// A column of `table` as written in a column list, SET or WHERE: `col` or `table.col`.
+    fn column(&mut self, table: Table) -> Result<Column, SqlError> {
+        if !matches!(self.peek(), Some(Tok::Ident { .. })) {
+            return Err(unsupported(format!("expected a column of {} {}", table.name(), self.near())));
         }
-        match name.as_deref() {
-            Some("k") => Ok(Column::K),
-            Some("v") => Ok(Column::V),
-            Some("xmin") => Ok(Column::Xmin),
-            Some(other) if self.peek() == Some(&Tok::Sym('(')) => {
-                Err(unsupported(format!("function {other}() is not supported")))
-            }
-            Some(other) => Err(SqlError {
-                sqlstate: "42703",
-                message: format!("column \"{other}\" does not exist; the table is kv(k, v)"),
-            }),
-            None => Err(unsupported(format!("expected a column of kv {}", self.near()))),
+        let mut parts = self.dotted()?;
+        let name = parts.pop().unwrap_or_default();
+        if self.peek() == Some(&Tok::Sym('(')) {
+            return Err(unsupported(format!("function {name}() is not supported")));
         }
+        column_of(table, &parts, &name)
     }
 
-    fn column_named(&mut self, want: Column, why: &str) -> Result<(), SqlError> {
-        if self.column()? == want { Ok(()) } else { Err(unsupported(why.to_owned())) }
-    }
-
-    fn columns(&mut self) -> Result<Vec<Column>, SqlError> {
+    fn raw_items(&mut self) -> Result<Vec<RawItem>, SqlError> {
         if self.sym('*') {
-            return Ok(vec![Column::K, Column::V]);
+            return Ok(vec![RawItem { expr: RawExpr::Star, cast: None, alias: None }]);
         }
-        let mut cols = vec![self.column()?];
+        let mut items = vec![self.raw_item()?];
         while self.sym(',') {
-            cols.push(self.column()?);
+            items.push(self.raw_item()?);
         }
-        Ok(cols)
+        Ok(items)
     }
 
-    fn returning(&mut self) -> Result<Vec<Column>, SqlError> {
-        let cols = if self.keyword("returning") { self.columns()? } else { Vec::new() };
+    fn raw_item(&mut self) -> Result<RawItem, SqlError> {
+        let expr = if self.sym('(') {
+            self.replaced_subquery()?
+        } else if matches!(self.peek(), Some(Tok::Ident { .. })) {
+            let mut parts = self.dotted()?;
+            let name = parts.pop().unwrap_or_default();
+            if self.sym('(') {
+                if name != "pg_current_xact_id" || !parts.is_empty() {
+                    return Err(unsupported(format!("function {name}() is not supported")));
+                }
+                self.expect_sym(')')?;
+                RawExpr::CurrentXact
+            } else {
+                RawExpr::Col { qual: parts, name }
+            }
+        } else {
+            return Err(unsupported(format!("expected a column {}", self.near())));
+        };
+        let cast = if self.peek() == Some(&Tok::Cast) {
+            self.pos += 1;
+            Some(self.expect_ident()?)
+        } else {
+            None
+        };
+        let alias = if self.keyword("as") { Some(self.expect_ident()?) } else { None };
+        Ok(RawItem { expr, cast, alias })
+    }
+
+    /// After `(`: `SELECT a.xmin[::text] FROM t AS a WHERE a.key = outer.key )`, the proxy's way of asking
+    /// an UPDATE for the version it replaced.
+    fn replaced_subquery(&mut self) -> Result<RawExpr, SqlError> {
+        let shape =
+            || unsupported("the only subquery supported is (SELECT a.xmin FROM t AS a WHERE a.key = t.key)");
+        self.expect_keyword("select").map_err(|_| shape())?;
+        let inner = self.dotted()?;
+        let [alias, xmin] = inner.as_slice() else { return Err(shape()) };
+        if xmin != "xmin" {
+            return Err(shape());
+        }
+        let text = self.peek() == Some(&Tok::Cast);
+        if text {
+            self.pos += 1;
+            if self.expect_ident()? != "text" {
+                return Err(shape());
+            }
+        }
+        self.expect_keyword("from").map_err(|_| shape())?;
+        let table = self.dotted()?;
+        self.expect_keyword("as").map_err(|_| shape())?;
+        if self.expect_ident()? != *alias {
+            return Err(shape());
+        }
+        self.expect_keyword("where").map_err(|_| shape())?;
+        let mut left = self.dotted()?;
+        let key = left.pop().unwrap_or_default();
+        if left != [alias.clone()] {
+            return Err(shape());
+        }
+        self.expect_sym('=').map_err(|_| shape())?;
+        let mut outer = self.dotted()?;
+        let outer_key = outer.pop().unwrap_or_default();
+        self.expect_sym(')').map_err(|_| shape())?;
+        Ok(RawExpr::Replaced { text, table, key, outer, outer_key })
+    }
+
+    fn returning(&mut self, table: Table, update: bool) -> Result<Vec<Item>, SqlError> {
+        let cols = if self.keyword("returning") {
+            resolve_items(self.raw_items()?, table, update)?
+        } else {
+            Vec::new()
+        };
         self.end()?;
         Ok(cols)
     }
 
-    fn where_key(&mut self) -> Result<Scalar, SqlError> {
+    fn where_key(&mut self, table: Table) -> Result<Scalar, SqlError> {
         if !self.keyword("where") {
-            return Err(unsupported("a statement without WHERE k = ... (a scan) is not supported"));
+            return Err(unsupported("a statement without WHERE key = ... (a scan) is not supported"));
         }
+        let only = || unsupported(format!("only WHERE {} = ... is supported", table.key_column()));
         let key = if matches!(self.peek(), Some(Tok::Ident { .. })) {
-            self.column_named(Column::K, "only WHERE k = ... is supported")?;
+            if self.column(table)? != Column::K {
+                return Err(only());
+            }
             self.expect_sym('=')?;
             self.scalar()?
         } else {
             let key = self.scalar()?;
             self.expect_sym('=')?;
-            self.column_named(Column::K, "only WHERE k = ... is supported")?;
+            if self.column(table)? != Column::K {
+                return Err(only());
+            }
             key
         };
         Ok(key)
     }
 
-    fn new_value(&mut self) -> Result<NewValue, SqlError> {
+    fn new_value(&mut self, table: Table) -> Result<NewValue, SqlError> {
+        let col = table.value_column();
+        let shape = || unsupported(format!("SET {col} = {col} + x, {col} - x or x only"));
         if matches!(self.peek(), Some(Tok::Ident { .. })) {
-            self.column_named(Column::V, "SET v = v + x, v - x or x only")?;
+            if self.column(table)? != Column::V {
+                return Err(shape());
+            }
             let negate = if self.sym('+') {
                 false
             } else if self.sym('-') {
                 true
             } else {
-                return Err(unsupported("SET v = v + x, v - x or x only"));
+                return Err(shape());
             };
             return Ok(NewValue::Add { by: self.scalar()?, negate });
         }
         let value = self.scalar()?;
         if self.sym('+') {
-            self.column_named(Column::V, "SET v = v + x, v - x or x only")?;
+            if self.column(table)? != Column::V {
+                return Err(shape());
+            }
             return Ok(NewValue::Add { by: value, negate: false });
         }
         Ok(NewValue::Set(value))
@@ -593,6 +822,114 @@ impl Parser<'_> {
     }
 }
 
+/// The table a (possibly schema-qualified) name denotes.
+fn table_named(name: &[String]) -> Result<Table, SqlError> {
+    let bare = match name {
+        [t] => t,
+        [schema, t] if schema == "public" => t,
+        [_, _] => return Err(unsupported("only the tables kv and krait_fence (in public) exist")),
+        _ => return Err(unsupported("only the tables kv and krait_fence exist")),
+    };
+    match bare.as_str() {
+        "kv" => Ok(Table::Kv),
+        "krait_fence" => Ok(Table::Fence),
+        other => Err(SqlError {
+            sqlstate: "42P01",
+            message: format!("relation \"{other}\" does not exist; {SUPPORTED}"),
+        }),
+    }
+}
+
+/// Whether `qual` (before a column name) names `table`: nothing, `t` or `public.t`.
+fn qualifies(table: Table, qual: &[String]) -> bool {
+    match qual {
+        [] => true,
+        [t] => t == table.name(),
+        [schema, t] => schema == "public" && t == table.name(),
+        _ => false,
+    }
+}
+
+fn column_of(table: Table, qual: &[String], name: &str) -> Result<Column, SqlError> {
+    if !qualifies(table, qual) {
+        return Err(SqlError {
+            sqlstate: "42P01",
+            message: format!("missing FROM-clause entry for table \"{}\"", qual.join(".")),
+        });
+    }
+    if name == table.key_column() {
+        Ok(Column::K)
+    } else if name == table.value_column() {
+        Ok(Column::V)
+    } else if name == "xmin" {
+        Ok(Column::Xmin)
+    } else {
+        Err(SqlError {
+            sqlstate: "42703",
+            message: format!(
+                "column \"{name}\" does not exist; the table is {}({}, {})",
+                table.name(),
+                table.key_column(),
+                table.value_column()
+            ),
+        })
+    }
+}
+
+/// Checks raw items against the statement's table and gives them types and names. `update`: the items
+/// are an UPDATE's RETURNING list, the only place the replaced-version subquery means something.
+fn resolve_items(raw: Vec<RawItem>, table: Table, update: bool) -> Result<Vec<Item>, SqlError> {
+    let natural = |col: Column| match (col, table) {
+        (Column::K, Table::Fence) => ColType::Int4,
+        _ => ColType::Int8,
+    };
+    let mut items = Vec::with_capacity(raw.len());
+    for RawItem { expr, cast, alias } in raw {
+        let mut inner_text = false;
+        let (col, name) = match expr {
+            RawExpr::Star => {
+                items.push(Item { col: Column::K, ty: natural(Column::K), name: table.key_column().into() });
+                items.push(Item {
+                    col: Column::V,
+                    ty: natural(Column::V),
+                    name: table.value_column().into(),
+                });
+                continue;
+            }
+            RawExpr::Col { qual, name } => (column_of(table, &qual, &name)?, name),
+            RawExpr::CurrentXact => (Column::CurrentXact, "pg_current_xact_id".to_owned()),
+            RawExpr::Replaced { text, table: inner, key, outer, outer_key } => {
+                if !update {
+                    return Err(unsupported(
+                        "the replaced-version subquery is supported in UPDATE ... RETURNING only",
+                    ));
+                }
+                if table_named(&inner)? != table
+                    || !qualifies(table, &outer)
+                    || outer.is_empty()
+                    || key != table.key_column()
+                    || outer_key != table.key_column()
+                {
+                    return Err(unsupported(
+                        "the replaced-version subquery must read the updated table by its primary key",
+                    ));
+                }
+                inner_text = text;
+                (Column::Replaced, "xmin".to_owned())
+            }
+        };
+        let ty = match cast.as_deref() {
+            None if inner_text => ColType::Text,
+            None => natural(col),
+            Some("text") => ColType::Text,
+            Some("int8" | "bigint") => ColType::Int8,
+            Some(other) => return Err(unsupported(format!("a cast to {other} is not supported here"))),
+        };
+        items.push(Item { col, ty, name: alias.unwrap_or(name) });
+    }
+    Ok(items)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -603,34 +940,52 @@ mod tests {
         all.remove(0)
     }
 
+    fn item(col: Column, ty: ColType, name: &str) -> Item {
+        Item { col, ty, name: name.to_owned() }
+    }
+
     #[test]
     fn the_supported_shapes_parse() {
         assert_eq!(
             one("SELECT v FROM kv WHERE k = $1"),
-            Statement::Select { cols: vec![Column::V], key: Scalar::Param(0) }
+            Statement::Select {
+                table: Table::Kv,
+                cols: vec![item(Column::V, ColType::Int8, "v")],
+                key: Scalar::Param(0)
+            }
         );
         assert_eq!(
             one("select * from public.kv where 7 = k"),
-            Statement::Select { cols: vec![Column::K, Column::V], key: Scalar::Lit(7) }
+            Statement::Select {
+                table: Table::Kv,
+                cols: vec![item(Column::K, ColType::Int8, "k"), item(Column::V, ColType::Int8, "v")],
+                key: Scalar::Lit(7)
+            }
         );
         assert_eq!(
             one("UPDATE kv SET v = v - 2 WHERE k = '-3' RETURNING xmin, k"),
             Statement::Update {
+                table: Table::Kv,
                 value: NewValue::Add { by: Scalar::Lit(2), negate: true },
                 key: Scalar::Lit(-3),
-                returning: vec![Column::Xmin, Column::K],
+                returning: vec![
+                    item(Column::Xmin, ColType::Int8, "xmin"),
+                    item(Column::K, ColType::Int8, "k")
+                ],
             }
         );
         assert_eq!(
             one("insert into kv (v, k) values ($2::int8, $1), (1, 2)"),
             Statement::Insert {
+                table: Table::Kv,
                 rows: vec![(Scalar::Param(0), Scalar::Param(1)), (Scalar::Lit(2), Scalar::Lit(1))],
+                skip_existing: false,
                 returning: vec![],
             }
         );
         assert_eq!(
             one("DELETE FROM kv WHERE k = -1"),
-            Statement::Delete { key: Scalar::Lit(-1), returning: vec![] }
+            Statement::Delete { table: Table::Kv, key: Scalar::Lit(-1), returning: vec![] }
         );
         assert_eq!(
             one("begin isolation level serializable, read only"),
@@ -642,6 +997,74 @@ mod tests {
         assert_eq!(parse("BEGIN; SELECT k FROM kv WHERE k=1; -- c\n COMMIT;").unwrap().len(), 3);
         assert!(parse("  ; -- nothing\n").unwrap().is_empty());
         assert_eq!(parse_one("UPDATE kv SET v = $2 WHERE k = $1").unwrap().unwrap().1, 2);
+    }
+
+    #[test]
+    fn the_proxys_tagging_and_fence_shapes_parse() {
+        // The tagging rewrite of a point read and of an update that reads its row.
+        assert_eq!(
+            one("SELECT k, v, kv.xmin::TEXT AS krait_v0, kv.k::TEXT AS krait_v1 FROM kv WHERE k = $1"),
+            Statement::Select {
+                table: Table::Kv,
+                cols: vec![
+                    item(Column::K, ColType::Int8, "k"),
+                    item(Column::V, ColType::Int8, "v"),
+                    item(Column::Xmin, ColType::Text, "krait_v0"),
+                    item(Column::K, ColType::Text, "krait_v1"),
+                ],
+                key: Scalar::Param(0)
+            }
+        );
+        let Statement::Update { returning, .. } = one(
+            "UPDATE kv SET v = v + 1 WHERE k = 3\nRETURNING kv.xmin::TEXT AS krait_v0, kv.k::TEXT AS krait_v1, \
+             (SELECT krait_old.xmin::TEXT FROM kv AS krait_old WHERE krait_old.k = kv.k) AS krait_v2",
+        ) else {
+            panic!("an update")
+        };
+        assert_eq!(returning[2], item(Column::Replaced, ColType::Text, "krait_v2"));
+        assert_eq!(
+            one("DELETE FROM kv WHERE k = 1 RETURNING kv.xmin::TEXT AS a, pg_current_xact_id()::TEXT AS b"),
+            Statement::Delete {
+                table: Table::Kv,
+                key: Scalar::Lit(1),
+                returning: vec![
+                    item(Column::Xmin, ColType::Text, "a"),
+                    item(Column::CurrentXact, ColType::Text, "b")
+                ],
+            }
+        );
+        // The fence.
+        assert_eq!(one(CREATE_FENCE), Statement::CreateFence);
+        assert_eq!(one(&CATALOG_QUERY.to_lowercase().replace("  ", " ")), Statement::Catalog);
+        assert_eq!(
+            one("INSERT INTO krait_fence VALUES (7, 0) ON CONFLICT (id) DO NOTHING"),
+            Statement::Insert {
+                table: Table::Fence,
+                rows: vec![(Scalar::Lit(7), Scalar::Lit(0))],
+                skip_existing: true,
+                returning: vec![],
+            }
+        );
+        assert_eq!(
+            one("SELECT xmin::text, id::text FROM krait_fence WHERE id = 7 FOR UPDATE"),
+            Statement::Select {
+                table: Table::Fence,
+                cols: vec![item(Column::Xmin, ColType::Text, "xmin"), item(Column::K, ColType::Text, "id")],
+                key: Scalar::Lit(7)
+            }
+        );
+        assert_eq!(
+            one("UPDATE krait_fence SET epoch = epoch + 1 WHERE id = 7 RETURNING xmin::text, id::text"),
+            Statement::Update {
+                table: Table::Fence,
+                value: NewValue::Add { by: Scalar::Lit(1), negate: false },
+                key: Scalar::Lit(7),
+                returning: vec![
+                    item(Column::Xmin, ColType::Text, "xmin"),
+                    item(Column::K, ColType::Text, "id")
+                ],
+            }
+        );
     }
 
     #[test]
@@ -661,6 +1084,30 @@ mod tests {
             ("SELECT 'unterminated", "42601"),
             ("SELECT v FROM kv WHERE k = $0", "42601"),
             ("BEGIN; COMMIT", "42601"),
+            // Near misses of the proxy's shapes stay refused.
+            ("CREATE TABLE IF NOT EXISTS krait_fence (id int PRIMARY KEY)", "0A000"),
+            ("CREATE TABLE krait_fence (id int PRIMARY KEY, epoch bigint NOT NULL)", "0A000"),
+            (&CATALOG_QUERY.replace("'r', 'p'", "'r'"), "0A000"),
+            ("SELECT id FROM kv WHERE k = 1", "42703"),
+            ("SELECT v FROM kv WHERE id = 1", "42703"),
+            ("SELECT other.v FROM kv WHERE k = 1", "42P01"),
+            ("SELECT kv.xmin::date FROM kv WHERE k = 1", "0A000"),
+            ("SELECT (SELECT a.xmin FROM kv AS a WHERE a.k = kv.k) FROM kv WHERE k = 1", "0A000"),
+            (
+                "UPDATE kv SET v = 1 WHERE k = 1 RETURNING (SELECT a.xmin FROM kv AS b WHERE a.k = kv.k)",
+                "0A000",
+            ),
+            (
+                "UPDATE kv SET v = 1 WHERE k = 1 RETURNING (SELECT a.xmin FROM kv AS a WHERE a.v = kv.k)",
+                "0A000",
+            ),
+            (
+                "UPDATE kv SET v = 1 WHERE k = 1 RETURNING (SELECT a.xmin FROM krait_fence AS a WHERE a.k = kv.k)",
+                "0A000",
+            ),
+            ("SELECT now() FROM kv WHERE k = 1", "0A000"),
+            ("INSERT INTO kv VALUES (1, 1) ON CONFLICT (v) DO NOTHING", "0A000"),
+            ("INSERT INTO kv VALUES (1, 1) ON CONFLICT (k) DO UPDATE SET v = 2", "0A000"),
         ] {
             let err = if sql.contains(';') { parse_one(sql).unwrap_err() } else { parse(sql).unwrap_err() };
             assert_eq!(err.sqlstate, state, "{sql}: {err}");
