@@ -1,10 +1,14 @@
-//! `krait demo` through the binary: the embedded reference store under serializability (accepted, exit 0)
-//! and under snapshot isolation (rejected with a stored report, exit 1), and the PostgreSQL target through
-//! the TLS proxy against the machine's database (accepted, exit 0).
+//! `krait demo` through the binary: the embedded reference store behind the TLS proxy under serializability
+//! (accepted, exit 0) and under snapshot isolation (rejected with a stored report, exit 1); the history the
+//! proxy records from the store against the store's own history of the same run (same verdicts); and the
+//! PostgreSQL target through the TLS proxy against the machine's database (accepted, exit 0).
 
 mod common;
 
+use std::path::Path;
+
 use common::krait;
+use history::{History, Op, Outcome};
 
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -38,12 +42,28 @@ fn embedded_serializable_store_is_accepted_and_keeps_no_report() {
     ]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("No database and no proxy are involved"), "{text}");
+    assert_runs_through_the_proxy(&text);
+    assert!(text.contains("300 committed"), "{text}");
     assert!(text.contains("Verdict: ACCEPT"), "{text}");
     let (recorded, verified) = recorded_and_verified(&text);
     assert!(recorded >= 300, "{text}");
     assert_eq!(recorded, verified, "{text}");
     assert!(!data.join("reports").exists(), "an accepted demo keeps no report");
+}
+
+/// The embedded target ran through the TLS proxy with row-level tagging, and every recorded transaction
+/// carries row-level ops (the store answered the proxy's catalog query and its `xmin` tags).
+fn assert_runs_through_the_proxy(text: &str) {
+    assert!(text.contains("target: the embedded reference store"), "{text}");
+    assert!(text.contains("through the Krait proxy"), "{text}");
+    assert!(text.contains("TLS required"), "{text}");
+    assert!(text.contains("row-level tagging: on"), "{text}");
+    assert!(text.contains(", 0 errors"), "no client statement was refused: {text}");
+    assert!(!text.contains("(0 row-level reads and writes)"), "{text}");
+    assert!(!text.contains("NOTE: the recorded transactions carry no row-level"), "{text}");
+    // The store's own record of the run gets the verdict the proxy's recording got.
+    assert!(text.contains("Cross-check: the reference store's own record"), "{text}");
+    assert!(text.contains("the verdicts agree"), "{text}");
 }
 
 #[test]
@@ -61,6 +81,7 @@ fn embedded_snapshot_isolation_store_is_rejected_with_a_report() {
     ]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_runs_through_the_proxy(&text);
     assert!(text.contains("Verdict: REJECT"), "{text}");
     assert!(text.contains("In plain words ("), "{text}");
     let store = verifier::ReportStore::open_read_only(&data);
@@ -134,5 +155,83 @@ fn postgres_target_under_read_committed_is_rejected_when_rows_are_tagged() {
         assert!(text.contains("row-level tagging: NOT AVAILABLE"), "{text}");
         assert_eq!(out.status.code(), Some(0), "{text}\n{stderr}");
         assert!(text.contains("NOTE: the recorded transactions carry no row-level"), "{text}");
+    }
+}
+
+/// Committed transactions that wrote a row of `kv`.
+fn committed_kv_writers(h: &History) -> usize {
+    h.transactions
+        .iter()
+        .filter(|t| t.outcome == Outcome::Committed)
+        .filter(|t| {
+            t.ops.iter().any(|op| matches!(op, Op::Write { key, .. } if h.keys.name(*key).is_some_and(|n| n.namespace == "kv")))
+        })
+        .count()
+}
+
+fn demo_histories(model: &str, seed: u64, dir: &Path) -> (History, History, String) {
+    let out = krait(&[
+        "demo",
+        "--target",
+        "embedded",
+        "--model",
+        model,
+        "--seed",
+        &seed.to_string(),
+        "--txns",
+        "150",
+        "--data-dir",
+        dir.join("data").to_str().expect("utf-8 path"),
+        "--history-out",
+        dir.join("histories").to_str().expect("utf-8 path"),
+    ]);
+    let text = stdout(&out);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_runs_through_the_proxy(&text);
+    let read = |name: &str| {
+        history::read_history(&dir.join("histories").join(name), None)
+            .unwrap_or_else(|e| panic!("{name} reads: {e}"))
+    };
+    (read("proxy.native"), read("refstore.native"), text)
+}
+
+#[test]
+fn the_history_the_proxy_records_from_the_store_agrees_with_the_stores_own() {
+    let options = verifier::Options::default();
+    for (model, seed) in [("ser", 3), ("si", 1), ("si", 2), ("si", 3)] {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let (recorded, own, text) = demo_histories(model, seed, dir.path());
+        // Every transaction the clients committed is in both (a stale view may see no rows and roll back,
+        // so count what the clients say): the store's own history has one more, the load.
+        let clients = text.lines().find(|l| l.contains("krait demo: clients:")).expect("a clients line");
+        let committed: usize = clients
+            .split_whitespace()
+            .skip_while(|w| *w != "clients:")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .expect("the number committed");
+        assert!(committed > 100, "{model}/{seed}\n{text}");
+        assert_eq!(committed_kv_writers(&recorded), committed, "{model}/{seed}\n{text}");
+        assert_eq!(committed_kv_writers(&own), committed + 1, "{model}/{seed}\n{text}");
+        // The proxy's fences ran on the store and were recorded.
+        assert!(
+            recorded.transactions.iter().any(|t| t.fence && t.outcome == Outcome::Committed),
+            "{model}/{seed}: no committed fence recorded"
+        );
+        let by_proxy = verifier::verify(&recorded, &options).expect("the recorded history verifies");
+        let by_store = verifier::verify(&own, &options).expect("the store's history verifies");
+        assert_eq!(
+            by_proxy.is_accept(),
+            by_store.is_accept(),
+            "{model}/{seed}: the proxy's history says {}, the store's own says {}",
+            by_proxy.verdict_line(),
+            by_store.verdict_line()
+        );
+        assert_eq!(by_proxy.is_accept(), model == "ser", "{model}/{seed}: {}", by_proxy.verdict_line());
+        assert_eq!(
+            by_proxy.is_accept(),
+            text.contains("Verdict: ACCEPT"),
+            "{model}/{seed}: online vs offline"
+        );
     }
 }

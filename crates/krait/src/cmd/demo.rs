@@ -1,13 +1,15 @@
 //! `krait demo`: the README's first command. It records a small contended workload and verifies it online,
 //! in rounds, as it runs, then prints the verdict and any reject report in words.
 //!
-//! Two targets:
-//! - **postgres**: the real proxy starts in-process with TLS on (a throw-away self-signed certificate), a few
-//!   clients run a transfer workload through it over TLS against the local PostgreSQL, and the co-located
-//!   verifier ([`super::serve::Tailer`]) tails the proxy's history log, exactly as `krait serve` does.
-//! - **embedded**: no database and no proxy. The reference store (`refstore`, Xiong et al., ECOOP'20) runs
-//!   the workload in process under a chosen consistency model, and its history is fed to the same online
-//!   verifier. `--model si` produces snapshot-isolation histories, which are usually not serializable.
+//! Both targets run the same way: the real proxy starts in-process with TLS on (a throw-away self-signed
+//! certificate) and row-level tagging on, a few clients run a transfer workload through it over TLS, and the
+//! co-located verifier ([`super::serve::Tailer`]) tails the proxy's history log, exactly as `krait serve`
+//! does. What differs is the database behind the proxy:
+//! - **postgres**: the local PostgreSQL, at the chosen isolation level.
+//! - **embedded**: no database server. The reference store (`refstore`, Xiong et al., ECOOP'20) runs in
+//!   process under a chosen consistency model behind its PostgreSQL-wire front ([`refstore::pg`]) on a free
+//!   local port, and the proxy talks to it as to PostgreSQL (catalog query, `xmin` tags, fences). `--model
+//!   si` lets snapshot-isolation anomalies (write skew) commit, which the verifier rejects.
 //!
 //! Everything it starts is stopped and its temporary directory removed before it returns; only reject
 //! reports are kept (in `DATA_DIR/reports/`).
@@ -20,8 +22,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use history::History;
 use indicatif::{ProgressBar, ProgressStyle};
-use refstore::{GenConfig, Model};
+use refstore::{Model, RowKey, SharedStore, StoreConfig};
 use verifier::{AnomalyClass, Report, ReportStore};
 use workloads::sql::Isolation;
 
@@ -34,7 +37,7 @@ pub enum Target {
     Auto,
     /// The local PostgreSQL, through the Krait proxy.
     Postgres,
-    /// The embedded reference store: no database, no proxy.
+    /// The embedded reference store behind its PostgreSQL-wire front, through the Krait proxy.
     Embedded,
 }
 
@@ -77,6 +80,10 @@ pub struct DemoArgs {
     /// Where reject reports are kept (`DATA_DIR/reports/`); nothing is written there on accept.
     #[arg(long, default_value = "krait-demo")]
     data_dir: PathBuf,
+    /// Embedded target: also write the history the proxy recorded (`DIR/proxy.native`) and the reference
+    /// store's own history of the same run (`DIR/refstore.native`), to compare them with `krait verify`.
+    #[arg(long, value_name = "DIR")]
+    history_out: Option<PathBuf>,
 }
 
 /// Attempts of one transaction before a serialization failure counts as an error.
@@ -84,6 +91,17 @@ const MAX_ATTEMPTS: u32 = 100;
 
 /// Transactions per round: small, so that a short demo shows several rounds.
 const ROUND_SIZE: usize = 100;
+
+/// Embedded target: the share of transactions that take the freshest view their model allows (the others
+/// take a random older one the model allows), so weak models show their anomalies in a short run.
+const FRESH_VIEW_SHARE: f64 = 0.5;
+
+/// Embedded target: a fence every this many committed transactions per connection. The store is private
+/// to this run, so no other proxy shares the fence row (with PostgreSQL, fences stay off for that reason).
+const EMBEDDED_FENCE_EVERY: u64 = 20;
+
+/// The balance every row starts with.
+const START_BALANCE: i64 = 100;
 
 /// Runs `krait demo`.
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
@@ -121,6 +139,11 @@ struct Outcome {
     row_ops: bool,
     elapsed: Duration,
     what: String,
+    /// The history the proxy recorded, replayed from its log.
+    recorded: Option<History>,
+    /// Embedded target: the verifier's verdict on the store's own history of the run (accepted?) and how
+    /// many transactions it holds.
+    ground_truth: Option<(bool, usize)>,
 }
 
 fn bar(total: u64) -> ProgressBar {
@@ -137,42 +160,82 @@ fn verdict_so_far(s: &Status) -> String {
     format!("verified {} in {} rounds, verdict so far: {verdict}", s.verified, s.rounds)
 }
 
-/// The embedded target: the reference store generates the history, the online verifier checks it.
+/// The embedded target: the reference store's PostgreSQL-wire front on a free local port, the proxy in
+/// front of it, the clients through the proxy, and the online verifier on the proxy's log.
 fn embedded(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
-    println!(
-        "krait demo: target: the embedded reference store under model {:?} ({}). No database and no proxy are \
-         involved: the store records its own history, which is fed to the online verifier in rounds.",
-        args.model,
-        args.model.name()
-    );
-    let start = Instant::now();
-    let config = GenConfig {
-        model: args.model,
-        clients: args.clients as usize,
-        txns: args.txns as usize,
-        keys: args.keys as usize,
-        ops_per_txn: 4,
-        read_ratio: 0.5,
-        seed: args.seed,
-        fresh_view_share: 0.3,
-        hot_key_share: 0.0,
-        record_aborted: true,
-    };
-    let h = refstore::generate(&config).context("the reference store could not generate a history")?;
-    let store = ReportStore::open(tmp)?;
-    let mut feeder = Feeder::with_tables(
-        h.keys.clone(),
-        h.statements.clone(),
-        online_options(ROUND_SIZE, Duration::from_millis(200)),
-        Some(store),
-    );
+    let (cert, key, der) = self_signed(tmp)?;
+    let config = StoreConfig { model: args.model, seed: args.seed, fresh_view_share: FRESH_VIEW_SHARE };
+    let store = SharedStore::new(config).context("invalid reference store settings")?;
+    // The rows go straight into the store, so the load stays out of the proxy's history (as the PostgreSQL
+    // target's set-up does): the proxy sees them as versions written before recording began.
+    let mut setup = store.connect();
+    for k in 0..args.keys {
+        setup.write(RowKey(i64::from(k)), Some(START_BALANCE)).context("cannot load the store")?;
+    }
+    setup.commit().context("cannot load the store")?;
+    drop(setup);
+    let connector = tls_connector(der)?;
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let outcome = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("cannot listen on a local port for the reference store")?;
+        let upstream = listener.local_addr().context("cannot read the reference store's address")?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(refstore::pg::serve(listener, store.clone(), async move {
+            let _ = stopped.await;
+        }));
+        let result = async {
+            let (config, tagging) = proxy_config(tmp, &cert, &key, upstream, EMBEDDED_FENCE_EVERY)?;
+            let banner = format!(
+                "krait demo: target: the embedded reference store (model {} = {:?}, at {upstream}, no database \
+                 server) through the Krait proxy at {{proxy}} (TLS required, self-signed certificate), {} \
+                 clients; the online verifier tails the proxy's history log.",
+                args.model.name(),
+                args.model,
+                args.clients
+            );
+            let what = format!("embedded reference store through the proxy, model {}", args.model.name());
+            run_through_proxy(args, config, tagging, connector, &Tables::Kv, tmp, banner, what).await
+        }
+        .await;
+        let _ = stop.send(());
+        let served = server.await;
+        let outcome = result?;
+        served.context("the reference store's task failed")?.context("the reference store failed")?;
+        anyhow::Ok(outcome)
+    })?;
+    drop(runtime);
+    let own = store.history();
+    let mut outcome = outcome;
+    outcome.ground_truth = Some((store_verdict(&own)?, own.transactions.len()));
+    if let Some(dir) = &args.history_out {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let recorded = outcome.recorded.as_ref().context("the proxy's history was not kept")?;
+        for (name, h) in [("proxy.native", recorded), ("refstore.native", &own)] {
+            let path = dir.join(name);
+            history::write_history(h, &path, history::Format::Native)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        println!(
+            "krait demo: wrote the proxy's recorded history and the reference store's own history to {}",
+            dir.display()
+        );
+    }
+    Ok(outcome)
+}
+
+/// Whether the verifier accepts the store's own history of the run: what the clients did as the store
+/// itself recorded it, without the proxy. The proxy's recording of the same run must get the same verdict.
+fn store_verdict(h: &History) -> anyhow::Result<bool> {
+    let options = online_options(ROUND_SIZE, Duration::from_millis(200));
+    let mut feeder = Feeder::with_tables(h.keys.clone(), h.statements.clone(), options, None);
     let sessions = h.sessions();
     for &s in sessions.keys() {
         feeder.verifier_mut().session_started(s);
     }
-    let pb = bar(h.transactions.len() as u64);
+    // Session by session in turn, as collectors would deliver them.
     let longest = sessions.values().map(Vec::len).max().unwrap_or(0);
-    // Sessions are fed round-robin, as collectors would deliver them.
     for i in 0..longest {
         for (&s, txns) in &sessions {
             if let Some(t) = txns.get(i) {
@@ -182,23 +245,36 @@ fn embedded(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
                 }
             }
         }
-        feeder.poll()?;
-        let st = feeder.status();
-        pb.set_position(st.txns_read);
-        pb.set_message(verdict_so_far(&st));
     }
     feeder.finish()?;
-    let status = feeder.status();
-    pb.set_position(status.txns_read);
-    pb.finish_with_message(verdict_so_far(&status));
-    let row_ops = status.ops_read > 0;
-    Ok(Outcome {
-        reports: feeder.rejects().to_vec(),
-        status,
-        row_ops,
-        elapsed: start.elapsed(),
-        what: format!("embedded reference store, model {}", args.model.name()),
-    })
+    Ok(feeder.rejects().is_empty())
+}
+
+/// The in-process proxy's configuration: TLS required with the demo's certificate, the upstream database,
+/// a strict log in `tmp/log`, row-level tagging on and fences every `fence_every` commits (0: off). Returns
+/// whether tagging is on (a build without it falls back to statement text only, and says so).
+fn proxy_config(
+    tmp: &Path,
+    cert: &Path,
+    key: &Path,
+    upstream: SocketAddr,
+    fence_every: u64,
+) -> anyhow::Result<(proxy::Config, bool)> {
+    let toml = format!(
+        "[listen]\naddress = \"127.0.0.1:0\"\n[tls]\nmode = \"require\"\ncert = \"{}\"\nkey = \"{}\"\n\
+         [upstream]\naddress = \"{upstream}\"\n[log]\npath = \"{}\"\ndurability = \"strict\"\n[admin]\nenabled = false\n",
+        cert.display(),
+        key.display(),
+        tmp.join("log").display()
+    );
+    let tagged = format!("{toml}[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = {fence_every}\n");
+    match proxy::Config::parse(&tagged, Path::new("<demo>")) {
+        Ok(c) => Ok((c, true)),
+        Err(e) if e.to_string().contains("tagging") || e.to_string().contains("fence") => {
+            Ok((proxy::Config::parse(&toml, Path::new("<demo>")).context("the demo's proxy config")?, false))
+        }
+        Err(e) => Err(e).context("the demo's proxy config"),
+    }
 }
 
 /// A self-signed certificate for `localhost` and 127.0.0.1, written into `dir`: `(cert PEM path, key PEM
@@ -239,27 +315,12 @@ struct Counts {
 /// The PostgreSQL target.
 fn postgres(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
     let (cert, key, der) = self_signed(tmp)?;
-    let toml = format!(
-        "[listen]\naddress = \"127.0.0.1:0\"\n[tls]\nmode = \"require\"\ncert = \"{}\"\nkey = \"{}\"\n\
-         [upstream]\naddress = \"{}\"\n[log]\npath = \"{}\"\ndurability = \"strict\"\n[admin]\nenabled = false\n",
-        cert.display(),
-        key.display(),
-        args.pg_addr,
-        tmp.join("log").display()
-    );
     // Row-level tagging (SQL to reads and writes of rows) is a proxy option when this build has it; the demo
     // turns it on, and says so plainly when it is not there (then nothing row-level can be checked).
     // Fences are off: they only let the verifier collect garbage (Cobra §4.2), which a short demo does not
     // need, and the fence row is shared by every proxy in front of the database, so a second proxy running
     // at the same time (another demo, a test) would write fence versions this log never saw.
-    let tagged = format!("{toml}[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 0\n");
-    let (config, tagging) = match proxy::Config::parse(&tagged, Path::new("<demo>")) {
-        Ok(c) => (c, true),
-        Err(e) if e.to_string().contains("tagging") || e.to_string().contains("fence") => {
-            (proxy::Config::parse(&toml, Path::new("<demo>")).context("the demo's proxy config")?, false)
-        }
-        Err(e) => return Err(e).context("the demo's proxy config"),
-    };
+    let (config, tagging) = proxy_config(tmp, &cert, &key, args.pg_addr, 0)?;
     let connector = tls_connector(der)?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let schema = format!("krait_demo_{}_{}", std::process::id(), args.seed);
@@ -285,7 +346,15 @@ fn postgres(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
             ))
             .await
             .context("cannot create the demo's table")?;
-        let result = run_through_proxy(args, config, tagging, connector, &schema, tmp).await;
+        let banner = format!(
+            "krait demo: target: PostgreSQL at {} through the Krait proxy at {{proxy}} (TLS required, \
+             self-signed certificate), {} clients, isolation {}; the online verifier tails the proxy's history \
+             log.",
+            args.pg_addr, args.clients, args.isolation
+        );
+        let what = format!("PostgreSQL through the proxy, isolation {}", args.isolation);
+        let tables = Tables::Accounts { schema: schema.clone() };
+        let result = run_through_proxy(args, config, tagging, connector, &tables, tmp, banner, what).await;
         let dropped = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
         drop(admin);
         let _ = conn_task.await;
@@ -295,21 +364,34 @@ fn postgres(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
     })
 }
 
+/// The tables the clients work on, and so the SQL they send.
+enum Tables {
+    /// PostgreSQL: `SCHEMA.accounts(id int4 primary key, balance int4)`, both rows read in one statement.
+    Accounts {
+        /// The demo's own schema.
+        schema: String,
+    },
+    /// The reference store's front: `kv(k int8 primary key, v int8)`, which takes point statements only.
+    Kv,
+}
+
+/// Starts the proxy, runs the clients through it over TLS with the verifier tailing its log, stops both,
+/// and returns what was recorded and verified. `banner` names the target; `{proxy}` in it becomes the
+/// proxy's address.
+#[allow(clippy::too_many_arguments)]
 async fn run_through_proxy(
     args: &DemoArgs,
     config: proxy::Config,
     tagging: bool,
     connector: tokio_postgres_rustls::MakeRustlsConnect,
-    schema: &str,
+    tables: &Tables,
     tmp: &Path,
+    banner: String,
+    what: String,
 ) -> anyhow::Result<Outcome> {
     let handle = proxy::start(config).await.context("the proxy could not start")?;
     let addr = handle.listen_addr();
-    println!(
-        "krait demo: target: PostgreSQL at {} through the Krait proxy at {addr} (TLS required, self-signed \
-         certificate), {} clients, isolation {}; the online verifier tails the proxy's history log.",
-        args.pg_addr, args.clients, args.isolation
-    );
+    println!("{}", banner.replace("{proxy}", &addr.to_string()));
     let start = Instant::now();
     let tailer = Tailer::spawn(
         handle.log().clone(),
@@ -333,7 +415,7 @@ async fn run_through_proxy(
         args.pg_database
     );
     let pb = bar(args.txns);
-    let clients = drive_clients(args, &url, connector, schema, &counts, &tailer, &pb).await;
+    let clients = drive_clients(args, &url, connector, tables, &counts, &tailer, &pb).await;
     // Whatever the clients did, stop the proxy and the verifier. First let the verifier catch up with
     // everything the proxy logged, then stop the proxy (closing the log) and let it read the rest.
     // Only durable records are read, and the last ones may wait for the next fsync; the proxy's clean
@@ -342,8 +424,10 @@ async fn run_through_proxy(
     while tailer.status().records_read < handle.log().durable_below() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let log = handle.log().clone();
     let stopped = handle.shutdown().await;
     let status = tokio::task::spawn_blocking(move || tailer.finish()).await.context("verifier thread")??;
+    let recorded = log.replay().context("cannot replay the proxy's history log")?;
     clients?;
     stopped.context("the proxy stopped with an error")?;
     pb.set_position(counts.committed.load(Ordering::Relaxed) + counts.rolled_back.load(Ordering::Relaxed));
@@ -366,8 +450,10 @@ async fn run_through_proxy(
         reports,
         row_ops,
         elapsed: start.elapsed(),
-        what: format!("PostgreSQL through the proxy, isolation {}", args.isolation),
+        what,
         status,
+        recorded: Some(recorded),
+        ground_truth: None,
     })
 }
 
@@ -376,7 +462,7 @@ async fn drive_clients(
     args: &DemoArgs,
     url: &str,
     connector: tokio_postgres_rustls::MakeRustlsConnect,
-    schema: &str,
+    tables: &Tables,
     counts: &Arc<Counts>,
     tailer: &Tailer,
     pb: &ProgressBar,
@@ -393,7 +479,11 @@ async fn drive_clients(
             total: args.txns,
             keys: args.keys,
             isolation: args.isolation,
-            schema: schema.to_owned(),
+            kv: matches!(tables, Tables::Kv),
+            schema: match tables {
+                Tables::Accounts { schema } => schema.clone(),
+                Tables::Kv => String::new(),
+            },
             seed: args.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(c)),
         };
         tasks.push(tokio::spawn(client_loop(ctx)));
@@ -419,6 +509,8 @@ struct ClientCtx {
     total: u64,
     keys: u32,
     isolation: Isolation,
+    /// The reference store's `kv` table (else PostgreSQL's `schema.accounts`).
+    kv: bool,
     schema: String,
     seed: u64,
 }
@@ -431,34 +523,88 @@ fn next(state: &mut u64) -> u64 {
     *state
 }
 
+/// The SQL one client sends.
+struct Sql {
+    begin: &'static str,
+    /// Reads rows: both ids as `$1` and `$2` (accounts), or one key as `$1` (kv, run once per key).
+    select: String,
+    /// Sets the balance `$1` of the row `$2`.
+    update: String,
+}
+
+impl Sql {
+    fn new(ctx: &ClientCtx) -> Sql {
+        if ctx.kv {
+            // The store runs its model whatever the isolation level asked for.
+            return Sql {
+                begin: "BEGIN",
+                select: "SELECT k, v FROM kv WHERE k = $1".to_owned(),
+                update: "UPDATE kv SET v = $1 WHERE k = $2".to_owned(),
+            };
+        }
+        Sql {
+            begin: match ctx.isolation {
+                Isolation::Serializable => "BEGIN ISOLATION LEVEL SERIALIZABLE",
+                Isolation::RepeatableRead => "BEGIN ISOLATION LEVEL REPEATABLE READ",
+                Isolation::ReadCommitted => "BEGIN ISOLATION LEVEL READ COMMITTED",
+            },
+            select: format!("SELECT id, balance FROM {}.accounts WHERE id = $1 OR id = $2", ctx.schema),
+            update: format!("UPDATE {}.accounts SET balance = $1 WHERE id = $2", ctx.schema),
+        }
+    }
+}
+
+/// Reads rows `a` and `b` in the open transaction: (id, balance) pairs.
+async fn read_rows(
+    ctx: &ClientCtx,
+    sql: &Sql,
+    a: i64,
+    b: i64,
+) -> Result<Vec<(i64, i64)>, tokio_postgres::Error> {
+    if ctx.kv {
+        let mut out = Vec::new();
+        for k in [a, b] {
+            for r in ctx.client.query(&sql.select, &[&k]).await? {
+                out.push((r.get::<_, i64>(0), r.get::<_, i64>(1)));
+            }
+        }
+        return Ok(out);
+    }
+    // The ids are below --keys, a u32, and the balances start at 100 and only go down by 1 a commit.
+    let (a, b) = (a as i32, b as i32);
+    let rows = ctx.client.query(&sql.select, &[&a, &b]).await?;
+    Ok(rows.iter().map(|r| (i64::from(r.get::<_, i32>(0)), i64::from(r.get::<_, i32>(1)))).collect())
+}
+
+/// Sets row `a`'s balance in the open transaction.
+async fn write_row(ctx: &ClientCtx, sql: &Sql, a: i64, balance: i64) -> Result<u64, tokio_postgres::Error> {
+    if ctx.kv {
+        return ctx.client.execute(&sql.update, &[&balance, &a]).await;
+    }
+    ctx.client.execute(&sql.update, &[&(balance as i32), &(a as i32)]).await
+}
+
 /// One client: transfers between two random rows. Each transaction reads both balances and updates one of
 /// them from what it read, the shape that allows write skew below serializable.
 async fn client_loop(ctx: ClientCtx) {
-    let begin = match ctx.isolation {
-        Isolation::Serializable => "BEGIN ISOLATION LEVEL SERIALIZABLE",
-        Isolation::RepeatableRead => "BEGIN ISOLATION LEVEL REPEATABLE READ",
-        Isolation::ReadCommitted => "BEGIN ISOLATION LEVEL READ COMMITTED",
-    };
-    let select = format!("SELECT id, balance FROM {}.accounts WHERE id = $1 OR id = $2", ctx.schema);
-    let update = format!("UPDATE {}.accounts SET balance = $1 WHERE id = $2", ctx.schema);
+    let sql = Sql::new(&ctx);
     let mut rng = ctx.seed | 1;
     while ctx.counts.issued.fetch_add(1, Ordering::Relaxed) < ctx.total {
-        let a = (next(&mut rng) % u64::from(ctx.keys)) as i32;
-        let b = ((a as u64 + 1 + next(&mut rng) % u64::from(ctx.keys - 1)) % u64::from(ctx.keys)) as i32;
+        let a = (next(&mut rng) % u64::from(ctx.keys)) as i64;
+        let b = ((a as u64 + 1 + next(&mut rng) % u64::from(ctx.keys - 1)) % u64::from(ctx.keys)) as i64;
         let mut attempts = 0;
         loop {
             attempts += 1;
             let result: Result<bool, tokio_postgres::Error> = async {
-                ctx.client.batch_execute(begin).await?;
-                let rows = ctx.client.query(&select, &[&a, &b]).await?;
-                let total: i32 = rows.iter().map(|r| r.get::<_, i32>(1)).sum();
+                ctx.client.batch_execute(sql.begin).await?;
+                let rows = read_rows(&ctx, &sql, a, b).await?;
+                let total: i64 = rows.iter().map(|r| r.1).sum();
                 if total < 2 {
                     ctx.client.batch_execute("ROLLBACK").await?;
                     return Ok(false);
                 }
-                let from_balance =
-                    rows.iter().find(|r| r.get::<_, i32>(0) == a).map_or(0, |r| r.get::<_, i32>(1));
-                ctx.client.execute(&update, &[&(from_balance - 1), &a]).await?;
+                let from_balance = rows.iter().find(|r| r.0 == a).map_or(0, |r| r.1);
+                write_row(&ctx, &sql, a, from_balance - 1).await?;
                 ctx.client.batch_execute("COMMIT").await?;
                 Ok(true)
             }
@@ -563,7 +709,21 @@ fn summarize(args: &DemoArgs, o: &Outcome) -> anyhow::Result<ExitCode> {
         );
     }
     let reports = &o.reports;
-    if reports.is_empty() && s.rejects == 0 {
+    let accepted = reports.is_empty() && s.rejects == 0;
+    if let Some((truth, n)) = o.ground_truth {
+        let word = |a: bool| if a { "ACCEPT" } else { "REJECT" };
+        println!(
+            "  Cross-check: the reference store's own record of this run ({n} transactions, kept by the store, not \
+             the proxy) gets {}: {}.",
+            word(truth),
+            if truth == accepted {
+                "the verdicts agree"
+            } else {
+                "the verdicts DISAGREE, a bug in Krait's recording or checking"
+            }
+        );
+    }
+    if accepted {
         println!("  Verdict: ACCEPT: no anomaly found; the history is serializable.");
         return Ok(ExitCode::SUCCESS);
     }
