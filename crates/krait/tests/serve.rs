@@ -223,7 +223,6 @@ fn http_get(addr: &str, path: &str) -> String {
 /// `/metrics` and `/api/status` of a running `krait serve` carry the verifier's state: transactions
 /// verified, the lag in transactions and in seconds, and whether it has fallen behind.
 #[test]
-#[ignore = "known bug, in the closing note: lag_transactions stays at 1 after all transactions are verified"]
 fn serve_reports_the_verifier_lag_on_metrics_and_status() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let (port, admin_port) = (free_port(), free_port());

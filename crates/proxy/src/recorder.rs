@@ -122,7 +122,11 @@ impl SessionRecorder {
         if result.is_err() {
             Metrics::inc(&self.rec.metrics.log_errors);
         }
-        result.map(|_| self.saw(seq))
+        // No one waits on a fence, but the verifier reads it only once durable.
+        result.map(|ticket| {
+            ticket.request();
+            self.saw(seq)
+        })
     }
 
     /// Logs how a transaction ended. Returns the ticket to wait on before the client may see a commit.
@@ -151,18 +155,24 @@ impl SessionRecorder {
             Outcome::Aborted => &m.txns_aborted,
             Outcome::Indeterminate => &m.txns_indeterminate,
         });
-        Ok((outcome == Outcome::Committed).then_some(ticket))
+        if outcome == Outcome::Committed {
+            Ok(Some(ticket))
+        } else {
+            // No one waits on an abort, but the verifier reads it only once durable.
+            ticket.request();
+            Ok(None)
+        }
     }
 
     /// Logs that the session is over. Call after its open transaction has been recorded, so that a tailing
-    /// verifier sees every transaction of the session before its end. The ticket is not waited on: a lost
-    /// record only delays garbage collection.
+    /// verifier sees every transaction of the session before its end. The ticket is not waited on (a lost
+    /// record only delays garbage collection), only asked for, so that the verifier gets to read it.
     pub fn ended(&mut self) -> Result<(), LogError> {
         let result = self.rec.log.append_session_ended(self.id, self.last_seq);
         if result.is_err() {
             Metrics::inc(&self.rec.metrics.log_errors);
         }
-        result.map(|_| ())
+        result.map(DurabilityTicket::request)
     }
 
     fn saw(&mut self, seq: u64) {

@@ -399,6 +399,18 @@ impl DurabilityTicket {
         }
     }
 
+    /// Asks for the record to be made durable soon, without waiting. For records no one is acknowledged on
+    /// (a session's end, an abort, a fence): a tailing verifier reads only durable records, and under
+    /// `strict` the flusher fsyncs only when asked, so such a record at the end of the traffic would
+    /// otherwise stay unread (and counted as lag) until the next commit asked for an fsync.
+    pub fn request(self) {
+        if let Some(shared) = &self.shared {
+            let mut state = shared.lock();
+            // `None` means not durable yet: the flusher has been woken; a failure surfaces at the next wait.
+            let _ = poll_durable(&mut state, shared, self.seq);
+        }
+    }
+
     /// A future that resolves when the record is durable. It works on any executor: it needs no runtime,
     /// only the waker it is polled with, and it never blocks the polling thread.
     pub fn wait_async(self) -> DurableFuture {
@@ -534,5 +546,20 @@ mod tests {
         gc.shutdown().unwrap();
         assert_eq!(gc.durable_below(), 10);
         assert!(matches!(gc.check_usable(), Err(LogError::Closed)));
+    }
+
+    #[test]
+    fn a_requested_record_becomes_durable_without_anyone_waiting() {
+        // Under `strict` the flusher fsyncs only when asked: a record no one waits on (a session's end, an
+        // abort) must still become durable once requested, or a tailing verifier would never read it.
+        let gc = GroupCommit::start(0, FlushPolicy::OnDemand, true, Box::new(|| Ok(()))).unwrap();
+        gc.appended(0).wait().unwrap();
+        gc.appended(1).request();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while gc.durable_below() < 2 {
+            assert!(Instant::now() < deadline, "the requested record never became durable");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        gc.shutdown().unwrap();
     }
 }
