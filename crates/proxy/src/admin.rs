@@ -3,7 +3,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -76,19 +76,6 @@ fn route(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
         resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
     }
     resp
-}
-
-/// The size of the log directory on disk, in bytes.
-fn dir_bytes(path: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
-    entries
-        .flatten()
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
 }
 
 /// Renders the Prometheus text exposition format.
@@ -167,7 +154,7 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
         "krait_log_bytes",
         "gauge",
         "Size of the history log directory on disk.",
-        &[("", dir_bytes(&state.log_path))],
+        &[("", history::log::disk_bytes(&state.log_path))],
     );
     let _ = writeln!(
         out,
@@ -268,7 +255,7 @@ fn render_status(state: &AdminState) -> String {
             "path": state.log_path.display().to_string(),
             "durability": state.log.durability().as_str(),
             "next_seq": state.log.next_seq(),
-            "bytes": dir_bytes(&state.log_path),
+            "bytes": history::log::disk_bytes(&state.log_path),
             "appends": stats.appends,
             "fsyncs": stats.fsyncs,
             "fsync_mean_us": stats.fsync_ns_mean() / 1_000,

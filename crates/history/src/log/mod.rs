@@ -97,6 +97,20 @@ pub use record::{FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError};
 pub use replay::Replayer;
 pub use sled_log::SledLog;
 
+/// The bytes of every file under a log directory (0 for what cannot be read): what the log costs on disk,
+/// for `/metrics` and for the history-size benchmark (Cobra Fig. 13).
+pub fn disk_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => disk_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
 use crate::{History, Outcome, SessionId, TxnId};
 
 /// How hard the log works to keep acknowledged transactions across a crash (DESIGN.md §3).

@@ -64,6 +64,9 @@ pub struct BenchArgs {
     /// Round sizes for fig10 (transactions per round), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1000,2500,5000,10000,20000")]
     round_sizes: Vec<usize>,
+    /// Transactions in fig10's generated BlindW-RW history (Cobra's GPU verifier could not finish 100,000).
+    #[arg(long, default_value_t = 100_000)]
+    blindw_txns: u64,
     #[command(flatten)]
     sizes: SizeArgs,
     // Boxed: the proxy figures' settings would make `krait`'s command enum large for every command.
@@ -249,6 +252,7 @@ fn fig5(args: &BenchArgs, names: &[WorkloadName], sizes: &[u64]) -> anyhow::Resu
         caption: "Verification time vs. number of transactions (generated histories)",
         x_desc: "number of transactions",
         y_desc: "verification time (s)",
+        log_y: false,
     };
     plot_lines(&lines, &axes, &svg_path).with_context(|| format!("cannot draw {}", svg_path.display()))?;
     eprintln!("wrote {} and {}", csv_path.display(), svg_path.display());
@@ -380,7 +384,7 @@ fn fig8(args: &BenchArgs, names: &[WorkloadName]) -> anyhow::Result<bool> {
         .collect();
     let svg_path = args.out.join("differential.svg");
     let caption = format!("Differential analysis, {largest} transactions (generated histories)");
-    let axes = Axes { caption: &caption, x_desc: "workload", y_desc: "verification time (s)" };
+    let axes = Axes { caption: &caption, x_desc: "workload", y_desc: "verification time (s)", log_y: false };
     plot_grouped(&groups, &DIFF_CONFIGS, &axes, &svg_path)
         .with_context(|| format!("cannot draw {}", svg_path.display()))?;
     eprintln!("wrote {} and {}", csv_path.display(), svg_path.display());
@@ -447,6 +451,8 @@ pub(super) struct Axes<'a> {
     pub(super) caption: &'a str,
     pub(super) x_desc: &'a str,
     pub(super) y_desc: &'a str,
+    /// A log₁₀ y axis, for values spread over orders of magnitude (bars then start at the axis's floor).
+    pub(super) log_y: bool,
 }
 
 /// Grouped bars: one group per label, one bar per series (`None` draws no bar).
@@ -458,9 +464,34 @@ pub(super) fn plot_grouped(
 ) -> anyhow::Result<()> {
     use plotters::prelude::*;
 
+    let values = || groups.iter().flat_map(|(_, v)| v.iter().flatten().copied());
+    let y_max = values().fold(0.0_f64, f64::max).max(1e-3);
+    if axes.log_y {
+        // Bars start a little below the smallest value, so that every bar shows.
+        let y_min = values().filter(|&v| v > 0.0).fold(y_max, f64::min);
+        let floor = 10f64.powf((y_min / 2.0).log10().floor());
+        draw_grouped(groups, series, axes, path, (floor..y_max * 2.0).log_scale(), floor)
+    } else {
+        draw_grouped(groups, series, axes, path, 0.0..y_max * 1.15, 0.0)
+    }
+}
+
+/// [`plot_grouped`] on a given y axis; bars rise from `y_base`.
+fn draw_grouped<Y>(
+    groups: &[(String, Vec<Option<f64>>)],
+    series: &[&str],
+    axes: &Axes<'_>,
+    path: &std::path::Path,
+    y_axis: Y,
+    y_base: f64,
+) -> anyhow::Result<()>
+where
+    Y: plotters::coord::ranged1d::AsRangedCoord<Value = f64>,
+    Y::CoordDescType: plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    use plotters::prelude::*;
+
     let n = groups.len().max(1) as f64;
-    let y_max =
-        groups.iter().flat_map(|(_, v)| v.iter().flatten()).fold(0.0_f64, |a, &b| a.max(b)).max(1e-3) * 1.15;
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
     let labels: Vec<String> = groups.iter().map(|(l, _)| l.clone()).collect();
@@ -469,7 +500,7 @@ pub(super) fn plot_grouped(
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(60)
-        .build_cartesian_2d(-0.5..n - 0.5, 0.0..y_max)
+        .build_cartesian_2d(-0.5..n - 0.5, y_axis)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     chart
         .configure_mesh()
@@ -486,7 +517,7 @@ pub(super) fn plot_grouped(
         let rects = groups.iter().enumerate().filter_map(|(i, (_, v))| {
             let y = v.get(s).copied().flatten()?;
             let x0 = i as f64 - 0.4 + s as f64 * width;
-            Some(Rectangle::new([(x0, 0.0), (x0 + width * 0.9, y)], color.filled()))
+            Some(Rectangle::new([(x0, y_base), (x0 + width * 0.9, y)], color.filled()))
         });
         chart
             .draw_series(rects)
@@ -522,6 +553,7 @@ pub(super) fn plot_lines(
 ) -> anyhow::Result<()> {
     use plotters::prelude::*;
 
+    anyhow::ensure!(!axes.log_y, "line plots have a linear y axis only");
     let points = || lines.iter().flat_map(|(_, l)| l.iter());
     let x_max = points().map(|p| p.0).fold(0.0, f64::max).max(1e-3) * 1.05;
     let y_max = points().map(|p| p.1).fold(0.0, f64::max).max(1e-3) * 1.1;

@@ -451,7 +451,7 @@ fn verify_log(
     counters: ProxyCounters,
     failed: bool,
 ) -> anyhow::Result<Recorded> {
-    let log_dir_bytes = dir_bytes(log_dir.path());
+    let log_dir_bytes = history::log::disk_bytes(log_dir.path());
     let history = crate::cmd::history::load(log_dir.path(), None)?;
     let mut native = Vec::new();
     history::codec::write_history_to(&history, &mut native, history::codec::Format::Native)
@@ -486,19 +486,6 @@ fn verify_log(
         counters,
         kept_at,
     })
-}
-
-/// The bytes of every file under `dir`.
-fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .flatten()
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
 }
 
 /// Reads the tagging counters from the proxy's /metrics (the admin server's Prometheus text).
@@ -660,7 +647,12 @@ pub(super) fn fig12(args: &BenchArgs) -> anyhow::Result<bool> {
             what, p.proxy_workload, p.proxy_clients
         );
         let y_desc = format!("{what} latency (ms)");
-        let axes = Axes { caption: &caption, x_desc: "committed transactions per second", y_desc: &y_desc };
+        let axes = Axes {
+            caption: &caption,
+            x_desc: "committed transactions per second",
+            y_desc: &y_desc,
+            log_y: false,
+        };
         let svg = args.out.join(file);
         plot_lines(&lines, &axes, &svg).with_context(|| format!("cannot draw {}", svg.display()))?;
         svgs.push(svg);
@@ -681,7 +673,12 @@ pub(super) fn fig12(args: &BenchArgs) -> anyhow::Result<bool> {
         .collect();
     let names: Vec<&str> = p.proxy_configs.iter().map(|c| c.as_str()).collect();
     let caption = format!("Throughput, direct vs. through Krait, {}", p.proxy_workload);
-    let axes = Axes { caption: &caption, x_desc: "clients", y_desc: "committed transactions per second" };
+    let axes = Axes {
+        caption: &caption,
+        x_desc: "clients",
+        y_desc: "committed transactions per second",
+        log_y: false,
+    };
     let svg = args.out.join("proxy_tps.svg");
     plot_grouped(&groups, &names, &axes, &svg).with_context(|| format!("cannot draw {}", svg.display()))?;
     svgs.push(svg);
@@ -837,7 +834,12 @@ pub(super) fn fig13(args: &BenchArgs) -> anyhow::Result<bool> {
         })
         .collect();
     let caption = format!("Bytes per 1k transactions through Krait ({})", shown.as_str());
-    let axes = Axes { caption: &caption, x_desc: "workload", y_desc: "KB per 1k transactions" };
+    let axes = Axes {
+        caption: &caption,
+        x_desc: "workload",
+        y_desc: "KB per 1k transactions (log scale)",
+        log_y: true,
+    };
     let svg = args.out.join("bytes.svg");
     plot_grouped(&groups, &series, &axes, &svg).with_context(|| format!("cannot draw {}", svg.display()))?;
     eprintln!("wrote {} and {}", csv_path.display(), svg.display());

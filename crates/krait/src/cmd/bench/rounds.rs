@@ -4,7 +4,7 @@
 //! runs online) at several round sizes:
 //! - `cobra/scaling/twitter-100000` from the corpus (`$KRAIT_CORPUS`, or `../shared/corpus`), the history
 //!   of Cobra's Fig. 10;
-//! - a BlindW-RW history of 100,000 transactions generated here with a fence every [`FENCE_EVERY`]
+//! - a BlindW-RW history of 100,000 transactions (`--blindw-txns`) generated here with a fence every [`FENCE_EVERY`]
 //!   transactions per session (garbage collection needs fences, Cobra §4.2), which Cobra's GPU verifier
 //!   could not finish (it ran out of memory).
 //!
@@ -19,14 +19,12 @@ use anyhow::Context;
 use workloads::WorkloadName;
 use workloads::memory::{GenerateOptions, Interleave, generate};
 
-use super::BenchArgs;
+use super::{Axes, BenchArgs, plot_lines};
 
 /// Fences per session in the generated BlindW-RW history: one every this many transactions.
 const FENCE_EVERY: u32 = 20;
 /// The corpus history of Cobra Fig. 10.
 const TWITTER: &str = "cobra/scaling/twitter-100000";
-/// Transactions in the generated BlindW-RW history.
-const BLINDW_TXNS: u64 = 100_000;
 
 /// One measured point.
 struct RoundPoint {
@@ -40,6 +38,48 @@ struct RoundPoint {
     end_live: usize,
     deleted: u64,
     peak_mib: Option<f64>,
+}
+
+/// The table's columns: (CSV name, printed title).
+const COLUMNS: [(&str, &str); 10] = [
+    ("history", "history"),
+    ("round_size", "round size"),
+    ("rounds", "rounds"),
+    ("verdict", "verdict"),
+    ("seconds", "time (s)"),
+    ("capacity_txn_per_s", "txn/s"),
+    ("max_live", "max live"),
+    ("end_live", "end live"),
+    ("deleted", "deleted"),
+    ("peak_mib", "peak MiB"),
+];
+
+/// Prints one row of the table, the first column left-aligned and the others right-aligned.
+fn print_row(cells: &[String; 10]) {
+    const WIDTHS: [usize; 10] = [18, 10, 7, 8, 9, 10, 9, 9, 9, 10];
+    let mut line = format!("{:<w$}", cells[0], w = WIDTHS[0]);
+    for (cell, w) in cells.iter().zip(WIDTHS).skip(1) {
+        line.push_str(&format!(" {cell:>w$}"));
+    }
+    println!("{line}");
+}
+
+impl RoundPoint {
+    /// The point's values in [`COLUMNS`] order, as printed and as written to the CSV.
+    fn cells(&self) -> [String; 10] {
+        [
+            self.history.clone(),
+            self.round_size.to_string(),
+            self.rounds.to_string(),
+            self.verdict.to_owned(),
+            format!("{:.2}", self.seconds),
+            format!("{:.0}", self.capacity),
+            self.max_live.to_string(),
+            self.end_live.to_string(),
+            self.deleted.to_string(),
+            self.peak_mib.map_or(String::new(), |m| format!("{m:.0}")),
+        ]
+    }
 }
 
 /// The corpus directory: `$KRAIT_CORPUS`, or `../shared/corpus` from the current directory or from the
@@ -82,28 +122,18 @@ pub(super) fn fig10(args: &BenchArgs) -> anyhow::Result<bool> {
         format!("cannot read {} (set KRAIT_CORPUS to the corpus directory)", path.display())
     })?;
     let opts = GenerateOptions {
-        txns: BLINDW_TXNS,
+        txns: args.blindw_txns,
         clients: args.clients,
         seed: args.seed,
         interleave: Interleave::Random,
         fence_every: Some(FENCE_EVERY),
     };
     let blindw = generate(&args.sizes.workload(WorkloadName::BlindWRw), &opts)?.history;
-    let histories = [("twitter-100000".to_owned(), twitter), ("blindw-rw-100000".to_owned(), blindw)];
+    let histories =
+        [("twitter-100000".to_owned(), twitter), (format!("blindw-rw-{}", args.blindw_txns), blindw)];
 
-    println!(
-        "\n{:<18} {:>10} {:>7} {:>8} {:>9} {:>10} {:>9} {:>9} {:>9} {:>10}",
-        "history",
-        "round size",
-        "rounds",
-        "verdict",
-        "time (s)",
-        "txn/s",
-        "max live",
-        "end live",
-        "deleted",
-        "peak MiB"
-    );
+    println!();
+    print_row(&COLUMNS.map(|(_, title)| title.to_owned()));
     let mut points = Vec::new();
     for (name, h) in &histories {
         for &round_size in &sizes {
@@ -127,19 +157,7 @@ pub(super) fn fig10(args: &BenchArgs) -> anyhow::Result<bool> {
                 deleted: out.deleted,
                 peak_mib: peak_mib(),
             };
-            println!(
-                "{:<18} {:>10} {:>7} {:>8} {:>9.2} {:>10.0} {:>9} {:>9} {:>9} {:>10}",
-                p.history,
-                p.round_size,
-                p.rounds,
-                p.verdict,
-                p.seconds,
-                p.capacity,
-                p.max_live,
-                p.end_live,
-                p.deleted,
-                p.peak_mib.map_or("-".to_owned(), |m| format!("{m:.0}"))
-            );
+            print_row(&p.cells());
             let live: Vec<String> = out.rounds.iter().map(|r| r.live_after.to_string()).collect();
             println!("    live after each round's collection: {}", live.join(" "));
             points.push(p);
@@ -152,23 +170,10 @@ pub(super) fn fig10(args: &BenchArgs) -> anyhow::Result<bool> {
     }
 
     let csv_path = args.out.join("rounds.csv");
-    let mut csv = String::from(
-        "history,round_size,rounds,verdict,seconds,capacity_txn_per_s,max_live,end_live,deleted,peak_mib\n",
-    );
+    let mut csv = COLUMNS.map(|(name, _)| name).join(",") + "\n";
     for p in &points {
-        csv.push_str(&format!(
-            "{},{},{},{},{:.3},{:.1},{},{},{},{}\n",
-            p.history,
-            p.round_size,
-            p.rounds,
-            p.verdict,
-            p.seconds,
-            p.capacity,
-            p.max_live,
-            p.end_live,
-            p.deleted,
-            p.peak_mib.map_or(String::new(), |m| format!("{m:.1}"))
-        ));
+        csv.push_str(&p.cells().join(","));
+        csv.push('\n');
     }
     std::fs::write(&csv_path, csv).with_context(|| format!("cannot write {}", csv_path.display()))?;
     let svg_path = args.out.join("rounds.svg");
@@ -183,55 +188,13 @@ pub(super) fn fig10(args: &BenchArgs) -> anyhow::Result<bool> {
             (name.clone(), line)
         })
         .collect();
-    plot_capacity(&lines, &svg_path).with_context(|| format!("cannot draw {}", svg_path.display()))?;
+    let axes = Axes {
+        caption: "Verification capacity vs. round size (Cobra Fig. 10)",
+        x_desc: "round size (transactions)",
+        y_desc: "capacity (txn/s)",
+        log_y: false,
+    };
+    plot_lines(&lines, &axes, &svg_path).with_context(|| format!("cannot draw {}", svg_path.display()))?;
     eprintln!("wrote {} and {}", csv_path.display(), svg_path.display());
     Ok(points.iter().all(|p| p.verdict == "accept"))
-}
-
-/// Capacity against round size, one line per history.
-fn plot_capacity(lines: &[(String, Vec<(f64, f64)>)], path: &std::path::Path) -> anyhow::Result<()> {
-    use plotters::prelude::*;
-
-    let points = || lines.iter().flat_map(|(_, l)| l.iter());
-    let x_max = points().map(|p| p.0).fold(0.0, f64::max).max(1e-3) * 1.05;
-    let y_max = points().map(|p| p.1).fold(0.0, f64::max).max(1e-3) * 1.1;
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("Verification capacity vs. round size (Cobra Fig. 10)", ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    chart
-        .configure_mesh()
-        .x_desc("round size (transactions)")
-        .y_desc("capacity (txn/s)")
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .draw()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    for (i, (name, series)) in lines.iter().enumerate() {
-        if series.is_empty() {
-            continue;
-        }
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-        chart
-            .draw_series(series.iter().map(|&(x, y)| Circle::new((x, y), 3, color.filled())))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(())
 }
