@@ -124,6 +124,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         t => t,
     };
     let tmp = tempfile::Builder::new().prefix("krait-demo-").tempdir().context("cannot make a temp dir")?;
+    if target != Target::Embedded && args.history_out.is_some() {
+        println!("krait demo: --history-out is for the embedded target only; no history files are written.");
+    }
     let outcome = match target {
         Target::Embedded => embedded(&args, tmp.path()),
         _ => postgres(&args, tmp.path()),
