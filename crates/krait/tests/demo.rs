@@ -61,6 +61,15 @@ fn assert_runs_through_the_proxy(text: &str) {
     assert!(text.contains(", 0 errors"), "no client statement was refused: {text}");
     assert!(!text.contains("(0 row-level reads and writes)"), "{text}");
     assert!(!text.contains("NOTE: the recorded transactions carry no row-level"), "{text}");
+    // Every committed transfer read two rows and wrote one, and the proxy recorded those ops (not only its
+    // fences' ops): the client's statements on kv were tagged, not opaque.
+    let ops: u64 = text
+        .split(" row-level reads and writes)")
+        .next()
+        .and_then(|before| before.rsplit('(').next())
+        .and_then(|n| n.trim().parse().ok())
+        .expect("the number of row-level ops");
+    assert!(ops >= 3 * committed(text), "{ops} ops: {text}");
     // The store's own record of the run gets the verdict the proxy's recording got.
     assert!(text.contains("Cross-check: the reference store's own record"), "{text}");
     assert!(text.contains("the verdicts agree"), "{text}");
@@ -158,6 +167,17 @@ fn postgres_target_under_read_committed_is_rejected_when_rows_are_tagged() {
     }
 }
 
+/// The number of transactions the clients committed, from the demo's clients line.
+fn committed(text: &str) -> u64 {
+    let clients = text.lines().find(|l| l.contains("krait demo: clients:")).expect("a clients line");
+    clients
+        .split_whitespace()
+        .skip_while(|w| *w != "clients:")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("the number committed")
+}
+
 /// Committed transactions that wrote a row of `kv`.
 fn committed_kv_writers(h: &History) -> usize {
     h.transactions
@@ -203,13 +223,7 @@ fn the_history_the_proxy_records_from_the_store_agrees_with_the_stores_own() {
         let (recorded, own, text) = demo_histories(model, seed, dir.path());
         // Every transaction the clients committed is in both (a stale view may see no rows and roll back,
         // so count what the clients say): the store's own history has one more, the load.
-        let clients = text.lines().find(|l| l.contains("krait demo: clients:")).expect("a clients line");
-        let committed: usize = clients
-            .split_whitespace()
-            .skip_while(|w| *w != "clients:")
-            .nth(1)
-            .and_then(|n| n.parse().ok())
-            .expect("the number committed");
+        let committed = usize::try_from(committed(&text)).expect("a count");
         assert!(committed > 100, "{model}/{seed}\n{text}");
         assert_eq!(committed_kv_writers(&recorded), committed, "{model}/{seed}\n{text}");
         assert_eq!(committed_kv_writers(&own), committed + 1, "{model}/{seed}\n{text}");
