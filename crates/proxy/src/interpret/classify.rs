@@ -12,8 +12,8 @@
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    AssignmentTarget, BinaryOperator, Expr, FromTable, GroupByExpr, ObjectName, OnInsert, Query, SelectItem,
-    SetExpr, Statement, TableFactor, TableObject, TableWithJoins, Value, visit_expressions,
+    AssignmentTarget, BinaryOperator, Expr, FromTable, GroupByExpr, Ident, ObjectName, OnInsert, Query,
+    SelectItem, SetExpr, Statement, TableFactor, TableObject, TableWithJoins, Value, visit_expressions,
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
@@ -173,6 +173,29 @@ pub enum StmtPlan {
     Opaque(Opaque),
     /// Rewritten; its rows are reads or writes.
     Rows(RowPlan),
+    /// A savepoint command: no rows, but a ROLLBACK TO SAVEPOINT takes back the writes made since the
+    /// savepoint, so the tagger must drop them from the transaction's ops.
+    Savepoint(SavepointCmd),
+}
+
+/// A savepoint command, with the savepoint's name as PostgreSQL compares it (unquoted names folded to
+/// lower case).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SavepointCmd {
+    /// `SAVEPOINT name`.
+    Define(String),
+    /// `RELEASE [SAVEPOINT] name`: forgets the savepoint and every later one; keeps their writes.
+    Release(String),
+    /// `ROLLBACK TO [SAVEPOINT] name`: undoes the writes since the savepoint, which stays defined.
+    RollbackTo(String),
+}
+
+/// A savepoint's name as PostgreSQL compares it: unquoted identifiers fold to lower case.
+fn savepoint_name(name: &Ident) -> String {
+    match name.quote_style {
+        Some(_) => name.value.clone(),
+        None => name.value.to_lowercase(),
+    }
 }
 
 /// A query string's plan: one entry per statement, and the SQL to send instead, if any was rewritten.
@@ -284,11 +307,16 @@ pub fn plan_statement(stmt: &mut Statement, catalog: &Catalog) -> StmtPlan {
         Statement::Insert(ins) => plan_insert(ins, catalog),
         Statement::Update(upd) => plan_update(upd, catalog),
         Statement::Delete(del) => plan_delete(del, catalog),
+        Statement::Savepoint { name } => StmtPlan::Savepoint(SavepointCmd::Define(savepoint_name(name))),
+        Statement::ReleaseSavepoint { name } => {
+            StmtPlan::Savepoint(SavepointCmd::Release(savepoint_name(name)))
+        }
+        Statement::Rollback { savepoint: Some(name), .. } => {
+            StmtPlan::Savepoint(SavepointCmd::RollbackTo(savepoint_name(name)))
+        }
         Statement::StartTransaction { .. }
         | Statement::Commit { .. }
-        | Statement::Rollback { .. }
-        | Statement::Savepoint { .. }
-        | Statement::ReleaseSavepoint { .. }
+        | Statement::Rollback { savepoint: None, .. }
         | Statement::Set(_)
         | Statement::Reset(_)
         | Statement::ShowVariable { .. }

@@ -68,7 +68,7 @@ use history::log::LoggedOp;
 use serde::Deserialize;
 
 pub use catalog::{Catalog, Lookup, PK_QUERY, TableInfo};
-pub use classify::{Opaque, OpaqueKind, PlannedQuery, RowKind, RowPlan, StmtPlan, plan_query};
+pub use classify::{Opaque, OpaqueKind, PlannedQuery, RowKind, RowPlan, SavepointCmd, StmtPlan, plan_query};
 pub use versions::{TagError, VersionBook};
 
 /// Which version-tagging strategy the proxy uses (`[tagging] strategy`).

@@ -24,11 +24,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Bytes, BytesMut};
 use history::log::LoggedOp;
+use history::{KeyName, Observed, WriteId};
 use wire::pg::backend::tag as btag;
 use wire::pg::{FrontendMessage, Target};
 
 use super::catalog::Catalog;
-use super::classify::{OpaqueKind, StmtPlan};
+use super::classify::{OpaqueKind, SavepointCmd, StmtPlan};
 use super::strip::{ClientReply, data_row_for_client, extend_result_formats, row_description_for_client};
 use super::versions::{VersionBook, absent_read};
 use super::{VersionStrategy, XminStrategy};
@@ -184,6 +185,8 @@ pub struct Tagger {
     copy_in: bool,
     broken: bool,
     ops: Vec<LoggedOp>,
+    /// The open transaction's savepoints, innermost last: each name with how many ops came before it.
+    savepoints: Vec<(String, usize)>,
 }
 
 fn encode(msg: &FrontendMessage) -> Bytes {
@@ -204,6 +207,7 @@ impl Tagger {
             copy_in: false,
             broken: false,
             ops: Vec::new(),
+            savepoints: Vec::new(),
         }
     }
 
@@ -219,6 +223,7 @@ impl Tagger {
 
     /// Takes the ops collected since the last call: the ending (or committing) transaction's.
     pub fn take_ops(&mut self) -> Vec<LoggedOp> {
+        self.savepoints.clear();
         std::mem::take(&mut self.ops)
     }
 
@@ -233,6 +238,7 @@ impl Tagger {
             self.shared.metrics.broken_sessions.fetch_add(1, Ordering::Relaxed);
         }
         self.ops.clear();
+        self.savepoints.clear();
     }
 
     /// Counts what `plan` could not map in `/metrics`, and logs it as an opaque op of statement `stmt` so
@@ -250,7 +256,44 @@ impl Tagger {
                     self.opaque(n.kind, stmt);
                 }
             }
+            StmtPlan::Savepoint(cmd) => self.savepoint(cmd),
             StmtPlan::Control => {}
+        }
+    }
+
+    /// Follows a savepoint command that succeeded. ROLLBACK TO SAVEPOINT takes back the writes made since
+    /// the savepoint (those of the failed statement that forced it too), so they leave the transaction's
+    /// ops, with the reads of them. Reads of other transactions' versions stay: the transaction did see
+    /// them.
+    fn savepoint(&mut self, cmd: &SavepointCmd) {
+        match cmd {
+            SavepointCmd::Define(name) => self.savepoints.push((name.clone(), self.ops.len())),
+            SavepointCmd::Release(name) => {
+                if let Some(i) = self.savepoints.iter().rposition(|(n, _)| n == name) {
+                    self.savepoints.truncate(i);
+                }
+            }
+            SavepointCmd::RollbackTo(name) => {
+                let Some(i) = self.savepoints.iter().rposition(|(n, _)| n == name) else { return };
+                let mark = self.savepoints[i].1;
+                self.savepoints.truncate(i + 1);
+                let later = self.ops.split_off(mark.min(self.ops.len()));
+                let undone: Vec<(KeyName, WriteId)> = later
+                    .iter()
+                    .filter_map(|op| match op {
+                        LoggedOp::Write { key, write, .. } => Some((key.clone(), *write)),
+                        _ => None,
+                    })
+                    .collect();
+                let kept = later.into_iter().filter(|op| match op {
+                    LoggedOp::Write { .. } => false,
+                    LoggedOp::Read { key, observed: Observed::Version(w), .. } => {
+                        !undone.iter().any(|(k, u)| k == key && u == w)
+                    }
+                    _ => true,
+                });
+                self.ops.extend(kept);
+            }
         }
     }
 

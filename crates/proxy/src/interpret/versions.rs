@@ -32,8 +32,8 @@
 //!   interpreter records the second write of the same id in a transaction once; the verifier sees the last
 //!   state, which is all other transactions can see.
 //! - Subtransactions: a write inside a SAVEPOINT is stamped with the subtransaction's xid. Readers see the
-//!   same xid, so ids still agree. A write undone by ROLLBACK TO SAVEPOINT is, however, still in the
-//!   transaction's recorded ops (not handled yet).
+//!   same xid, so ids still agree. A write undone by ROLLBACK TO SAVEPOINT leaves the transaction's
+//!   recorded ops, with its reads of it (the tagger keeps each savepoint's place in the ops).
 //! - Frozen rows: since PostgreSQL 9.4 freezing keeps the raw `xmin` (it sets a flag bit), so the id does
 //!   not change when VACUUM freezes a row. Before 9.4 a frozen row reported `xmin = 2`.
 //! - Wraparound: `xmin` is 32 bits. Two versions of one key written 2^32 transactions apart collide.

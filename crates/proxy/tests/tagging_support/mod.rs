@@ -248,6 +248,8 @@ impl Tagged {
             }
         };
         self.raw.write(&frame).await;
+        // ROLLBACK TO SAVEPOINT shares the ROLLBACK tag but leaves the transaction open.
+        let rollback_to = proxy::sql::classify(sql.as_bytes()).contains(&proxy::sql::StmtKind::RollbackTo);
         let mut seen = Vec::new();
         loop {
             let (tag, body) = self.raw.next().await;
@@ -262,7 +264,9 @@ impl Tagged {
             match tag {
                 btag::ERROR_RESPONSE => self.failed = true,
                 btag::COMMAND_COMPLETE if body.starts_with(b"COMMIT") => self.end(Outcome::Committed),
-                btag::COMMAND_COMPLETE if body.starts_with(b"ROLLBACK") => self.end(Outcome::Aborted),
+                btag::COMMAND_COMPLETE if body.starts_with(b"ROLLBACK") && !rollback_to => {
+                    self.end(Outcome::Aborted)
+                }
                 btag::READY_FOR_QUERY => {
                     if body.first() == Some(&b'I') && self.open {
                         let outcome = if self.failed { Outcome::Aborted } else { Outcome::Committed };
