@@ -16,8 +16,17 @@
 //! 3. **Frontier** (§4.3 (1)): a version is superseded when an old transaction the writer reaches wrote a
 //!    later version of the key. A future read of a superseded version is a stale read (the later writer
 //!    precedes the reader by the Guarantee), so it becomes a **tombstone**, and the admission of a later read
-//!    of it is a reject. Every *live* reader of a superseded version must be deleted with it (otherwise its
-//!    read would dangle); when one cannot be, the writer stays.
+//!    of it is a reject. A *kept* reader of a superseded version loses that read, and keeps what it implied
+//!    as links (see the comment at rule 3 in [`plan`]): an rw edge to the later old writer, the edges the
+//!    known graph drew from the read, and, through the exits of rule 6, the wr edge from the writer. Cobra
+//!    does the same implicitly: condition (i) of §4.3 asks only that no *future* transaction precede or
+//!    directly succeed the deleted one, and its known graph keeps the kept reader's edges.
+//!
+//!    Earlier versions kept the writer instead ("every live reader must be deleted with it"). That is sound
+//!    but spreads: on C-Twitter a key's read-modify-write chain is a chain of readers, so one kept
+//!    transaction kept every earlier writer of the key, and with them (rules 2 and 4) their components and
+//!    other keys' frontiers; on `cobra/scaling/twitter-100000` the live set grew by about 2,200 transactions
+//!    per round of 5,000 (to 44% of the history). With the reads dropped it stays at 1,000–3,000.
 //! 4. **Frontier versions become the base.** Cobra keeps frontier transactions whole; on C-Twitter that is
 //!    half of all transactions (most keys are written once), so Krait deletes a frontier transaction too when
 //!    its frontier version can stand in for the key's initial version: every other live version of the key
@@ -26,9 +35,15 @@
 //!    rewritten to read the key's base (`Observed::PreHistory`), which precedes every recorded write, exactly
 //!    as the deleted writer did; a later read of any *other* initial version of the key is a stale read.
 //!
-//! 5. **Fences go in session order.** A fence is deleted only after everything before it in its session, so
-//!    every kept old transaction still reaches, inside the residual history, its next fence and through the
-//!    fence chain every later transaction (without this the differential test finds false accepts).
+//! 5. **Fences need no order of their own.** Earlier versions deleted a fence only after everything before it
+//!    in its session, so that every kept old transaction still reaches, inside the residual history, its next
+//!    fence and through the fence chain every later transaction (the Guarantee of §4.2). Rule 6 already keeps
+//!    that: a kept transaction's path to the kept fence of epoch `epoch_agree − 1` runs through its session's
+//!    next fence and the chain, and every stretch of it through deleted transactions becomes an exit link, so
+//!    the path survives collection (the rule was added together with rule 6, after the differential test
+//!    found false accepts without both; with rule 6 alone it passes). Keeping fences in session order made a
+//!    single kept old transaction keep every later fence of its session for ever, and through rule 4 (a kept
+//!    earlier fence version blocks the frontier fence from becoming the base) the whole fence chain.
 //! 6. **Links.** Cobra keeps its known graph between rounds; Krait re-derives it from the residual history,
 //!    which loses paths between kept transactions through deleted ones (and with them pruning decisions that
 //!    rested on those paths). Each such path, and each decision whose witness cycle may pass through deleted
@@ -38,10 +53,29 @@
 //! The residual history (live transactions, reads rewritten) is closed under reads-from, so a serial order of
 //! the whole history restricted to it explains it: collection never causes a false reject. The no-false-
 //! accept direction is Cobra's argument (Appendix C of the extended version) for rules 1–3, made to hold for a
-//! re-derived residual history by rules 5 and 6; rule 4 only removes a transaction whose one relation to
+//! re-derived residual history by rule 6; rule 4 only removes a transaction whose one relation to
 //! what stays is the order of its key's versions, which the base keeps. This is argued, not proved: the
 //! differential tests in `tests/rounds.rs` check both directions against one-shot verification (and fail
-//! when rule 2, 4 or 5 is switched off).
+//! when rule 2 or 4 is switched off). The random ones do *not* fail when the links of rule 3 are left out:
+//! the reader of a superseded version has epoch `epoch_agree − 1` or less (it precedes an old writer), so
+//! the fence chain alone orders it before every future transaction, except in a session that ended without
+//! a later fence. `tests/rounds_bounded.rs` builds that case and fails (a false accept) when both kinds of
+//! rule-3 links are left out.
+//! [`RoundOptions::gc_legacy_rules`](crate::RoundOptions) brings the earlier rules 3 and 5 back, for
+//! comparison.
+//!
+//! **Blind writes (BlindW-RW) and what cannot be collected.** Blind writes of one key by transactions the
+//! known graph does not order are all on the frontier (§4.3: "if there are multiple writes to the same key
+//! and the verifier cannot distinguish which is the most recent one, the verifier keeps them all"), and
+//! their constraints put them in one component of g′ with their readers, so rules 2–4 keep them for as long
+//! as the known graph leaves them unordered (a write two epochs later is ordered after them by the fence
+//! chain, which can supersede them; this was not measured again on BlindW-RW). Taking the order the solver
+//! chose in one round as known edges would collect more, but it is not sound: the solver's model is one of
+//! possibly many, and a later transaction can require the other order (the §4.3 counter-example is exactly
+//! a future read that resolves an old constraint); with the chosen order fixed, that serializable history
+//! would be rejected, and with the other side's transactions already deleted, a non-serializable one could
+//! be accepted. Cobra names this case as future work (its longer text: BlindW-RW runs out of GPU memory in
+//! rounds); nothing here goes beyond it.
 
 use std::collections::{HashMap, HashSet};
 
@@ -111,6 +145,59 @@ pub(crate) struct Plan {
     pub aborted: Vec<(WriteId, Key, usize)>,
     /// Orderings between kept transactions to keep as links (indices into the round's history).
     pub links: Vec<(usize, usize)>,
+    /// Reads to remove from kept transactions: (index into the round's history, the version read), each a
+    /// read of a deleted writer's superseded version, replaced by links (rule 3).
+    pub drop_reads: Vec<(usize, WriteId)>,
+    /// Why each kept vertex was kept (the first rule that kept it).
+    pub kept: KeptReasons,
+}
+
+/// How many live transactions each rule kept in one collection: the first rule that kept each one. They say
+/// which rule holds the live set up (see the rounds module's notes on memory).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeptReasons {
+    /// Not a vertex of the polygraph (an indeterminate transaction nobody read from) and not collected.
+    pub not_vertex: usize,
+    /// Its epoch is later than `epoch_agree − 2`, or it has none yet (Cobra §4.3 (2)).
+    pub not_old: usize,
+    /// Old, but a vertex that is not old reaches it in the known graph (Cobra §4.3 (3)).
+    pub reached_from_new: usize,
+    /// A superseded candidate on a cycle of g′ with a kept vertex (Cobra §4.3 (ii)).
+    pub g_prime_cycle: usize,
+    /// A fence after a kept transaction of its session (rule 5).
+    pub fence_order: usize,
+    /// It wrote a version a live transaction outside the polygraph read.
+    pub pinned: usize,
+    /// It wrote a superseded version that a kept transaction read (rule 3).
+    pub reader_kept: usize,
+    /// It wrote a frontier version that cannot become its key's base (rule 4).
+    pub not_base: usize,
+    /// In a g′ component with a member kept by rules 3–5.
+    pub component_mate: usize,
+}
+
+impl KeptReasons {
+    /// All kept transactions counted.
+    pub fn total(&self) -> usize {
+        self.not_vertex
+            + self.not_old
+            + self.reached_from_new
+            + self.g_prime_cycle
+            + self.fence_order
+            + self.pinned
+            + self.reader_kept
+            + self.not_base
+            + self.component_mate
+    }
+}
+
+/// Why `can_go` refused a vertex.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refusal {
+    FenceOrder,
+    Pinned,
+    ReaderKept,
+    NotBase,
 }
 
 /// Strongly connected components (iterative Tarjan); returns each vertex's component.
@@ -177,6 +264,7 @@ pub(crate) fn plan(
     epoch_agree: u64,
     pinned: &HashSet<WriteId>,
     options: &Options,
+    legacy: bool,
 ) -> Result<Plan, VerifyError> {
     let mut out = Plan::default();
     if epoch_agree < 2 {
@@ -197,10 +285,20 @@ pub(crate) fn plan(
     }
     let norm = &p.norm;
     let n = norm.txns.len();
+    out.kept.not_vertex = h
+        .transactions
+        .iter()
+        .enumerate()
+        .filter(|&(i, t)| {
+            norm.vertex_of.get(i).copied().flatten().is_none()
+                && !(t.outcome == Outcome::Aborted && old_epoch(i))
+        })
+        .count();
     if n == 0 {
         return Ok(out);
     }
     let old: Vec<bool> = (0..n).map(|v| old_epoch(norm.txns[v].hist)).collect();
+    out.kept.not_old = old.iter().filter(|&&o| !o).count();
     // Rule 1: reachable in the known graph from a vertex that is not old.
     let mut known_adj: Vec<Vec<u32>> = vec![Vec::new(); n];
     for e in &p.g.edges {
@@ -217,6 +315,7 @@ pub(crate) fn plan(
         }
     }
     let candidate: Vec<bool> = (0..n).map(|v| !tainted[v]).collect();
+    out.kept.reached_from_new = (0..n).filter(|&v| old[v] && tainted[v]).count();
     if !candidate.iter().any(|&c| c) {
         return Ok(out);
     }
@@ -245,6 +344,7 @@ pub(crate) fn plan(
         members[comp[v] as usize].push(v as u32);
     }
     let mut del: Vec<bool> = (0..n).map(|v| comp_ok[comp[v] as usize]).collect();
+    out.kept.g_prime_cycle = (0..n).filter(|&v| candidate[v] && !del[v]).count();
     if !del.iter().any(|&d| d) {
         return Ok(out);
     }
@@ -290,20 +390,20 @@ pub(crate) fn plan(
     // `first_kept[si]`: the position of the first kept vertex of session si, as of the start of a pass. Within
     // a pass it can only be too late, which lets a fence pass for now; the pass then changed something, so
     // another pass follows and, by the last (unchanged) one, it is exact.
-    let can_go = |v: u32, del: &[bool], first_kept: &[usize]| -> bool {
-        if h.transactions[norm.txns[v as usize].hist].fence {
+    let can_go = |v: u32, del: &[bool], first_kept: &[usize]| -> Result<(), Refusal> {
+        if legacy && h.transactions[norm.txns[v as usize].hist].fence {
             let (si, pos) = session_pos[v as usize];
             if first_kept[si] < pos {
-                return false;
+                return Err(Refusal::FenceOrder);
             }
         }
         for &(key, x) in &norm.txns[v as usize].writes {
             if write_id(x).is_some_and(|w| pinned.contains(&w)) {
-                return false;
+                return Err(Refusal::Pinned);
             }
             if !frontier[x as usize] {
-                if norm.versions[x as usize].readers.iter().any(|&r| r != v && !del[r as usize]) {
-                    return false;
+                if legacy && norm.versions[x as usize].readers.iter().any(|&r| r != v && !del[r as usize]) {
+                    return Err(Refusal::ReaderKept);
                 }
                 continue;
             }
@@ -317,12 +417,13 @@ pub(crate) fn plan(
                     None => norm.versions[y as usize].readers.iter().all(|&r| del[r as usize]),
                 };
                 if !ok {
-                    return false;
+                    return Err(Refusal::NotBase);
                 }
             }
         }
-        true
+        Ok(())
     };
+    let mut refused: Vec<Option<Refusal>> = vec![None; n];
     loop {
         let first_kept: Vec<usize> =
             p.g.sessions
@@ -331,7 +432,11 @@ pub(crate) fn plan(
                 .collect();
         let mut changed = false;
         for v in 0..n as u32 {
-            if del[v as usize] && !can_go(v, &del, &first_kept) {
+            if !del[v as usize] {
+                continue;
+            }
+            if let Err(why) = can_go(v, &del, &first_kept) {
+                refused[v as usize] = Some(why);
                 for &m in &members[comp[v as usize] as usize] {
                     del[m as usize] = false;
                 }
@@ -340,6 +445,17 @@ pub(crate) fn plan(
         }
         if !changed {
             break;
+        }
+    }
+    for v in 0..n {
+        if candidate[v] && comp_ok[comp[v] as usize] && !del[v] {
+            match refused[v] {
+                Some(Refusal::FenceOrder) => out.kept.fence_order += 1,
+                Some(Refusal::Pinned) => out.kept.pinned += 1,
+                Some(Refusal::ReaderKept) => out.kept.reader_kept += 1,
+                Some(Refusal::NotBase) => out.kept.not_base += 1,
+                None => out.kept.component_mate += 1,
+            }
         }
     }
     // Rule 6: what the residual history cannot re-derive is kept as links. Pruning's decisions between two
@@ -360,13 +476,78 @@ pub(crate) fn plan(
             links.push((hist(e.from), hist(e.to)));
         }
     }
+    // Rule 3: a kept reader `r` of a deleted writer's superseded version `x` loses that read (the residual
+    // history has no writer for it). What the read implied is kept instead:
+    // - `r → u`, where `u` is an old writer of a later version of the key that `x`'s writer reaches (the one
+    //   that made `x` superseded): `x` precedes `u`'s version in every serial order, and `r` read `x`, so `r`
+    //   precedes `u` (an rw edge). Through `u` and the Guarantee of §4.2, `r` precedes every future writer of
+    //   the key, as the read made it. When `u` is deleted too, `r` gets `u`'s exits instead (as an edge of
+    //   the adjacency the exits are computed on).
+    // - Every edge the known graph drew out of `r` from its reads (rw edges inside chains, edges from initial
+    //   chains, pruning's decisions), to kept vertices, as links; to deleted ones, through the exits.
+    // - The wr edge from the writer is a path from the writer's kept predecessors to `r` through a deleted
+    //   vertex, which the exits below keep.
+    // No unresolved constraint can involve the read: one would put `x`'s chain, and with it both the writer
+    // and `r`, in one component of g′ (rule 2), and `r` is kept. Future reads of `x` are stale reads, as for
+    // any tombstone.
+    let mut extra: Vec<(u32, u32)> = Vec::new();
+    let mut dangling: HashSet<u32> = HashSet::new();
+    for v in (0..n as u32).filter(|&v| del[v as usize]) {
+        for &(key, x) in &norm.txns[v as usize].writes {
+            if frontier[x as usize] {
+                continue;
+            }
+            let mut readers =
+                norm.versions[x as usize].readers.iter().copied().filter(|&r| r != v && !del[r as usize]);
+            let Some(first) = readers.next() else { continue };
+            let Some(w) = write_id(x) else { continue };
+            let later = by_key[&key]
+                .iter()
+                .filter_map(|&y| writer(y))
+                .filter(|&u| u != v && old[u as usize] && reach.reaches(v, u))
+                .min_by_key(|&u| del[u as usize]);
+            let Some(u) = later else {
+                return Err(VerifyError::Internal(format!(
+                    "garbage collection: version {w} is superseded but no later old version was found"
+                )));
+            };
+            for r in std::iter::once(first).chain(readers) {
+                out.drop_reads.push((hist(r), w));
+                dangling.insert(r);
+                if u == r {
+                    continue;
+                }
+                if del[u as usize] {
+                    extra.push((r, u));
+                } else {
+                    links.push((hist(r), hist(u)));
+                }
+            }
+        }
+    }
+    if !dangling.is_empty() {
+        use crate::known_graph::Origin;
+        for e in &p.g.edges {
+            if dangling.contains(&e.from)
+                && !del[e.to as usize]
+                && !matches!(e.origin, Origin::So | Origin::Wr { .. } | Origin::Rt)
+            {
+                links.push((hist(e.from), hist(e.to)));
+            }
+        }
+    }
     // Paths between kept vertices through deleted ones. Session order among kept transactions is re-derived,
     // so one link from `u` to the earliest exit in each session keeps every exit reachable.
-    links.extend(
+    let exits = if extra.is_empty() {
         exit_links(&known_adj, &del, &session_pos, p.g.sessions.len())
-            .into_iter()
-            .map(|(u, w)| (hist(u), hist(w))),
-    );
+    } else {
+        let mut adj = known_adj.clone();
+        for &(r, u) in &extra {
+            adj[r as usize].push(u);
+        }
+        exit_links(&adj, &del, &session_pos, p.g.sessions.len())
+    };
+    links.extend(exits.into_iter().map(|(u, w)| (hist(u), hist(w))));
     links.sort_unstable();
     links.dedup();
     out.links = links;

@@ -47,6 +47,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 pub use check::{CheckError, CheckSummary, check_report, check_report_detailed};
+pub use gc::KeptReasons;
 pub use kernels::Backend;
 pub use report::{Anomaly, AnomalyClass, CycleEdge, EdgeKind, Report, Verdict};
 pub use reports::{ReportStore, ReportStoreError, ReportSummary};

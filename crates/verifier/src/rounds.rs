@@ -29,19 +29,15 @@
 //! (removed, and later reads of their writes are counted as unverifiable and dropped) and verification
 //! carries on. `verify --rounds` stops at the first reject instead ([`RoundOptions::stop_at_first_reject`]).
 //!
-//! **Memory.** On `cobra/scaling/twitter-100000` in rounds of 5,000, collection deletes about 56% of the
-//! transactions and holds at most about 44% (the target is under 25%; not reached yet). The live set
-//! is *not* bounded yet: it grows by about 4,500 transactions per 10,000 admitted, and each round's time
-//! grows with it, which is what bounds capacity (about 4.9k txn/s at rounds of 10,000 on 2 busy cores).
-//! Almost every candidate passes the rules on its own; a few dozen per round fail (two unordered frontier
-//! writes of one key, or a reader not yet old) and the failure spreads: a kept version that is earlier than a
-//! newer one stops the newer one from becoming the key's base, a kept reader keeps the writers of the
-//! superseded versions it read (and so, transitively, their own writers), and a kept transaction keeps every
-//! later fence of its session (rule 5). Removing that spread (for example by letting a kept reader read a
-//! collected version through its tombstone) is the next step. On a BlindW-RW history (100,000 transactions,
-//! a fence every 20 per session) collection deletes almost nothing: blind writes of one key are ordered only
-//! by constraints, never in the known graph, so no version is superseded; it still runs to the end. Tombstones
-//! and the ids of collected writes are kept for ever (one map entry per collected write); links add one
+//! **Memory.** On `cobra/scaling/twitter-100000` in rounds of 5,000, collection holds 1,000–3,000
+//! transactions after each round (at most about 3% of the history, with no trend over the 20 rounds); each
+//! round's [`RoundStats::kept`] says which rule kept what. Earlier rules (a kept reader kept the writer of the
+//! superseded version it read, and fences went in session order; [`RoundOptions::gc_legacy_rules`]) let the
+//! live set grow by about 2,200 transactions per round, to 44%: see the `gc` module for why they were
+//! over-conservative and why dropping them is sound. On a BlindW-RW history (blind writes ordered only by
+//! constraints) collection deletes little (measured before this change): unordered blind writes all stay
+//! on the frontier, and there is no sound way to collect them sooner (`gc`, "Blind writes"). Tombstones and
+//! the ids of collected writes are kept for ever (one map entry per collected write); links add one
 //! synthetic read per kept ordering.
 //!
 //! **Sessions.** `epoch_agree` waits for every open session (`epochs`). The proxy calls
@@ -62,7 +58,7 @@ use thiserror::Error;
 
 use crate::certificate::txn_report;
 use crate::epochs::Epochs;
-use crate::gc::{self, base_tag, is_initial};
+use crate::gc::{self, KeptReasons, base_tag, is_initial};
 use crate::report::OpRef;
 use crate::reports::{ReportStore, ReportStoreError};
 use crate::{Anomaly, AnomalyClass, Options, Report, Verdict, VerifyError, verify};
@@ -90,6 +86,10 @@ pub struct RoundOptions {
     /// The most transactions that may wait for their writers; beyond it the oldest waiting ones are admitted
     /// anyway (their reads of unknown versions are then reported by the pipeline).
     pub max_waiting: usize,
+    /// For comparison only: collect with the earlier, over-conservative rules (a kept reader of a superseded
+    /// version keeps its writer; a fence goes only after everything before it in its session), under which
+    /// the live set grows without bound (see the `gc` module).
+    pub gc_legacy_rules: bool,
 }
 
 impl Default for RoundOptions {
@@ -104,6 +104,7 @@ impl Default for RoundOptions {
             gc: true,
             stop_at_first_reject: false,
             max_waiting: 100_000,
+            gc_legacy_rules: false,
         }
     }
 }
@@ -147,6 +148,9 @@ pub struct RoundStats {
     pub verify_ms: f64,
     /// Milliseconds spent collecting.
     pub gc_ms: f64,
+    /// Why the transactions that collection kept were kept (all zero when it did not run).
+    #[serde(default)]
+    pub kept: KeptReasons,
 }
 
 /// What a collected write id was.
@@ -662,11 +666,12 @@ impl OnlineVerifier {
         let verify_ms = start.elapsed().as_secs_f64() * 1e3;
         let gc_start = Instant::now();
         let mut deleted = 0;
+        let mut kept = KeptReasons::default();
         if let Some(p) = poly
             && self.options.gc
             && self.epochs.broken().is_none()
         {
-            deleted = self.collect(&p)?;
+            (deleted, kept) = self.collect(&p)?;
         }
         let gc_ms = gc_start.elapsed().as_secs_f64() * 1e3;
         self.max_live = self.max_live.max(self.work.transactions.len());
@@ -682,6 +687,7 @@ impl OnlineVerifier {
             rejects: std::mem::take(&mut self.rejects_in_round),
             verify_ms,
             gc_ms,
+            kept,
         });
         self.new_in_round = 0;
         self.last_round_at = Instant::now();
@@ -735,8 +741,9 @@ impl OnlineVerifier {
         }
     }
 
-    /// Collects garbage after an accepted round; returns how many transactions it deleted.
-    fn collect(&mut self, p: &gc::Polygraph) -> Result<usize, RoundsError> {
+    /// Collects garbage after an accepted round; returns how many transactions it deleted, and why it kept
+    /// the others.
+    fn collect(&mut self, p: &gc::Polygraph) -> Result<(usize, KeptReasons), RoundsError> {
         let epoch: Vec<Option<u64>> =
             self.work.transactions.iter().map(|t| self.epochs.epoch(t.id)).collect();
         let mut pinned = HashSet::new();
@@ -749,11 +756,24 @@ impl OnlineVerifier {
                 }
             }
         }
-        let plan = gc::plan(&self.work, p, &epoch, self.epochs.epoch_agree(), &pinned, &self.options.verify)?;
+        let plan = gc::plan(
+            &self.work,
+            p,
+            &epoch,
+            self.epochs.epoch_agree(),
+            &pinned,
+            &self.options.verify,
+            self.options.gc_legacy_rules,
+        )?;
         if plan.delete.is_empty() {
-            return Ok(0);
+            return Ok((0, plan.kept));
         }
         self.link(&plan.links);
+        for &(i, w) in &plan.drop_reads {
+            self.work.transactions[i]
+                .ops
+                .retain(|op| !matches!(op, Op::Read { observed: Observed::Version(v), .. } if *v == w));
+        }
         let id = |i: usize| self.work.transactions[i].id;
         for &(w, _, i) in &plan.tombstones {
             self.known.insert(w, Known::Tombstone { writer: id(i) });
@@ -794,7 +814,7 @@ impl OnlineVerifier {
         }
         self.epochs.forget(ids);
         self.deleted += doomed.len() as u64;
-        Ok(doomed.len())
+        Ok((doomed.len(), plan.kept))
     }
 }
 

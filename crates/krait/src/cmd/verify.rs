@@ -49,6 +49,11 @@ pub struct VerifyArgs {
     /// With --rounds: adapt the round size towards the best transactions per second (Cobra §6.2).
     #[arg(long, requires = "rounds")]
     adaptive: bool,
+    /// With --rounds, for comparison only: collect garbage with the earlier, over-conservative rules (a kept
+    /// reader keeps the writer of the superseded version it read; fences go in session order), under which
+    /// the live set grows without bound.
+    #[arg(long, requires = "rounds", hide = true)]
+    gc_legacy_rules: bool,
     /// The reachability backend used by pruning.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     reachability: BackendArg,
@@ -158,6 +163,7 @@ fn verify_in_rounds(
         round_interval: None,
         adaptive: args.adaptive,
         stop_at_first_reject: true,
+        gc_legacy_rules: args.gc_legacy_rules,
         ..Default::default()
     };
     let outcome = verifier::verify_in_rounds(history, &round_options)
@@ -169,6 +175,23 @@ fn verify_in_rounds(
              {:.0} ms verify + {:.0} ms collect",
             r.round, r.admitted, r.verified, r.deleted, r.live_after, r.epoch_agree, r.verify_ms, r.gc_ms
         );
+        let k = &r.kept;
+        if k.total() > 0 {
+            eprintln!(
+                "  kept: {} not old, {} reached from a newer one, {} on a g' cycle with kept ones, {} fences after \
+                 a kept one, {} pinned, {} with a kept reader of a superseded version, {} frontier not base, {} \
+                 component mates, {} not vertices",
+                k.not_old,
+                k.reached_from_new,
+                k.g_prime_cycle,
+                k.fence_order,
+                k.pinned,
+                k.reader_kept,
+                k.not_base,
+                k.component_mate,
+                k.not_vertex
+            );
+        }
     }
     eprintln!(
         "{} rounds over {} transactions in {:.0} ms ({:.0} txn/s); garbage collection deleted {}, at most {} \
