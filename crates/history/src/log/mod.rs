@@ -93,7 +93,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 pub use group_commit::{DurabilityTicket, DurableFuture, FSYNC_BUCKETS_US, LogStats};
-pub use record::{FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError};
+pub use record::{BadStatementIndex, FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError};
 pub use replay::Replayer;
 pub use sled_log::SledLog;
 

@@ -27,7 +27,10 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::Durability;
-use crate::{CollectorId, KeyName, Observed, Outcome, SessionId, TxnId, WriteId};
+use crate::{
+    CollectorId, KeyName, KeyTable, Observed, Op, Outcome, SessionId, StmtRef, Transaction, TxnId,
+    UncheckedStatement, WriteId,
+};
 
 /// The version byte written at the start of every record value.
 pub const FORMAT_VERSION: u8 = 1;
@@ -116,6 +119,77 @@ impl LoggedTxn {
             fence: false,
         }
     }
+
+    /// The transaction in the verifier's model, with the statements it could not map. Keys are interned in
+    /// `keys`; a statement text is interned through `intern_statement` once per transaction, the first time
+    /// one of its ops cites it. Log replay and the online verifier's feeder both use this, so that a
+    /// transaction reads the same offline and online.
+    pub fn into_transaction(
+        self,
+        outcome: Outcome,
+        commit_ns: Option<u64>,
+        keys: &mut KeyTable,
+        mut intern_statement: impl FnMut(&str) -> StmtRef,
+    ) -> Result<(Transaction, Vec<UncheckedStatement>), BadStatementIndex> {
+        let mut refs: Vec<Option<StmtRef>> = vec![None; self.statements.len()];
+        let mut ops = Vec::with_capacity(self.ops.len());
+        let mut unchecked = Vec::new();
+        for op in self.ops {
+            if let LoggedOp::Opaque { kind, stmt: index } = op {
+                // Not an op of the model: its text goes with it, not into the statement table.
+                let statement = index.and_then(|i| self.statements.get(i as usize)).cloned();
+                unchecked.push(UncheckedStatement { txn: self.id, kind, statement });
+                continue;
+            }
+            let stmt = match op.stmt() {
+                None => None,
+                Some(i) => {
+                    let slot = refs.get_mut(i as usize).ok_or(BadStatementIndex {
+                        txn: self.id,
+                        index: i,
+                        statements: self.statements.len(),
+                    })?;
+                    if slot.is_none() {
+                        *slot = Some(intern_statement(&self.statements[i as usize]));
+                    }
+                    *slot
+                }
+            };
+            match op {
+                LoggedOp::Read { key, observed, .. } => {
+                    ops.push(Op::Read { key: keys.intern(key), observed, stmt })
+                }
+                LoggedOp::Write { key, write, .. } => {
+                    ops.push(Op::Write { key: keys.intern(key), write, stmt })
+                }
+                LoggedOp::Opaque { .. } => {}
+            }
+        }
+        let txn = Transaction {
+            id: self.id,
+            session: self.session,
+            seq: self.seq,
+            ops,
+            outcome,
+            start_ns: self.start_ns,
+            commit_ns,
+            collector: self.collector,
+            fence: self.fence,
+        };
+        Ok((txn, unchecked))
+    }
+}
+
+/// A logged op cites a statement its transaction did not log: the record contradicts itself.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("{txn} has an op citing statement {index}, but logs only {statements} statements")]
+pub struct BadStatementIndex {
+    /// The transaction.
+    pub txn: TxnId,
+    /// The statement index the op cites.
+    pub index: u32,
+    /// How many statements the transaction logged.
+    pub statements: usize,
 }
 
 /// One entry of the durable log. Sequence numbers are not part of the record; they are its key.
@@ -265,5 +339,52 @@ impl LogRecord {
             LogRecord::Outcome { txn, .. } => Some(*txn),
             LogRecord::Recovery { .. } | LogRecord::SessionEnded { .. } => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> KeyName {
+        KeyName { namespace: "t".into(), bytes: s.as_bytes().to_vec() }
+    }
+
+    #[test]
+    fn a_logged_transaction_converts_with_its_unchecked_statements() {
+        let mut logged = LoggedTxn::new(TxnId(7), SessionId(1), 0);
+        logged.statements = vec!["SELECT v FROM t WHERE k = 1".into(), "SELECT sum(v) FROM t".into()];
+        logged.ops = vec![
+            LoggedOp::Read { key: key("1"), observed: Observed::PreHistory(0), stmt: Some(0) },
+            LoggedOp::Opaque { kind: "aggregate".into(), stmt: Some(1) },
+            LoggedOp::Write { key: key("1"), write: WriteId(9), stmt: Some(0) },
+        ];
+        let mut keys = KeyTable::default();
+        let mut interned = Vec::new();
+        let (txn, unchecked) = logged
+            .into_transaction(Outcome::Committed, Some(5), &mut keys, |text| {
+                interned.push(text.to_owned());
+                StmtRef(interned.len() as u32 - 1)
+            })
+            .unwrap();
+        // Both row ops cite statement 0, which is interned once; the aggregate is not an op.
+        assert_eq!(interned, vec!["SELECT v FROM t WHERE k = 1".to_owned()]);
+        assert_eq!(txn.ops.len(), 2);
+        assert_eq!(txn.ops.iter().map(|op| op.stmt()).collect::<Vec<_>>(), vec![Some(StmtRef(0)); 2]);
+        assert_eq!((txn.id, txn.outcome, txn.commit_ns), (TxnId(7), Outcome::Committed, Some(5)));
+        assert_eq!(unchecked.len(), 1);
+        assert_eq!(unchecked[0].kind, "aggregate");
+        assert_eq!(unchecked[0].statement.as_deref(), Some("SELECT sum(v) FROM t"));
+    }
+
+    #[test]
+    fn an_op_citing_a_statement_that_was_not_logged_is_an_error() {
+        let mut logged = LoggedTxn::new(TxnId(3), SessionId(1), 0);
+        logged.statements = vec!["SELECT 1".into()];
+        logged.ops = vec![LoggedOp::Write { key: key("1"), write: WriteId(1), stmt: Some(4) }];
+        let err = logged
+            .into_transaction(Outcome::Committed, None, &mut KeyTable::default(), |_| StmtRef(0))
+            .unwrap_err();
+        assert_eq!(err, BadStatementIndex { txn: TxnId(3), index: 4, statements: 1 });
     }
 }

@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 
 use super::LogError;
-use super::record::{LogRecord, LoggedOp, LoggedTxn};
-use crate::{History, LogGap, Op, Outcome, StmtRef, Transaction, TxnId, UncheckedStatement};
+use super::record::{LogRecord, LoggedTxn};
+use crate::{History, LogGap, Outcome, StmtRef, TxnId};
 
 /// Builds a [`History`] from log records fed in sequence order. Usable incrementally: a verifier that
 /// tails the log can feed records as they arrive and look at [`Replayer::history`] between rounds.
@@ -114,55 +114,13 @@ impl Replayer {
         if self.index.contains_key(&logged.id) {
             return Err(inconsistent(seq, format!("a second record for {}", logged.id)));
         }
-        // Intern the statements this transaction's ops use, in op order.
-        let mut refs: Vec<Option<StmtRef>> = vec![None; logged.statements.len()];
-        let mut ops = Vec::with_capacity(logged.ops.len());
-        for op in logged.ops {
-            let stmt = match op.stmt() {
-                None => None,
-                Some(i) => {
-                    let slot = refs.get_mut(i as usize).ok_or_else(|| {
-                        inconsistent(
-                            seq,
-                            format!(
-                                "{} has an op citing statement {i}, but logs only {} statements",
-                                logged.id,
-                                logged.statements.len()
-                            ),
-                        )
-                    })?;
-                    if slot.is_none() {
-                        let text = logged.statements.get(i as usize).map(String::as_str).unwrap_or_default();
-                        *slot = Some(self.intern_statement(text));
-                    }
-                    *slot
-                }
-            };
-            ops.push(match op {
-                LoggedOp::Read { key, observed, .. } => {
-                    Op::Read { key: self.history.keys.intern(key), observed, stmt }
-                }
-                LoggedOp::Write { key, write, .. } => {
-                    Op::Write { key: self.history.keys.intern(key), write, stmt }
-                }
-                LoggedOp::Opaque { kind, stmt: index } => {
-                    let statement = index.and_then(|i| logged.statements.get(i as usize)).cloned();
-                    self.history.unchecked.push(UncheckedStatement { txn: logged.id, kind, statement });
-                    continue;
-                }
-            });
-        }
-        let txn = Transaction {
-            id: logged.id,
-            session: logged.session,
-            seq: logged.seq,
-            ops,
-            outcome,
-            start_ns: logged.start_ns,
-            commit_ns,
-            collector: logged.collector,
-            fence: logged.fence,
-        };
+        // The key table moves out while statements are interned into the same history.
+        let mut keys = std::mem::take(&mut self.history.keys);
+        let converted =
+            logged.into_transaction(outcome, commit_ns, &mut keys, |text| self.intern_statement(text));
+        self.history.keys = keys;
+        let (txn, unchecked) = converted.map_err(|e| inconsistent(seq, e.to_string()))?;
+        self.history.unchecked.extend(unchecked);
         let at = self.history.transactions.len();
         self.index.insert(txn.id, at);
         self.history.transactions.push(txn);
