@@ -59,8 +59,8 @@
 //! when rule 2 or 4 is switched off). The random ones do *not* fail when the links of rule 3 are left out:
 //! the reader of a superseded version has epoch `epoch_agree − 1` or less (it precedes an old writer), so
 //! the fence chain alone orders it before every future transaction, except in a session that ended without
-//! a later fence. `tests/rounds_bounded.rs` builds that case and fails (a false accept) when both kinds of
-//! rule-3 links are left out.
+//! a later fence. `tests/rounds_bounded.rs` builds that case, and `tests/rounds.rs` has a random variant in
+//! which one session ends early; both find a false accept when both kinds of rule-3 links are left out.
 //! [`RoundOptions::gc_legacy_rules`](crate::RoundOptions) brings the earlier rules 3 and 5 back, for
 //! comparison.
 //!
