@@ -51,7 +51,8 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use history::{
-    History, Key, KeyName, KeyTable, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId,
+    History, Key, KeyName, KeyTable, Observed, Op, Outcome, SessionId, Transaction, TxnId,
+    UncheckedStatement, WriteId,
 };
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -59,7 +60,7 @@ use thiserror::Error;
 use crate::certificate::txn_report;
 use crate::epochs::Epochs;
 use crate::gc::{self, KeptReasons, base_tag, is_initial};
-use crate::report::OpRef;
+use crate::report::{NotChecked, OpRef};
 use crate::reports::{ReportStore, ReportStoreError};
 use crate::{Anomaly, AnomalyClass, Options, Report, Verdict, VerifyError, verify};
 
@@ -200,6 +201,10 @@ pub struct OnlineVerifier {
     links: HashMap<TxnId, (Key, WriteId)>,
     next_link_write: u64,
     links_added: u64,
+    /// Statements the collector could not map, summed by kind over every transaction noted so far (one
+    /// entry per kind, so bounded), with the last transaction counted for each; every reject report carries
+    /// the summary (DESIGN.md §3: a report says what it did not check).
+    not_checked: Vec<(NotChecked, TxnId)>,
 }
 
 /// Synthetic write ids of links live in the top of the id space (importers' ids are hashes or counters).
@@ -238,7 +243,38 @@ impl OnlineVerifier {
             links: HashMap::new(),
             next_link_write: 0,
             links_added: 0,
+            not_checked: Vec::new(),
         }
+    }
+
+    /// Notes statements the collector could not map to row ops (an aggregate, a predicate read, DDL, …), so
+    /// that reject reports say what was not checked. Statements of one transaction come together.
+    pub fn note_unchecked(&mut self, unchecked: &[UncheckedStatement]) {
+        for u in unchecked {
+            match self.not_checked.iter_mut().find(|(n, _)| n.kind == u.kind) {
+                Some((n, last)) => {
+                    n.statements += 1;
+                    if *last != u.txn {
+                        n.transactions += 1;
+                        *last = u.txn;
+                    }
+                }
+                None => {
+                    let first = NotChecked {
+                        kind: u.kind.clone(),
+                        statements: 1,
+                        transactions: 1,
+                        example: u.statement.clone(),
+                    };
+                    self.not_checked.push((first, u.txn));
+                }
+            }
+        }
+    }
+
+    /// The unchecked statements noted so far, by kind, in the order each kind first appeared.
+    pub fn not_checked(&self) -> Vec<NotChecked> {
+        self.not_checked.iter().map(|(n, _)| n.clone()).collect()
     }
 
     /// Writes every reject report into `store` as it is found.
@@ -592,7 +628,8 @@ impl OnlineVerifier {
         self.record_reject(report)
     }
 
-    fn record_reject(&mut self, report: Report) -> Result<(), RoundsError> {
+    fn record_reject(&mut self, mut report: Report) -> Result<(), RoundsError> {
+        report.not_checked = self.not_checked();
         if let Some(store) = &self.store {
             self.report_ids.push(store.save(&report)?);
         }
@@ -875,6 +912,7 @@ pub fn verify_in_rounds(history: &History, options: &RoundOptions) -> Result<Rou
     }
     let start = Instant::now();
     let mut v = OnlineVerifier::new(history.keys.clone(), history.statements.clone(), options.clone());
+    v.note_unchecked(&history.unchecked);
     let sessions = history.sessions();
     for &s in sessions.keys() {
         v.session_started(s);

@@ -302,6 +302,52 @@ fn rejects_are_stored_counted_and_verification_carries_on() {
 }
 
 #[test]
+fn online_reject_reports_say_which_statements_were_not_checked() {
+    // Write skew, plus statements the collector could not map: two aggregates in one transaction and DDL
+    // in another. The reject report must carry them, summed by kind, like one-shot verification's.
+    let mut b = HistoryBuilder::new()
+        .txn(1, |t| t.read_init("x").read_init("y").write("x", 1))
+        .txn(2, |t| t.read_init("x").read_init("y").write("y", 2));
+    b = fences(b, 6);
+    let h = b.build();
+    let unchecked = |txn: usize, kind: &str, sql: &str| history::UncheckedStatement {
+        txn: h.transactions[txn].id,
+        kind: kind.to_owned(),
+        statement: Some(sql.to_owned()),
+    };
+    let options = RoundOptions { round_size: 3, round_interval: None, ..RoundOptions::default() };
+    let mut v = OnlineVerifier::new(h.keys.clone(), h.statements.clone(), options);
+    v.note_unchecked(&[
+        unchecked(0, "aggregate", "SELECT sum(v) FROM t"),
+        unchecked(0, "aggregate", "SELECT 2"),
+    ]);
+    v.note_unchecked(&[unchecked(1, "ddl", "CREATE TABLE u (k int)")]);
+    v.note_unchecked(&[unchecked(2, "aggregate", "SELECT 3")]);
+    for t in &h.transactions {
+        v.push(t.clone()).unwrap();
+    }
+    v.finish().unwrap();
+    assert_eq!(v.rejects().len(), 1, "the write skew");
+    let got: Vec<(String, u64, u64, Option<String>)> = v.rejects()[0]
+        .not_checked
+        .iter()
+        .map(|n| (n.kind.clone(), n.statements, n.transactions, n.example.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("aggregate".to_owned(), 3, 2, Some("SELECT sum(v) FROM t".to_owned())),
+            ("ddl".to_owned(), 1, 1, Some("CREATE TABLE u (k int)".to_owned())),
+        ]
+    );
+    assert!(
+        v.rejects()[0].render_text().contains("Not checked: 4 statement(s)"),
+        "{}",
+        v.rejects()[0].render_text()
+    );
+}
+
+#[test]
 fn a_session_that_ends_no_longer_holds_collection_back() {
     // Session 3 runs one transaction and goes quiet; until it ends, epoch_agree stays at 0.
     let b = HistoryBuilder::new().txn(3, |t| t.write("s", 7)).txn(1, |t| t.write("x", 1));

@@ -99,9 +99,11 @@ impl Status {
     /// One line for a person.
     pub fn line(&self) -> String {
         format!(
-            "recorded {} txns ({} row ops), verified {}, lag {} txns / {:.1} s, {} rounds, {} rejects",
+            "recorded {} txns ({} row ops, {} statements not checked), verified {}, lag {} txns / {:.1} s, \
+             {} rounds, {} rejects",
             self.txns_read,
             self.ops_read,
+            self.unchecked,
             self.verified,
             self.lag_txns,
             self.lag.as_secs_f64(),
@@ -267,6 +269,7 @@ impl Feeder {
         self.status.txns_read += 1;
         self.status.ops_read += txn.ops.len() as u64;
         self.status.unchecked += unchecked.len() as u64;
+        self.verifier.note_unchecked(&unchecked);
         self.open_sessions.insert(session);
         self.verifier.push(txn).context("online verification failed")?;
         self.after_push();
