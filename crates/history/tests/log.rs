@@ -516,3 +516,32 @@ fn session_ended_is_tailed_in_order_and_ignored_by_replay() {
     let log = SledLog::open(dir.path(), Durability::Group).unwrap();
     assert!(collect_tail(&log, 0).iter().all(|(_, r)| !matches!(r, LogRecord::Recovery { .. })));
 }
+
+#[test]
+fn late_ops_join_their_pending_intent_through_the_log_and_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    // An autocommit UPDATE: the intent goes out with the statement and no ops; its row comes after.
+    let mut intent = LoggedTxn::new(TxnId(1), SessionId(1), 0);
+    intent.statements = vec!["UPDATE accounts SET v = 1 WHERE k = 'a'".into()];
+    let _ = log.append_intent(intent).unwrap();
+    let late = vec![LoggedOp::Write { key: key("a"), write: WriteId(11), stmt: Some(0) }];
+    let statements = vec!["UPDATE accounts SET v = 1 WHERE k = 'a'".to_owned(), "SELECT 1".to_owned()];
+    let err = log.append_late_ops(TxnId(2), late.clone(), statements.clone()).unwrap_err();
+    assert!(matches!(err, LogError::Refused(_)), "late ops need a pending intent: {err}");
+    let _ = log.append_late_ops(TxnId(1), late, statements).unwrap();
+    log.append_outcome(TxnId(1), Outcome::Committed, Some(9)).unwrap().wait().unwrap();
+    let h = log.replay().unwrap();
+    log.close().unwrap();
+    assert_eq!(h.transactions.len(), 1);
+    let t = &h.transactions[0];
+    assert_eq!(t.outcome, Outcome::Committed);
+    assert!(matches!(t.ops.as_slice(), [Op::Write { write: WriteId(11), stmt: Some(_), .. }]), "{:?}", t.ops);
+
+    // Late ops with no pending intent contradict the log.
+    let mut replayer = Replayer::new();
+    let err = replayer
+        .apply(0, LogRecord::LateOps { txn: TxnId(3), ops: Vec::new(), statements: Vec::new() })
+        .unwrap_err();
+    assert!(matches!(err, LogError::Inconsistent { seq: 0, .. }), "{err}");
+}

@@ -129,12 +129,19 @@ impl SessionRecorder {
         })
     }
 
-    /// Logs how a transaction ended. Returns the ticket to wait on before the client may see a commit.
+    /// Logs how a transaction ended (after an intent, with the ops that came after it, if any). Returns the
+    /// ticket to wait on before the client may see a commit.
     pub fn end(&mut self, end: TxnEnd) -> Result<Option<DurabilityTicket>, LogError> {
         let commit_ns = (end.outcome == Outcome::Committed).then_some(end.end_ns);
         let outcome = end.outcome;
         let seq = end.txn.seq;
         let result = match self.intents.remove(&end.txn.seq) {
+            // Ops that came after the intent go first; the outcome's ticket covers them.
+            Some(id) if !end.txn.ops.is_empty() => self
+                .rec
+                .log
+                .append_late_ops(id, end.txn.ops, end.txn.statements)
+                .and_then(|_| self.rec.log.append_outcome(id, outcome, commit_ns)),
             Some(id) => self.rec.log.append_outcome(id, outcome, commit_ns),
             None => {
                 let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));

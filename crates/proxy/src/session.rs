@@ -694,8 +694,8 @@ async fn server_to_client(
                 };
                 for mut end in ends {
                     if let Some(t) = tagging.as_mut() {
-                        // Ops that arrived after an intent (a COMMIT in the same query string as the
-                        // statements) cannot join it; they are counted as lost.
+                        // Ops that arrived after an intent (an autocommit statement's rows, or statements
+                        // sent with their COMMIT) are logged just before the outcome.
                         end.txn.ops = t.end_ops(end.intent_written);
                         if end.outcome == history::Outcome::Committed {
                             t.committed();

@@ -111,6 +111,11 @@ impl TestProxy {
                 LogRecord::Finished { txn, outcome, commit_ns } => {
                     out.push(Recorded { txn, outcome: Some(outcome), commit_ns });
                 }
+                LogRecord::LateOps { txn, ops, statements } => {
+                    let i = index[&txn];
+                    out[i].txn.ops.extend(ops);
+                    out[i].txn.statements = statements;
+                }
                 LogRecord::Recovery { .. } | LogRecord::SessionEnded { .. } => {}
             }
         }

@@ -254,6 +254,16 @@ pub trait HistoryLog: Send + Sync {
         commit_ns: Option<u64>,
     ) -> Result<DurabilityTicket, LogError>;
 
+    /// Appends ops of a pending intent's transaction that arrived after the intent (see
+    /// [`LogRecord::LateOps`]); `statements` is the transaction's whole statement list now. Append it before
+    /// the outcome, whose ticket then covers it. Refused if `txn` has no pending intent from this run.
+    fn append_late_ops(
+        &self,
+        txn: TxnId,
+        ops: Vec<LoggedOp>,
+        statements: Vec<String>,
+    ) -> Result<DurabilityTicket, LogError>;
+
     /// Appends a transaction that is already over, in one record.
     fn append_finished(
         &self,

@@ -240,6 +240,19 @@ pub enum LogRecord {
         /// The position in session order of the session's last logged transaction; `None` if it logged none.
         last_seq: Option<u64>,
     },
+    /// Ops of a transaction whose intent was already logged, written just before its outcome. An
+    /// autocommit statement (or a COMMIT in the same query string as its statements) may commit as it
+    /// runs, so its intent goes to the log before the statement is forwarded, and its rows arrive after.
+    /// Appended last to the enum, so logs written before it existed still decode.
+    LateOps {
+        /// The transaction, whose intent is pending.
+        txn: TxnId,
+        /// The ops that arrived after the intent, in order.
+        ops: Vec<LoggedOp>,
+        /// The transaction's whole statement list now (the intent's, plus any added since), which the ops'
+        /// statement indices refer to.
+        statements: Vec<String>,
+    },
 }
 
 /// Why a record value could not be decoded.
@@ -336,7 +349,7 @@ impl LogRecord {
     pub fn txn_id(&self) -> Option<TxnId> {
         match self {
             LogRecord::Intent(txn) | LogRecord::Finished { txn, .. } => Some(txn.id),
-            LogRecord::Outcome { txn, .. } => Some(*txn),
+            LogRecord::Outcome { txn, .. } | LogRecord::LateOps { txn, .. } => Some(*txn),
             LogRecord::Recovery { .. } | LogRecord::SessionEnded { .. } => None,
         }
     }

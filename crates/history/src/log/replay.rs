@@ -83,6 +83,29 @@ impl Replayer {
                     t.commit_ns = commit_ns;
                 }
             }
+            LogRecord::LateOps { txn, ops, statements } => {
+                let &at = self.pending.get(&txn).ok_or_else(|| {
+                    inconsistent(seq, format!("late ops for {txn}, which has no pending intent"))
+                })?;
+                let Some(t) = self.history.transactions.get(at) else {
+                    return Err(inconsistent(
+                        seq,
+                        format!("late ops for {txn}, which is not in the history"),
+                    ));
+                };
+                let mut late = LoggedTxn::new(txn, t.session, t.seq);
+                (late.ops, late.statements) = (ops, statements);
+                let mut keys = std::mem::take(&mut self.history.keys);
+                let converted = late.into_transaction(Outcome::Indeterminate, None, &mut keys, |text| {
+                    self.intern_statement(text)
+                });
+                self.history.keys = keys;
+                let (late, unchecked) = converted.map_err(|e| inconsistent(seq, e.to_string()))?;
+                if let Some(t) = self.history.transactions.get_mut(at) {
+                    t.ops.extend(late.ops);
+                }
+                self.history.unchecked.extend(unchecked);
+            }
             // The history has no place for session ends; session order is already in the transactions.
             LogRecord::SessionEnded { .. } => {}
             LogRecord::Recovery { indeterminate, gap, previous: _ } => {

@@ -10,7 +10,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::group_commit::{FlushPolicy, GroupCommit};
 use super::{
-    Durability, DurabilityTicket, HistoryLog, LogError, LogOptions, LogRecord, LogStats, LoggedTxn, Tail,
+    Durability, DurabilityTicket, HistoryLog, LogError, LogOptions, LogRecord, LogStats, LoggedOp, LoggedTxn,
+    Tail,
 };
 use crate::{Outcome, SessionId, TxnId};
 
@@ -235,6 +236,22 @@ impl HistoryLog for SledLog {
         )
     }
 
+    fn append_late_ops(
+        &self,
+        txn: TxnId,
+        ops: Vec<LoggedOp>,
+        statements: Vec<String>,
+    ) -> Result<DurabilityTicket, LogError> {
+        self.append(
+            &LogRecord::LateOps { txn, ops, statements },
+            |inner| match inner.pending.contains_key(&txn) {
+                true => Ok(()),
+                false => Err(LogError::Refused(format!("late ops for {txn}, which has no pending intent"))),
+            },
+            |_, _| {},
+        )
+    }
+
     fn append_finished(
         &self,
         txn: LoggedTxn,
@@ -428,7 +445,7 @@ fn scan_run(records: &sled::Tree, run_start: u64) -> Result<RunScan, LogError> {
             LogRecord::Outcome { txn, .. } => {
                 pending.remove(&txn);
             }
-            LogRecord::SessionEnded { .. } => {}
+            LogRecord::SessionEnded { .. } | LogRecord::LateOps { .. } => {}
             LogRecord::Recovery { indeterminate, .. } => {
                 for txn in indeterminate {
                     pending.remove(&txn);

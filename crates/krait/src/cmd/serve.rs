@@ -202,6 +202,12 @@ impl Feeder {
                 }
             }
             LogRecord::Finished { txn, outcome, commit_ns } => self.push(txn, outcome, commit_ns)?,
+            LogRecord::LateOps { txn, ops, statements } => {
+                if let Some(t) = self.pending.get_mut(&txn) {
+                    t.ops.extend(ops);
+                    t.statements = statements;
+                }
+            }
             LogRecord::Recovery { indeterminate, .. } => {
                 for id in indeterminate {
                     if let Some(t) = self.pending.remove(&id) {

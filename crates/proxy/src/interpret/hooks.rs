@@ -108,7 +108,7 @@ impl SessionTagging {
     /// Only a message that may commit waits (`may_commit`, from [`crate::machine::SessionMachine::may_commit`],
     /// which is false for messages the server will skip or ignore), and only while the tagger still trusts
     /// its own queue: a broken tagger's queue may list replies that never come, and the client must not wait
-    /// on them. Ops that arrive after the intent are then counted as lost rather than waited for.
+    /// on them. Ops that arrive after the intent are then logged with the outcome rather than waited for.
     pub fn must_wait(&self, may_commit: bool) -> bool {
         may_commit && !self.tagger.is_broken() && self.tagger.results_pending()
     }
@@ -130,21 +130,16 @@ impl SessionTagging {
         self.tagger.ops().to_vec()
     }
 
-    /// The ops of a transaction that just ended. With an intent already logged, they were logged there,
-    /// and any that came later are counted as lost and dropped (an empty list is returned).
+    /// The ops of a transaction that just ended. With an intent already logged, only those that came after
+    /// it (an autocommit statement's rows, or those of statements sent with their COMMIT): the recorder logs
+    /// them in a late-ops record before the outcome.
     pub fn end_ops(&mut self, intent_written: bool) -> Vec<LoggedOp> {
-        let ops = self.tagger.take_ops();
+        let mut ops = self.tagger.take_ops();
         let in_intent = std::mem::take(&mut self.in_intent);
         if intent_written {
-            // Opaque ops carry no key, so dropping a late one loses nothing the verifier checks.
-            let lost = ops
-                .get(in_intent..)
-                .unwrap_or_default()
-                .iter()
-                .filter(|o| !matches!(o, history::log::LoggedOp::Opaque { .. }))
-                .count() as u64;
-            self.shared.metrics.lost_ops.fetch_add(lost, Ordering::Relaxed);
-            Vec::new()
+            let late = ops.split_off(in_intent.min(ops.len()));
+            self.shared.metrics.late_ops.fetch_add(late.len() as u64, Ordering::Relaxed);
+            late
         } else {
             ops
         }

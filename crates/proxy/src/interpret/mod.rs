@@ -21,9 +21,10 @@
 //! - A message that may commit (Query, Execute, Sync) waits until the rows of every earlier statement have
 //!   arrived, so the write-ahead intent carries all the ops. A client that pipelines Execute and Sync pays
 //!   one extra round trip per batch.
-//! - Ops that arrive after the intent (a COMMIT in the same query string as the statements, e.g.
-//!   `UPDATE ...; COMMIT`) cannot join it: they are counted in `krait_tagging_lost_ops_total` and missing
-//!   from the history.
+//! - Ops that arrive after the intent (an autocommit statement's rows: its intent is logged before it is
+//!   forwarded, since it commits as it runs; or a COMMIT in the same query string as the statements, e.g.
+//!   `UPDATE ...; COMMIT`) go to the log in a late-ops record just before the outcome, whose fsync covers
+//!   them; they are counted in `krait_tagging_late_ops_total`.
 //! - Fences run between client transactions only, and are recorded with `fence = true` at their place in
 //!   session order.
 //!

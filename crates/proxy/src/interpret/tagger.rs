@@ -54,9 +54,9 @@ pub struct TaggingMetrics {
     pub broken_sessions: AtomicU64,
     /// Fence transactions run.
     pub fences: AtomicU64,
-    /// Ops that arrived after their transaction's write-ahead intent was logged (a COMMIT sent in the same
-    /// query string as the statements), so they are missing from the history.
-    pub lost_ops: AtomicU64,
+    /// Ops that arrived after their transaction's write-ahead intent was logged (an autocommit statement's
+    /// rows, or a COMMIT sent in the same query string as the statements), logged in a late-ops record.
+    pub late_ops: AtomicU64,
 }
 
 impl TaggingMetrics {
@@ -88,7 +88,7 @@ impl TaggingMetrics {
         }
         s.push_str(&format!("krait_tagging_broken_sessions_total {}\n", g(&self.broken_sessions)));
         s.push_str(&format!("krait_fences_total {}\n", g(&self.fences)));
-        s.push_str(&format!("krait_tagging_lost_ops_total {}\n", g(&self.lost_ops)));
+        s.push_str(&format!("krait_tagging_late_ops_total {}\n", g(&self.late_ops)));
         s
     }
 }

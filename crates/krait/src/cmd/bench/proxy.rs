@@ -245,7 +245,7 @@ struct Recorded {
 struct ProxyCounters {
     opaque: u64,
     fences: u64,
-    lost_ops: u64,
+    late_ops: u64,
     broken_sessions: u64,
     desyncs: u64,
 }
@@ -502,8 +502,8 @@ async fn read_counters(admin: std::net::SocketAddr) -> anyhow::Result<ProxyCount
             c.opaque += value;
         } else if name == "krait_fences_total" {
             c.fences = value;
-        } else if name == "krait_tagging_lost_ops_total" {
-            c.lost_ops = value;
+        } else if name == "krait_tagging_late_ops_total" {
+            c.late_ops = value;
         } else if name == "krait_tagging_broken_sessions_total" {
             c.broken_sessions = value;
         }
@@ -588,7 +588,7 @@ pub(super) fn fig12(args: &BenchArgs) -> anyhow::Result<bool> {
     let csv_path = args.out.join("proxy_overhead.csv");
     let mut csv = String::from(
         "workload,path,clients,seconds,committed,tps,p50_ms,p99_ms,tps_ratio,p50_ratio,p99_ratio,retries,\
-         errors,recorded_committed,recorded_aborted,reads,writes,opaque,fences,lost_ops,broken_sessions,\
+         errors,recorded_committed,recorded_aborted,reads,writes,opaque,fences,late_ops,broken_sessions,\
          desyncs,unverifiable,verdict\n",
     );
     for point in &points {
@@ -618,7 +618,7 @@ pub(super) fn fig12(args: &BenchArgs) -> anyhow::Result<bool> {
             rec(&|r| r.stats.writes),
             rec(&|r| r.counters.opaque),
             rec(&|r| r.counters.fences),
-            rec(&|r| r.counters.lost_ops),
+            rec(&|r| r.counters.late_ops),
             rec(&|r| r.counters.broken_sessions),
             rec(&|r| r.counters.desyncs),
             rec(&|r| r.unverifiable as u64),
@@ -699,11 +699,8 @@ fn print_problems(point: &RunPoint) {
     }
     if let Some(r) = &point.recorded {
         let c = &r.counters;
-        if c.lost_ops + c.broken_sessions + c.desyncs > 0 {
-            eprintln!(
-                "  proxy: {} lost ops, {} broken sessions, {} desyncs",
-                c.lost_ops, c.broken_sessions, c.desyncs
-            );
+        if c.broken_sessions + c.desyncs > 0 {
+            eprintln!("  proxy: {} broken sessions, {} desyncs", c.broken_sessions, c.desyncs);
         }
         if let Some(at) = &r.kept_at {
             eprintln!("  log kept at {}", at.display());
