@@ -85,6 +85,12 @@ fn a_run_against_postgres_reports_throughput_and_no_errors() {
     assert_eq!(summary["errors"], 0);
     assert!(summary["tps"].as_f64().unwrap() > 0.0);
     assert!(summary["latency_ms"]["p99"].as_f64().unwrap() >= summary["latency_ms"]["p50"].as_f64().unwrap());
+    // Its tables are named like every other BlindW run's; leave none behind.
+    let drop = std::process::Command::new("psql")
+        .args(["-X", "-q", "-d", &url, "-c", "DROP SCHEMA IF EXISTS krait_wltest_cli CASCADE"])
+        .status()
+        .unwrap();
+    assert!(drop.success());
 }
 
 #[test]

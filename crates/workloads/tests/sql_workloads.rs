@@ -21,6 +21,14 @@ fn schema_for(name: WorkloadName, test: &str) -> SchemaName {
     format!("krait_wltest_{}_{test}", name.as_str().replace('-', "_")).parse().unwrap()
 }
 
+/// Drops a test's schema once it passed, so that its tables (named like every other run's) do not stay
+/// behind: a proxy cannot tell same-named tables in several schemas apart by an unqualified name.
+async fn drop_schema(schema: &SchemaName) {
+    let (client, conn) = tokio_postgres::connect(&url(), tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await.unwrap();
+}
+
 fn run_small(name: WorkloadName, txns: Option<u64>, duration: Option<Duration>) -> RunSummary {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
@@ -59,6 +67,7 @@ fn run_small(name: WorkloadName, txns: Option<u64>, duration: Option<Duration>) 
             summary.elapsed,
             summary.tps()
         );
+        drop_schema(&opts.schema).await;
         summary
     })
 }
@@ -168,6 +177,7 @@ fn a_second_run_on_the_same_data_continues_where_the_first_stopped() {
                 let s = run(&url(), workload.clone(), &opts, Arc::default()).await.unwrap();
                 assert_eq!(s.errors, 0, "{name}: {:#?}", s.error_samples);
             }
+            drop_schema(&schema).await;
         });
     }
 }

@@ -38,9 +38,11 @@ pub enum Lookup<'a> {
     Keyed(&'a TableInfo),
     /// A table without a primary key: its rows have no stable identity, so it is unverifiable.
     NoPrimaryKey(&'a TableInfo),
-    /// The cache does not know this name (created after the last load, a view, a temporary table, or a
-    /// name that is ambiguous across schemas).
+    /// The cache does not know this name (created after the last load, a view, or a temporary table).
     Unknown,
+    /// An unqualified name found in several schemas, none of them `public`: which table the session means
+    /// depends on its `search_path`, which the proxy does not follow. Reloading the catalog cannot help.
+    Ambiguous,
 }
 
 /// The cached catalog: table names (as `table` and `schema.table`, lower case) to their primary keys.
@@ -118,6 +120,7 @@ impl Catalog {
         match self.tables.get(&parts.join(".")) {
             Some(info) if info.pk.is_some() => Lookup::Keyed(info),
             Some(info) => Lookup::NoPrimaryKey(info),
+            None if parts.len() == 1 && self.ambiguous.contains(&parts[0]) => Lookup::Ambiguous,
             None => Lookup::Unknown,
         }
     }
@@ -141,6 +144,8 @@ mod tests {
             r("public", "pairs", Some("b")),
             r("shop", "items", Some("sku")),
             r("shop", "accounts", Some("other")),
+            r("eu", "orders", Some("id")),
+            r("us", "orders", Some("id")),
         ]
     }
 
@@ -156,7 +161,12 @@ mod tests {
         assert!(matches!(cat.lookup(&name(&["items"])), Lookup::Keyed(i) if i.namespace == "shop.items"));
         assert!(matches!(cat.lookup(&name(&["history"])), Lookup::NoPrimaryKey(_)));
         assert_eq!(cat.lookup(&name(&["nope"])), Lookup::Unknown);
-        assert_eq!(cat.len(), 5);
+        // In two schemas, neither public: the session's search_path decides, which the proxy cannot see.
+        assert_eq!(cat.lookup(&name(&["orders"])), Lookup::Ambiguous);
+        assert!(
+            matches!(cat.lookup(&name(&["us", "orders"])), Lookup::Keyed(o) if o.namespace == "us.orders")
+        );
+        assert_eq!(cat.len(), 7);
     }
 
     #[test]

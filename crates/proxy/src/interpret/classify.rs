@@ -49,6 +49,9 @@ pub enum OpaqueKind {
     NoPrimaryKey,
     /// A table name the catalog cache does not know (yet).
     UnknownTable,
+    /// An unqualified table name found in several schemas (none `public`); the proxy does not follow the
+    /// session's `search_path`, so it cannot tell which table is meant.
+    AmbiguousTable,
     /// A shape the interpreter does not handle (CTE, subquery in FROM, MERGE, ...).
     Unsupported,
 }
@@ -65,12 +68,13 @@ impl OpaqueKind {
             OpaqueKind::Function => "function",
             OpaqueKind::NoPrimaryKey => "no_primary_key",
             OpaqueKind::UnknownTable => "unknown_table",
+            OpaqueKind::AmbiguousTable => "ambiguous_table",
             OpaqueKind::Unsupported => "unsupported",
         }
     }
 
     /// Every kind, for metric registration.
-    pub const ALL: [OpaqueKind; 9] = [
+    pub const ALL: [OpaqueKind; 10] = [
         OpaqueKind::Unparsed,
         OpaqueKind::Aggregate,
         OpaqueKind::Predicate,
@@ -79,6 +83,7 @@ impl OpaqueKind {
         OpaqueKind::Function,
         OpaqueKind::NoPrimaryKey,
         OpaqueKind::UnknownTable,
+        OpaqueKind::AmbiguousTable,
         OpaqueKind::Unsupported,
     ];
 }
@@ -443,6 +448,10 @@ fn resolve<'a>(catalog: &'a Catalog, name: &ObjectName) -> Result<&'a TableInfo,
         Lookup::Unknown => {
             Err(opaque(OpaqueKind::UnknownTable, format!("table {name} is not in the catalog")))
         }
+        Lookup::Ambiguous => Err(opaque(
+            OpaqueKind::AmbiguousTable,
+            format!("table {name} is in several schemas; qualify it with its schema to have it checked"),
+        )),
     }
 }
 

@@ -49,7 +49,7 @@ pub struct TaggingMetrics {
     /// Row writes recorded (including tombstones).
     pub writes: AtomicU64,
     /// Opaque statements or statement parts, by [`OpaqueKind`] in [`OpaqueKind::ALL`] order.
-    pub opaque: [AtomicU64; 9],
+    pub opaque: [AtomicU64; OpaqueKind::ALL.len()],
     /// Sessions that stopped recording ops after a reply they could not place.
     pub broken_sessions: AtomicU64,
     /// Fence transactions run.
