@@ -45,13 +45,7 @@ fn main() {
     adaptive.push(true);
     sizes.push(5_000);
     for (size, adapt) in sizes.into_iter().zip(adaptive) {
-        let options = RoundOptions {
-            round_size: size,
-            round_interval: None,
-            adaptive: adapt,
-            stop_at_first_reject: true,
-            ..RoundOptions::default()
-        };
+        let options = RoundOptions { adaptive: adapt, ..RoundOptions::offline(size) };
         match verify_in_rounds(&h, &options) {
             Ok(out) => {
                 if verbose {

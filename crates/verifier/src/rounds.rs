@@ -110,6 +110,19 @@ impl Default for RoundOptions {
     }
 }
 
+impl RoundOptions {
+    /// For a recorded history (`krait verify --rounds`, benchmarks, tests): rounds of `round_size`
+    /// transactions with no clock trigger, stopping at the first reject; everything else as the default.
+    pub fn offline(round_size: usize) -> Self {
+        RoundOptions {
+            round_size,
+            round_interval: None,
+            stop_at_first_reject: true,
+            ..RoundOptions::default()
+        }
+    }
+}
+
 /// Why round-by-round verification stopped without a verdict.
 #[derive(Debug, Error)]
 pub enum RoundsError {

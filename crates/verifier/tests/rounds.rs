@@ -14,15 +14,6 @@ use verifier::{
     AnomalyClass, OnlineVerifier, Options, ReportStore, RoundOptions, Verdict, verify, verify_in_rounds,
 };
 
-fn small_rounds(size: usize) -> RoundOptions {
-    RoundOptions {
-        round_size: size,
-        round_interval: None,
-        stop_at_first_reject: true,
-        ..RoundOptions::default()
-    }
-}
-
 /// A random history run serially against a store, with a fence (a read-modify-write of key `F`) every few
 /// transactions of each session, and some reads from older states of the store (stale reads, lost updates,
 /// write skew), so that about half the histories are not serializable.
@@ -117,7 +108,7 @@ fn rounds_give_the_one_shot_verdict_on_random_histories_with_fences() {
         let h = random_history(&mut rng);
         let one_shot = verify(&h, &Options::default()).expect("one-shot verification");
         let size = [1, 2, 3, 5, 8][case % 5];
-        let rounds = verify_in_rounds(&h, &small_rounds(size)).expect("round-by-round verification");
+        let rounds = verify_in_rounds(&h, &RoundOptions::offline(size)).expect("round-by-round verification");
         assert_eq!(
             rounds.is_accept(),
             one_shot.is_accept(),
@@ -154,7 +145,7 @@ fn rounds_give_the_one_shot_verdict_when_a_session_ends_early() {
         let h = random_history_with(&mut rng, true);
         let one_shot = verify(&h, &Options::default()).expect("one-shot verification");
         let size = [1, 2, 3, 4, 6][case % 5];
-        let rounds = verify_in_rounds(&h, &small_rounds(size)).expect("round-by-round verification");
+        let rounds = verify_in_rounds(&h, &RoundOptions::offline(size)).expect("round-by-round verification");
         assert_eq!(
             rounds.is_accept(),
             one_shot.is_accept(),
@@ -190,7 +181,7 @@ fn a_superseded_transaction_on_a_cycle_of_g_prime_with_kept_ones_stays() {
         !verify(&h, &Options::default()).unwrap().is_accept(),
         "one-shot verification rejects case 12006"
     );
-    let out = verify_in_rounds(&h, &small_rounds(2)).unwrap();
+    let out = verify_in_rounds(&h, &RoundOptions::offline(2)).unwrap();
     assert!(out.deleted > 0);
     assert_eq!(out.verdict, Verdict::Reject);
 }
@@ -230,7 +221,7 @@ fn the_superseded_but_not_disposable_counter_example_is_rejected() {
     let h = b.txn(1, |t| t.read("d", 11)).txn(2, |t| t.read("c", 51)).build();
     assert!(!verify(&h, &Options::default()).unwrap().is_accept(), "one-shot verification rejects it");
     for size in [1, 2, 3, 4] {
-        let out = verify_in_rounds(&h, &small_rounds(size)).unwrap();
+        let out = verify_in_rounds(&h, &RoundOptions::offline(size)).unwrap();
         assert!(out.deleted > 0, "garbage collection should have deleted something (round size {size})");
         assert_eq!(out.verdict, Verdict::Reject, "round size {size}: the cycle through T3 must be found");
     }
@@ -243,14 +234,14 @@ fn a_read_of_a_collected_version_is_a_stale_read() {
     let b = fences(b, 10);
     let h = b.txn(2, |t| t.read("x", 1)).build();
     assert!(!verify(&h, &Options::default()).unwrap().is_accept());
-    let out = verify_in_rounds(&h, &small_rounds(2)).unwrap();
+    let out = verify_in_rounds(&h, &RoundOptions::offline(2)).unwrap();
     assert_eq!(out.verdict, Verdict::Reject);
     assert!(out.deleted > 0);
     let report = &out.reports[0];
     assert_eq!(report.anomalies[0].class, AnomalyClass::StaleRead, "{}", report.render_text());
     assert!(report.anomalies[0].summary.contains("x=w1"), "{}", report.anomalies[0].summary);
     // Without collection the same history is rejected by the pipeline instead, with a cycle.
-    let kept = verify_in_rounds(&h, &RoundOptions { gc: false, ..small_rounds(2) }).unwrap();
+    let kept = verify_in_rounds(&h, &RoundOptions { gc: false, ..RoundOptions::offline(2) }).unwrap();
     assert_eq!(kept.verdict, Verdict::Reject);
     assert_ne!(kept.reports[0].anomalies[0].class, AnomalyClass::StaleRead);
 }
@@ -262,7 +253,7 @@ fn a_read_of_the_latest_collected_version_is_accepted() {
     let b = fences(b, 10);
     let h = b.txn(2, |t| t.read("x", 2).write("x", 3)).txn(1, |t| t.read("x", 3)).build();
     assert!(verify(&h, &Options::default()).unwrap().is_accept());
-    let out = verify_in_rounds(&h, &small_rounds(2)).unwrap();
+    let out = verify_in_rounds(&h, &RoundOptions::offline(2)).unwrap();
     assert!(out.deleted >= 2, "both writers of x should be collected: {}", out.deleted);
     assert_eq!(out.verdict, Verdict::Accept, "{:?}", out.reports.first().map(|r| r.render_text()));
 }
@@ -400,7 +391,7 @@ fn adaptive_round_sizes_stay_within_bounds_and_keep_the_verdict() {
             round_size: 4,
             min_round_size: 2,
             max_round_size: 9,
-            ..small_rounds(4)
+            ..RoundOptions::offline(4)
         };
         let out = verify_in_rounds(&h, &options).unwrap();
         assert_eq!(out.is_accept(), verify(&h, &Options::default()).unwrap().is_accept());

@@ -100,15 +100,6 @@ fn twitter_like(
     h
 }
 
-fn rounds_of(size: usize) -> RoundOptions {
-    RoundOptions {
-        round_size: size,
-        round_interval: None,
-        stop_at_first_reject: true,
-        ..RoundOptions::default()
-    }
-}
-
 /// The live set after collection stays under a bound that does not depend on how many rounds have run, and
 /// the earlier rules (`gc_legacy_rules`: a kept reader keeps the writer of the superseded version it read;
 /// fences go in session order) break that bound on the same history: their live set climbs for several
@@ -122,7 +113,7 @@ fn the_live_set_stays_bounded_over_many_rounds() {
     // 100–210 on this history; the earlier ones reach 555.)
     let bound = round * 3 / 5;
     let run = |legacy: bool| {
-        let options = RoundOptions { gc_legacy_rules: legacy, ..rounds_of(round) };
+        let options = RoundOptions { gc_legacy_rules: legacy, ..RoundOptions::offline(round) };
         let out = verify_in_rounds(&h, &options).expect("round-by-round verification");
         assert!(out.is_accept(), "{}", out.reports.first().map(|r| r.render_text()).unwrap_or_default());
         assert!(out.gc_disabled.is_none(), "collection was off: {:?}", out.gc_disabled);
@@ -190,7 +181,8 @@ fn the_bounded_workload_keeps_the_one_shot_verdict() {
         }
         let one_shot = verify(&h, &Options::default()).expect("one-shot verification");
         for size in [50, 200] {
-            let rounds = verify_in_rounds(&h, &rounds_of(size)).expect("round-by-round verification");
+            let rounds =
+                verify_in_rounds(&h, &RoundOptions::offline(size)).expect("round-by-round verification");
             assert_eq!(
                 rounds.is_accept(),
                 one_shot.is_accept(),
@@ -229,7 +221,7 @@ fn a_kept_reader_of_a_collected_version_keeps_its_ordering() {
         .build();
     assert!(!verify(&h, &Options::default()).unwrap().is_accept(), "one-shot verification rejects it");
     for legacy in [false, true] {
-        let options = RoundOptions { gc_legacy_rules: legacy, ..rounds_of(1) };
+        let options = RoundOptions { gc_legacy_rules: legacy, ..RoundOptions::offline(1) };
         let mut v = OnlineVerifier::new(h.keys.clone(), h.statements.clone(), options);
         for s in [1, 2, 3] {
             v.session_started(SessionId(s));

@@ -20,15 +20,6 @@ fn load(path: &str) -> history::History {
     read_history(&full, None).unwrap_or_else(|e| panic!("{path}: cannot read: {e}"))
 }
 
-fn options(size: usize) -> RoundOptions {
-    RoundOptions {
-        round_size: size,
-        round_interval: None,
-        stop_at_first_reject: true,
-        ..RoundOptions::default()
-    }
-}
-
 #[test]
 fn corpus_histories_get_their_verdicts_in_rounds() {
     let cases = [
@@ -44,7 +35,8 @@ fn corpus_histories_get_their_verdicts_in_rounds() {
     ];
     for (path, accept, size) in cases {
         let h = load(path);
-        let out = verify_in_rounds(&h, &options(size)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let out =
+            verify_in_rounds(&h, &RoundOptions::offline(size)).unwrap_or_else(|e| panic!("{path}: {e}"));
         assert_eq!(
             out.is_accept(),
             accept,
@@ -58,7 +50,7 @@ fn corpus_histories_get_their_verdicts_in_rounds() {
 #[test]
 fn the_scaling_history_is_accepted_in_rounds_with_bounded_memory() {
     let h = load("cobra/scaling/twitter-100000");
-    let out = verify_in_rounds(&h, &options(5_000)).unwrap();
+    let out = verify_in_rounds(&h, &RoundOptions::offline(5_000)).unwrap();
     assert!(out.is_accept(), "{}", out.reports.first().map(|r| r.render_text()).unwrap_or_default());
     assert!(out.gc_disabled.is_none(), "collection was off: {:?}", out.gc_disabled);
     println!(

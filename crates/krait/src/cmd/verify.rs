@@ -159,12 +159,9 @@ fn verify_in_rounds(
     }
     let round_options = verifier::RoundOptions {
         verify: options,
-        round_size,
-        round_interval: None,
         adaptive: args.adaptive,
-        stop_at_first_reject: true,
         gc_legacy_rules: args.gc_legacy_rules,
-        ..Default::default()
+        ..verifier::RoundOptions::offline(round_size)
     };
     let outcome = verifier::verify_in_rounds(history, &round_options)
         .with_context(|| format!("cannot verify {} in rounds", args.path.display()))?;

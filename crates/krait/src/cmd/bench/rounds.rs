@@ -137,13 +137,7 @@ pub(super) fn fig10(args: &BenchArgs) -> anyhow::Result<bool> {
     let mut points = Vec::new();
     for (name, h) in &histories {
         for &round_size in &sizes {
-            let options = verifier::RoundOptions {
-                round_size,
-                round_interval: None,
-                stop_at_first_reject: true,
-                ..verifier::RoundOptions::default()
-            };
-            let out = verifier::verify_in_rounds(h, &options)
+            let out = verifier::verify_in_rounds(h, &verifier::RoundOptions::offline(round_size))
                 .with_context(|| format!("cannot verify {name} in rounds of {round_size}"))?;
             let p = RoundPoint {
                 history: name.clone(),
