@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use super::LogError;
 use super::record::{LogRecord, LoggedTxn};
-use crate::{History, LogGap, Outcome, StmtRef, TxnId};
+use crate::{History, LogGap, Outcome, StmtRef, Transaction, TxnId};
 
 /// Builds a [`History`] from log records fed in sequence order. Usable incrementally: a verifier that
 /// tails the log can feed records as they arrive and look at [`Replayer::history`] between rounds.
@@ -95,16 +95,10 @@ impl Replayer {
                 };
                 let mut late = LoggedTxn::new(txn, t.session, t.seq);
                 (late.ops, late.statements) = (ops, statements);
-                let mut keys = std::mem::take(&mut self.history.keys);
-                let converted = late.into_transaction(Outcome::Indeterminate, None, &mut keys, |text| {
-                    self.intern_statement(text)
-                });
-                self.history.keys = keys;
-                let (late, unchecked) = converted.map_err(|e| inconsistent(seq, e.to_string()))?;
+                let late = self.convert(seq, late, Outcome::Indeterminate, None)?;
                 if let Some(t) = self.history.transactions.get_mut(at) {
                     t.ops.extend(late.ops);
                 }
-                self.history.unchecked.extend(unchecked);
             }
             // The history has no place for session ends; session order is already in the transactions.
             LogRecord::SessionEnded { .. } => {}
@@ -137,6 +131,22 @@ impl Replayer {
         if self.index.contains_key(&logged.id) {
             return Err(inconsistent(seq, format!("a second record for {}", logged.id)));
         }
+        let txn = self.convert(seq, logged, outcome, commit_ns)?;
+        let at = self.history.transactions.len();
+        self.index.insert(txn.id, at);
+        self.history.transactions.push(txn);
+        Ok(at)
+    }
+
+    /// The transaction in the model, its keys and statements interned into the history, and its unchecked
+    /// statements added to the history's list.
+    fn convert(
+        &mut self,
+        seq: u64,
+        logged: LoggedTxn,
+        outcome: Outcome,
+        commit_ns: Option<u64>,
+    ) -> Result<Transaction, LogError> {
         // The key table moves out while statements are interned into the same history.
         let mut keys = std::mem::take(&mut self.history.keys);
         let converted =
@@ -144,10 +154,7 @@ impl Replayer {
         self.history.keys = keys;
         let (txn, unchecked) = converted.map_err(|e| inconsistent(seq, e.to_string()))?;
         self.history.unchecked.extend(unchecked);
-        let at = self.history.transactions.len();
-        self.index.insert(txn.id, at);
-        self.history.transactions.push(txn);
-        Ok(at)
+        Ok(txn)
     }
 
     fn intern_statement(&mut self, text: &str) -> StmtRef {
