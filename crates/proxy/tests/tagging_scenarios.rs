@@ -28,6 +28,15 @@ async fn setup(sql: &str) -> Raw {
     raw
 }
 
+/// A fresh table `t (id int PRIMARY KEY, v int NOT NULL)` holding `rows` (an INSERT's VALUES list).
+async fn table_with(t: &str, rows: &str) -> Raw {
+    setup(&format!(
+        "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); \
+         INSERT INTO {t} VALUES {rows}"
+    ))
+    .await
+}
+
 fn check(h: &History) -> verifier::Report {
     verify(h, &Options::default()).unwrap_or_else(|e| panic!("verify: {e}"))
 }
@@ -98,11 +107,7 @@ fn write_skew_attempt_at_serializable_is_stopped_and_accepted() {
 fn lost_update_at_read_committed_is_rejected() {
     rt().block_on(async {
         let t = "ktag_lu";
-        let mut admin = setup(&format!(
-            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); \
-             INSERT INTO {t} VALUES (1, 10)"
-        ))
-        .await;
+        let mut admin = table_with(t, "(1, 10)").await;
         let rec = Recording::new(&mut admin).await;
         let mut a = Tagged::connect(&rec).await;
         let mut b = Tagged::connect(&rec).await;
@@ -204,11 +209,7 @@ fn concurrent_transfers_at_serializable_are_accepted_with_every_op_mapped() {
 fn opaque_statements_are_logged_and_the_report_says_they_were_not_checked() {
     rt().block_on(async {
         let t = "ktag_opaque";
-        let mut admin = setup(&format!(
-            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); \
-             INSERT INTO {t} VALUES (1, 10), (2, 20)"
-        ))
-        .await;
+        let mut admin = table_with(t, "(1, 10), (2, 20)").await;
         let rec = Recording::new(&mut admin).await;
         let mut s = Tagged::connect(&rec).await;
         s.exec("BEGIN ISOLATION LEVEL SERIALIZABLE").await;
@@ -245,11 +246,7 @@ fn opaque_statements_are_logged_and_the_report_says_they_were_not_checked() {
 fn writes_taken_back_by_rollback_to_savepoint_are_not_recorded() {
     rt().block_on(async {
         let t = "ktag_savepoint";
-        let mut admin = setup(&format!(
-            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); \
-             INSERT INTO {t} VALUES (1, 10), (2, 20)"
-        ))
-        .await;
+        let mut admin = table_with(t, "(1, 10), (2, 20)").await;
         let rec = Recording::new(&mut admin).await;
         let mut s = Tagged::connect(&rec).await;
         let steps = [

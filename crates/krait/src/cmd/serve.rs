@@ -664,22 +664,28 @@ mod tests {
         let _ = log.append_finished(t2, Outcome::Committed, Some(2)).expect("finished");
         let t3 = logged(3, 1, 1, vec![read("x", Observed::Version(WriteId(1))), write("x", 2)], false);
         let _ = log.append_finished(t3, Outcome::Committed, Some(3)).expect("finished");
-        let mut seqs = [0u64, 2, 0];
-        for i in 0..10u64 {
-            let session = 1 + i % 2;
-            let prev =
-                if i == 0 { Observed::PreHistory(0) } else { Observed::Version(WriteId(1000 + i - 1)) };
-            let seq = seqs[session as usize];
-            seqs[session as usize] += 1;
-            let fence = logged(10 + i, session, seq, vec![read("F", prev), write("F", 1000 + i)], true);
-            let _ = log.append_finished(fence, Outcome::Committed, Some(10 + i)).expect("finished");
-        }
-        log.sync().expect("durable");
+        append_fence_chain(&log, [(1, 2), (2, 0)]);
         let options = RoundOptions { round_size: 2, round_interval: None, ..RoundOptions::default() };
         let mut feeder = Feeder::new(options, None);
         feeder.read_log(&log, usize::MAX).expect("reads");
         feeder.finish().expect("a last round");
         feeder
+    }
+
+    /// Ten committed fences (transactions 10–19), alternating between two sessions given as (session, seq
+    /// of its first fence), each reading the fence row the one before wrote; then waits until durable.
+    fn append_fence_chain(log: &SledLog, sessions: [(u64, u64); 2]) {
+        let mut next_seq = sessions.map(|(_, seq)| seq);
+        for i in 0..10u64 {
+            let s = (i % 2) as usize;
+            let prev =
+                if i == 0 { Observed::PreHistory(0) } else { Observed::Version(WriteId(1000 + i - 1)) };
+            let ops = vec![read("F", prev), write("F", 1000 + i)];
+            let fence = logged(10 + i, sessions[s].0, next_seq[s], ops, true);
+            next_seq[s] += 1;
+            let _ = log.append_finished(fence, Outcome::Committed, Some(10 + i)).expect("finished");
+        }
+        log.sync().expect("durable");
     }
 
     #[test]
@@ -722,17 +728,7 @@ mod tests {
         let _ = log.append_finished(t2, Outcome::Committed, Some(2)).expect("finished");
         let t3 = logged(3, 4, 1, vec![read("x", Observed::Version(WriteId(1))), write("x", 2)], false);
         let _ = log.append_finished(t3, Outcome::Committed, Some(3)).expect("finished");
-        let mut seqs = [2u64, 0];
-        for i in 0..10u64 {
-            let s = (i % 2) as usize;
-            let prev =
-                if i == 0 { Observed::PreHistory(0) } else { Observed::Version(WriteId(1000 + i - 1)) };
-            let fence =
-                logged(10 + i, 4 + s as u64, seqs[s], vec![read("F", prev), write("F", 1000 + i)], true);
-            seqs[s] += 1;
-            let _ = log.append_finished(fence, Outcome::Committed, Some(10 + i)).expect("finished");
-        }
-        log.sync().expect("durable");
+        append_fence_chain(&log, [(4, 2), (5, 0)]);
         let options = RoundOptions { round_size: 2, round_interval: None, ..RoundOptions::default() };
         let mut feeder = Feeder::new(options, None);
         feeder.read_log(&log, usize::MAX).expect("reads");
