@@ -141,6 +141,13 @@ pub enum Observed {
     /// A version written before recording began; treated like Cobra's INIT transaction. The tag tells
     /// different pre-history versions of one key apart (Cobra's initial state uses tag 0).
     PreHistory(u64),
+    /// A version written after recording began by a writer the collector did not record (DESIGN.md §3,
+    /// "every version has an owner"): a SQL function or trigger, a statement it could not map, a session
+    /// whose replies it lost track of, the window of a crash, or a client that bypassed it. The tag tells
+    /// such versions apart. A read of one is *unverifiable*: it is counted, and never becomes a stale read,
+    /// a garbage read or an edge, because its writer's place in the history is unknown. Appended last:
+    /// postcard encodes variants by index, so logs written before it existed still decode.
+    Unrecorded(u64),
 }
 
 /// One read or write, in the order the transaction issued it.
@@ -270,6 +277,12 @@ pub struct History {
     /// Statements the collector could not map to reads and writes, so the verifier cannot check them. Only
     /// the proxy's log carries them; the exchange formats (native, JSON Lines, Cobra, PolySI) do not.
     pub unchecked: Vec<UncheckedStatement>,
+    /// The recording horizon, when the collector noted one: the database's oldest transaction id still
+    /// running when recording began (PostgreSQL's `pg_snapshot_xmin(pg_current_snapshot())`). Versions
+    /// older than it are pre-history; any other version no recorded transaction wrote is
+    /// [`Observed::Unrecorded`]. With a horizon, pre-history is decided rather than guessed, so the verifier
+    /// may trust it; without one (imported histories, logs of older proxies) it stays as it was.
+    pub horizon: Option<u64>,
 }
 
 /// A statement recorded without row operations (an aggregate, a predicate read, DDL, COPY, …), kept so that

@@ -98,6 +98,7 @@ fn arb_history() -> impl Strategy<Value = History> {
             write_id.clone().prop_map(|w| Observed::Version(WriteId(w))),
             Just(Observed::Absent),
             prop_oneof![Just(0u64), any::<u64>()].prop_map(Observed::PreHistory),
+            prop_oneof![Just(0u64), any::<u64>()].prop_map(Observed::Unrecorded),
         ];
         let op = if n_keys == 0 {
             Just(None).boxed()
@@ -140,13 +141,15 @@ fn arb_history() -> impl Strategy<Value = History> {
                 }
             });
         let gaps = prop::collection::vec(any::<u64>().prop_map(|after_txns| LogGap { after_txns }), 0..3);
-        (Just(keys), Just(statements), prop::collection::vec(txn, 0..10), gaps).prop_map(
-            |(keys, statements, transactions, gaps)| History {
+        let horizon = prop::option::of(prop_oneof![Just(0u64), any::<u64>()]);
+        (Just(keys), Just(statements), prop::collection::vec(txn, 0..10), gaps, horizon).prop_map(
+            |(keys, statements, transactions, gaps, horizon)| History {
                 keys,
                 statements,
                 transactions,
                 gaps,
                 unchecked: Vec::new(),
+                horizon,
             },
         )
     })

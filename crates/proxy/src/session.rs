@@ -23,7 +23,8 @@ use wire::pg::{
 };
 
 use crate::config::{ClientTlsMode, Config};
-use crate::interpret::hooks::{InjectStep, SessionTagging, load_catalog};
+use crate::interpret::fence::{Injected, Injection};
+use crate::interpret::hooks::{InjectStep, SessionTagging, run_at_startup};
 use crate::interpret::tagger::{Outgoing, TaggingShared};
 use crate::machine::{FrontendStep, SessionMachine};
 use crate::metrics::{ActiveConnection, Metrics};
@@ -154,10 +155,15 @@ async fn run_session(
     // transactions.
     if let (Ok(true), Some(t)) = (&authenticated, &shared.tagging)
         && t.catalog_stale.load(std::sync::atomic::Ordering::Relaxed)
-        && let Err(e) = load_catalog(&mut upstream, &mut sbuf, t).await
+        && let Err(e) = run_at_startup(&mut upstream, &mut sbuf, t, Injection::Catalog).await
     {
         warn!("cannot load the primary-key catalog: {e}");
         return Err(SessionError::UpstreamIo(e));
+    }
+    // Likewise the recording horizon, until some session has learnt it: every read this session records
+    // is then classified against it (DESIGN.md §3).
+    if let (Ok(true), Some(t)) = (&authenticated, &shared.tagging) {
+        learn_horizon(shared, t, &mut upstream, &mut sbuf).await?;
     }
     let result = match authenticated {
         Ok(true) => message_loop(shared, client, cbuf, upstream, sbuf, recorder, shutdown).await,
@@ -170,6 +176,42 @@ async fn run_session(
         keys.remove(&key);
     }
     result
+}
+
+/// Learns the recording horizon if no session has yet (DESIGN.md §3; `interpret::versions`). It is durable
+/// in the log before any read is classified against it, so a crash can never leave a log whose recorded
+/// reads were classified against a horizon the next run does not know.
+async fn learn_horizon(
+    shared: &Shared,
+    t: &TaggingShared,
+    upstream: &mut BoxStream,
+    sbuf: &mut BytesMut,
+) -> Result<(), SessionError> {
+    use std::sync::atomic::Ordering;
+    let _learning = t.horizon_learning.lock().await;
+    if t.book.horizon().is_some() || t.horizon_unanswered.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    match run_at_startup(upstream, sbuf, t, Injection::Horizon).await {
+        Ok(Injected::Horizon(Some(xid))) => {
+            let ticket = shared.recorder.log().append_horizon(xid).map_err(SessionError::Log)?;
+            ticket.wait_async().await.map_err(SessionError::Log)?;
+            t.book.set_horizon(xid);
+            info!(xid, "recording horizon learnt");
+        }
+        Ok(_) => {
+            t.horizon_unanswered.store(true, Ordering::Relaxed);
+            warn!(
+                "the database cannot tell the recording horizon (pg_current_snapshot needs PostgreSQL 13); \
+                 versions no recorded transaction wrote are taken as pre-history"
+            );
+        }
+        Err(e) => {
+            warn!("cannot learn the recording horizon: {e}");
+            return Err(SessionError::UpstreamIo(e));
+        }
+    }
+    Ok(())
 }
 
 /// Steps 1 and 2: SSLRequest/GSSENCRequest negotiation, TLS, and the startup packet. Returns `None` when the

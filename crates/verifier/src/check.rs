@@ -242,7 +242,8 @@ fn check_accept(f: &Facts<'_>, report: &Report, summary: &mut CheckSummary) -> R
                     own.insert(key, write);
                 }
                 Op::Read { key, observed, .. } => {
-                    if skip.contains(&OpRef::new(t.id, oi)) {
+                    // A version no recorded transaction wrote explains nothing and contradicts nothing.
+                    if skip.contains(&OpRef::new(t.id, oi)) || matches!(observed, Observed::Unrecorded(_)) {
                         continue;
                     }
                     let expected = match (own.get(&key), store.get(&key)) {

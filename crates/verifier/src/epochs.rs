@@ -114,6 +114,11 @@ impl Epochs {
                     self.max_epoch
                 }
             },
+            // Written by no recorded fence: someone else wrote the fence row, and epochs cannot be trusted.
+            Observed::Unrecorded(_) => {
+                self.break_with(format!("fence {} read a version of the fence key no fence wrote", f.id));
+                self.max_epoch
+            }
             Observed::Absent | Observed::PreHistory(_) => {
                 if wrote.is_some() && self.max_epoch > 0 {
                     self.break_with(format!(

@@ -49,7 +49,7 @@ use thiserror::Error;
 pub use check::{CheckError, CheckSummary, check_report, check_report_detailed};
 pub use gc::KeptReasons;
 pub use kernels::Backend;
-pub use report::{Anomaly, AnomalyClass, CycleEdge, EdgeKind, Report, Verdict};
+pub use report::{Anomaly, AnomalyClass, CycleEdge, EdgeKind, Report, UnverifiableCause, Verdict};
 pub use reports::{ReportStore, ReportStoreError, ReportSummary};
 pub use rounds::{OnlineVerifier, RoundOptions, RoundStats, RoundsError, RoundsOutcome, verify_in_rounds};
 
@@ -187,8 +187,11 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
     report.counts.indeterminate_dropped = norm.dropped.len() as u64;
     report.counts.indeterminate_included = report.counts.vertices - report.counts.committed;
     report.dropped_indeterminate = norm.dropped.iter().map(|&i| h.transactions[i].id).collect();
-    report.unverifiable =
-        norm.unverified.iter().map(|u| Unverifiable { op: u.op, reason: u.why.clone() }).collect();
+    report.unverifiable = norm
+        .unverified
+        .iter()
+        .map(|u| Unverifiable { op: u.op, cause: u.cause, reason: u.why.clone() })
+        .collect();
     if !norm.anomalies.is_empty() {
         return Ok(non_cycle_reject(h, report, norm.anomalies, start));
     }

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use history::{History, Key, Observed, Op, Outcome, WriteId};
 
-use crate::report::{AnomalyClass, OpRef};
+use crate::report::{AnomalyClass, OpRef, UnverifiableCause};
 
 /// Which version a read or write names, before it is given a dense index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -61,6 +61,7 @@ pub(crate) struct NTxn {
 #[derive(Clone, Debug)]
 pub(crate) struct Unverified {
     pub op: OpRef,
+    pub cause: UnverifiableCause,
     pub why: String,
 }
 
@@ -224,6 +225,21 @@ pub(crate) fn normalize(h: &History) -> Normalized {
                 }
                 Op::Read { key, observed, .. } => {
                     let here = OpRef::new(t.id, oi);
+                    // An unknown owner is never evidence (DESIGN.md §3): the read is counted, and takes no
+                    // part in any check below, not even the repeatable-read ones (its writer may be this
+                    // very transaction, through a function or trigger).
+                    if let Observed::Unrecorded(tag) = observed {
+                        out.unverified.push(Unverified {
+                            op: here,
+                            cause: UnverifiableCause::UnrecordedWriter,
+                            why: format!(
+                                "read of {}={}, a version no recorded transaction wrote",
+                                key_name(h, key),
+                                show(Observed::Unrecorded(tag))
+                            ),
+                        });
+                        continue;
+                    }
                     if let Some(&(w, wi)) = own.get(&key) {
                         if observed != Observed::Version(w) {
                             out.anomalies.push(Found {
@@ -262,6 +278,7 @@ pub(crate) fn normalize(h: &History) -> Normalized {
                         Observed::Version(w) if ambiguous.contains(&w) => {
                             out.unverified.push(Unverified {
                                 op: here,
+                                cause: UnverifiableCause::DuplicateWriteId,
                                 why: format!("read of {w}, a write id written more than once"),
                             });
                             continue;
@@ -270,6 +287,7 @@ pub(crate) fn normalize(h: &History) -> Normalized {
                             None if after_gap => {
                                 out.unverified.push(Unverified {
                                     op: here,
+                                    cause: UnverifiableCause::LogGap,
                                     why: format!(
                                         "read of {} after a log gap: its writer may have been lost",
                                         w
@@ -355,6 +373,7 @@ pub(crate) fn normalize(h: &History) -> Normalized {
                                 None => {
                                     out.unverified.push(Unverified {
                                         op: here,
+                                        cause: UnverifiableCause::WriterNotIncluded,
                                         why: format!("read of {w}, whose writer is not included"),
                                     });
                                     continue;
@@ -435,5 +454,6 @@ pub(crate) fn show(o: Observed) -> String {
         Observed::PreHistory(0) => "init".to_owned(),
         Observed::PreHistory(tag) => format!("init#{tag}"),
         Observed::Absent => "absent".to_owned(),
+        Observed::Unrecorded(tag) => format!("unrecorded#{tag}"),
     }
 }

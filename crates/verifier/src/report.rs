@@ -317,8 +317,43 @@ pub struct TxnReport {
 pub struct Unverifiable {
     /// The read.
     pub op: OpRef,
-    /// Why.
+    /// Why, by kind (reports written before causes were recorded read as `unknown`).
+    #[serde(default)]
+    pub cause: UnverifiableCause,
+    /// Why, in words.
     pub reason: String,
+}
+
+/// Why a read could not be judged. Each is counted in the report, and none is ever evidence of an anomaly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnverifiableCause {
+    /// It observed a version written after recording began by a writer Krait did not record: a SQL function
+    /// or trigger, a statement it could not map, a session whose replies it lost track of, a crash window
+    /// or a client that bypassed the proxy (DESIGN.md §3, "every version has an owner").
+    UnrecordedWriter,
+    /// It observed a write id that no transaction wrote, after a log gap: its writer may have been lost.
+    LogGap,
+    /// It observed a write id that two transactions wrote.
+    DuplicateWriteId,
+    /// Its writer is not among the included transactions.
+    WriterNotIncluded,
+    /// A report written before causes were recorded.
+    #[default]
+    Unknown,
+}
+
+impl UnverifiableCause {
+    /// The cause's name in reports and on `/metrics`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnverifiableCause::UnrecordedWriter => "unrecorded_writer",
+            UnverifiableCause::LogGap => "log_gap",
+            UnverifiableCause::DuplicateWriteId => "duplicate_write_id",
+            UnverifiableCause::WriterNotIncluded => "writer_not_included",
+            UnverifiableCause::Unknown => "unknown",
+        }
+    }
 }
 
 /// One kind of statement the verifier could not check (DESIGN.md §3: opaque ops), summarised.
@@ -492,6 +527,15 @@ impl Report {
         self.verdict == Verdict::Accept
     }
 
+    /// How many reads could not be judged, by cause, in cause order.
+    pub fn unverifiable_by_cause(&self) -> Vec<(UnverifiableCause, u64)> {
+        let mut counts = std::collections::BTreeMap::new();
+        for u in &self.unverifiable {
+            *counts.entry(u.cause).or_insert(0u64) += 1;
+        }
+        counts.into_iter().collect()
+    }
+
     /// The report as pretty JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
@@ -626,7 +670,14 @@ impl fmt::Display for Report {
             writeln!(f)?;
         }
         if !self.unverifiable.is_empty() {
-            writeln!(f, "Unverifiable ({}):", self.unverifiable.len())?;
+            let by_cause: Vec<String> =
+                self.unverifiable_by_cause().iter().map(|(c, n)| format!("{}: {n}", c.as_str())).collect();
+            writeln!(
+                f,
+                "Unverifiable: {} read(s), never counted as evidence ({}):",
+                self.unverifiable.len(),
+                by_cause.join(", ")
+            )?;
             for u in self.unverifiable.iter().take(20) {
                 writeln!(f, "  {} op {}: {}", u.op.txn, u.op.op, u.reason)?;
             }

@@ -519,6 +519,11 @@ impl OnlineVerifier {
                     let work = &self.work;
                     let name = || crate::normalize::key_name(work, *key);
                     match *observed {
+                        // An unknown owner is never evidence (DESIGN.md §3): counted, then dropped.
+                        Observed::Unrecorded(_) => {
+                            self.unverifiable_reads += 1;
+                            drop_ops.push(oi);
+                        }
                         Observed::Version(w) if own.contains(&w) => {}
                         Observed::Version(w) => match self.known.get(&w) {
                             Some(Known::Base { .. }) => *observed = Observed::PreHistory(base_tag(w)),

@@ -116,7 +116,7 @@ impl TestProxy {
                     out[i].txn.ops.extend(ops);
                     out[i].txn.statements = statements;
                 }
-                LogRecord::Recovery { .. } | LogRecord::SessionEnded { .. } => {}
+                LogRecord::Recovery { .. } | LogRecord::SessionEnded { .. } | LogRecord::Horizon { .. } => {}
             }
         }
         out

@@ -16,8 +16,9 @@
 //! - Statement and key lines come before the transactions; a key's index is its position among the key
 //!   lines. Its `name` is what ops use: the key's usual display form, with `#index` appended where two keys
 //!   would otherwise display alike.
-//! - An op is `{"r": key, ...}` with exactly one of `"v"` (a write id), `"pre"` (a pre-history tag) or
-//!   `"absent": true`; or `{"w": key, "v": write id}`. Either may carry `"stmt"`, a statement index.
+//! - An op is `{"r": key, ...}` with exactly one of `"v"` (a write id), `"pre"` (a pre-history tag),
+//!   `"unrecorded"` (the tag of a version no recorded transaction wrote) or `"absent": true`; or
+//!   `{"w": key, "v": write id}`. Either may carry `"stmt"`, a statement index.
 //!
 //! Errors name the line (counting from 1) and, for malformed JSON, the column.
 
@@ -87,6 +88,9 @@ struct Header {
     keys: u64,
     transactions: u64,
     gaps: u64,
+    /// The recording horizon, when the collector noted one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    horizon: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -139,6 +143,9 @@ struct OpLine {
     pre: Option<u64>,
     #[serde(default, skip_serializing_if = "is_false")]
     absent: bool,
+    /// A version of an unrecorded writer, with its tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unrecorded: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     stmt: Option<u32>,
 }
@@ -183,6 +190,7 @@ pub fn encode(history: &History, out: &mut impl Write) -> Result<(), JsonlWriteE
         keys: history.keys.len() as u64,
         transactions: history.transactions.len() as u64,
         gaps: history.gaps.len() as u64,
+        horizon: history.horizon,
     };
     line(&Line::KraitHistory(header), &mut out)?;
     for s in &history.statements {
@@ -213,6 +221,7 @@ pub fn encode(history: &History, out: &mut impl Write) -> Result<(), JsonlWriteE
                             Observed::Version(w) => o.v = Some(w.0),
                             Observed::PreHistory(t) => o.pre = Some(t),
                             Observed::Absent => o.absent = true,
+                            Observed::Unrecorded(t) => o.unrecorded = Some(t),
                         }
                         o
                     }
@@ -288,7 +297,7 @@ pub fn decode(text: &str) -> Result<History, JsonlError> {
             format!("unsupported version {}; this build reads version {VERSION}", header.version),
         ));
     }
-    let mut history = History::default();
+    let mut history = History { horizon: header.horizon, ..History::default() };
     let mut labels: HashMap<String, Key> = HashMap::new();
     let mut stage = Stage::Statements;
     let mut last_line = first_no;
@@ -396,18 +405,23 @@ fn decode_txn(
         };
         let op = match (o.r, o.w) {
             (None, Some(w)) => {
-                if o.pre.is_some() || o.absent {
+                if o.pre.is_some() || o.absent || o.unrecorded.is_some() {
                     return Err(bad("a write takes only \"v\""));
                 }
                 let write = WriteId(o.v.ok_or_else(|| bad("a write needs \"v\", its write id"))?);
                 Op::Write { key: key_of(&w)?, write, stmt }
             }
             (Some(r), None) => {
-                let observed = match (o.v, o.pre, o.absent) {
-                    (Some(v), None, false) => Observed::Version(WriteId(v)),
-                    (None, Some(p), false) => Observed::PreHistory(p),
-                    (None, None, true) => Observed::Absent,
-                    _ => return Err(bad("a read needs exactly one of \"v\", \"pre\" and \"absent\"")),
+                let observed = match (o.v, o.pre, o.absent, o.unrecorded) {
+                    (Some(v), None, false, None) => Observed::Version(WriteId(v)),
+                    (None, Some(p), false, None) => Observed::PreHistory(p),
+                    (None, None, true, None) => Observed::Absent,
+                    (None, None, false, Some(u)) => Observed::Unrecorded(u),
+                    _ => {
+                        return Err(bad(
+                            "a read needs exactly one of \"v\", \"pre\", \"absent\" and \"unrecorded\"",
+                        ));
+                    }
                 };
                 Op::Read { key: key_of(&r)?, observed, stmt }
             }

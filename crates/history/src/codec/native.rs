@@ -12,7 +12,7 @@
 //!
 //! | tag | payload |
 //! |---|---|
-//! | `H` | counts: statements, namespaces, keys, transactions, gaps (varints) |
+//! | `H` | counts: statements, namespaces, keys, transactions, gaps (varints); from version 2, then 0 or 1 and the recording horizon if 1 |
 //! | `S` | statement texts: length + UTF-8 bytes each |
 //! | `N` | namespaces of the key table: length + UTF-8 bytes each |
 //! | `K` | the key table as runs: count, namespace index, key length, then `count × length` key bytes |
@@ -42,6 +42,9 @@
 //! frontier, 2 the previous op's key, 3–14 the frontier minus 1–12, 15 an explicit zigzag delta from the
 //! frontier.
 //!
+//! From version 2, kind 6's tag is followed by a class byte: 0 a pre-history version, 1 a version of an
+//! unrecorded writer ([`Observed::Unrecorded`]).
+//!
 //! # Failure
 //!
 //! Every chunk is checksummed, so a flipped byte is reported as a checksum mismatch in the chunk that holds
@@ -61,8 +64,15 @@ use crate::model::{
 
 /// The first bytes of every native history file. The leading NUL keeps it from ever looking like text.
 pub const MAGIC: [u8; 7] = *b"\0KRHIST";
-/// The format version this build writes and reads.
-pub const VERSION: u8 = 1;
+/// The format version this build writes. Version 2 added the recording horizon (a header field) and
+/// unrecorded-writer reads (a class byte after each pre-history tag).
+pub const VERSION: u8 = 2;
+/// The oldest format version this build still reads.
+pub const OLDEST_VERSION: u8 = 1;
+/// After a pre-history tag (version 2 on): the version is pre-history.
+const CLASS_PRE_HISTORY: u8 = 0;
+/// After a pre-history tag (version 2 on): the version's writer was not recorded.
+const CLASS_UNRECORDED: u8 = 1;
 
 /// A chunk is closed once its payload reaches this size, so that a corrupt byte is located within 64 KiB.
 const CHUNK_TARGET: usize = 64 * 1024;
@@ -116,7 +126,7 @@ pub enum NativeErrorKind {
     #[error("not a native Krait history (the magic bytes are missing)")]
     BadMagic,
     /// The file was written by a newer (or unknown) version of the format.
-    #[error("unsupported format version {0}; this build reads version {VERSION}")]
+    #[error("unsupported format version {0}; this build reads versions {OLDEST_VERSION} to {VERSION}")]
     UnsupportedVersion(u8),
     /// The bytes ran out.
     #[error("the file is truncated: {what} needs {needed} more bytes, {left} left")]
@@ -236,6 +246,8 @@ struct Delta {
     /// One past the largest key seen so far.
     frontier: u64,
     prev_key: Option<u32>,
+    /// The format version being decoded (the encoder always writes [`VERSION`]).
+    version: u8,
 }
 
 impl Delta {
@@ -338,6 +350,13 @@ pub fn encode(history: &History) -> Result<Vec<u8>, InvalidHistory> {
         history.gaps.len(),
     ] {
         put_varint(&mut w.buf, n as u64);
+    }
+    match history.horizon {
+        Some(xid) => {
+            put_varint(&mut w.buf, 1);
+            put_varint(&mut w.buf, xid);
+        }
+        None => put_varint(&mut w.buf, 0),
     }
     w.flush(TAG_HEADER);
 
@@ -487,7 +506,12 @@ fn encode_op(out: &mut Vec<u8>, d: &mut Delta, ord_of: &mut HashMap<u64, u32>, o
             };
             (kind, part, None)
         }
-        Op::Read { observed: Observed::PreHistory(t), .. } => (OP_READ_PRE, WritePart::None, Some(t)),
+        Op::Read { observed: Observed::PreHistory(t), .. } => {
+            (OP_READ_PRE, WritePart::None, Some((t, CLASS_PRE_HISTORY)))
+        }
+        Op::Read { observed: Observed::Unrecorded(t), .. } => {
+            (OP_READ_PRE, WritePart::None, Some((t, CLASS_UNRECORDED)))
+        }
         Op::Read { observed: Observed::Absent, .. } => (OP_READ_ABSENT, WritePart::None, None),
     };
     let k = u64::from(key);
@@ -508,8 +532,9 @@ fn encode_op(out: &mut Vec<u8>, d: &mut Delta, ord_of: &mut HashMap<u64, u32>, o
         WritePart::Known { distance, .. } => put_varint(out, distance),
         WritePart::None => {}
     }
-    if let Some(t) = tag {
+    if let Some((t, class)) = tag {
         put_varint(out, t);
+        out.push(class);
     }
     if code == KEY_ESCAPE {
         put_varint(out, zigzag(k.wrapping_sub(d.frontier) as i64));
@@ -614,7 +639,7 @@ pub fn decode(data: &[u8]) -> Result<History, NativeError> {
         return Err(NativeError::at(0, NativeErrorKind::BadMagic));
     }
     let version = head.u8("the format version")?;
-    if version != VERSION {
+    if !(OLDEST_VERSION..=VERSION).contains(&version) {
         return Err(NativeError::at(MAGIC.len() as u64, NativeErrorKind::UnsupportedVersion(version)));
     }
     let mut chunks = Chunks { data, pos: MAGIC.len() + 1 };
@@ -625,6 +650,16 @@ pub fn decode(data: &[u8]) -> Result<History, NativeError> {
     let n_keys = h.varint("the key count")?;
     let n_txns = h.varint("the transaction count")?;
     let n_gaps = h.varint("the gap count")?;
+    let horizon = match version {
+        1 => None,
+        _ => match h.varint("the horizon flag")? {
+            0 => None,
+            1 => Some(h.varint("the recording horizon")?),
+            other => {
+                return Err(NativeError::invalid(h.offset(), format!("horizon flag {other}, not 0 or 1")));
+            }
+        },
+    };
     if !h.c.is_empty() {
         return Err(NativeError::invalid(h.offset(), "unexpected bytes at the end of the header chunk"));
     }
@@ -688,7 +723,8 @@ pub fn decode(data: &[u8]) -> Result<History, NativeError> {
 
     let n_keys = n_keys as u32;
     let n_stmts = n_stmts as u32;
-    let mut d = Delta::default();
+    history.horizon = horizon;
+    let mut d = Delta { version, ..Delta::default() };
     // The count is only a hint: a crafted header must not make us allocate more than the input justifies.
     history.transactions.reserve(n_txns.min(1 << 16) as usize);
     chunks.section(TAG_TXNS, n_txns, |c, _| {
@@ -800,7 +836,15 @@ fn decode_op(c: &mut Rd<'_>, d: &mut Delta, n_keys: u32, n_stmts: u32) -> Result
             }
             known = Some(d.ords[d.ords.len() - distance as usize]);
         }
-        OP_READ_PRE => pre_tag = Some(c.varint("a pre-history tag")?),
+        OP_READ_PRE => {
+            let tag = c.varint("a pre-history tag")?;
+            let class = if d.version >= 2 { c.u8("a pre-history class")? } else { CLASS_PRE_HISTORY };
+            pre_tag = Some(match class {
+                CLASS_PRE_HISTORY => Observed::PreHistory(tag),
+                CLASS_UNRECORDED => Observed::Unrecorded(tag),
+                other => return Err(NativeError::invalid(c.offset(), format!("pre-history class {other}"))),
+            });
+        }
         _ => {}
     }
     let key = match code {
@@ -854,7 +898,7 @@ fn decode_op(c: &mut Rd<'_>, d: &mut Delta, n_keys: u32, n_stmts: u32) -> Result
             Op::Write { key, write, stmt }
         }
         (_, Some(w)) => Op::Read { key, observed: Observed::Version(w), stmt },
-        (OP_READ_PRE, None) => Op::Read { key, observed: Observed::PreHistory(pre_tag.unwrap_or(0)), stmt },
+        (OP_READ_PRE, None) => Op::Read { key, observed: pre_tag.unwrap_or(Observed::PreHistory(0)), stmt },
         _ => Op::Read { key, observed: Observed::Absent, stmt },
     })
 }

@@ -280,6 +280,11 @@ pub trait HistoryLog: Send + Sync {
         last_seq: Option<u64>,
     ) -> Result<DurabilityTicket, LogError>;
 
+    /// Appends the recording horizon (see [`LogRecord::Horizon`]). Only the first one in a log counts. The
+    /// ticket need not be waited on: a horizon lost in a crash is learnt again by the next run, and versions
+    /// are classified against it only after it is known.
+    fn append_horizon(&self, xid: u64) -> Result<DurabilityTicket, LogError>;
+
     /// The records from sequence number `from_seq` on, in append order. Under `group` and `none` it may
     /// return records not yet fsynced.
     fn tail(&self, from_seq: u64) -> Tail<'_>;

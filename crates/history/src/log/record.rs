@@ -253,6 +253,14 @@ pub enum LogRecord {
         /// statement indices refer to.
         statements: Vec<String>,
     },
+    /// The recording horizon (DESIGN.md §3): the database's oldest running transaction id when this log's
+    /// recording began. Written once, by the first run that learns it; later runs read it back, so that
+    /// versions written in a crash window stay unrecorded writers instead of becoming pre-history. Appended
+    /// last to the enum, so logs written before it existed still decode.
+    Horizon {
+        /// The 64-bit transaction id (PostgreSQL's `xid8`).
+        xid: u64,
+    },
 }
 
 /// Why a record value could not be decoded.
@@ -350,7 +358,7 @@ impl LogRecord {
         match self {
             LogRecord::Intent(txn) | LogRecord::Finished { txn, .. } => Some(txn.id),
             LogRecord::Outcome { txn, .. } | LogRecord::LateOps { txn, .. } => Some(*txn),
-            LogRecord::Recovery { .. } | LogRecord::SessionEnded { .. } => None,
+            LogRecord::Recovery { .. } | LogRecord::SessionEnded { .. } | LogRecord::Horizon { .. } => None,
         }
     }
 }

@@ -102,6 +102,10 @@ impl Replayer {
             }
             // The history has no place for session ends; session order is already in the transactions.
             LogRecord::SessionEnded { .. } => {}
+            // The first horizon is when recording began; a later run's is not.
+            LogRecord::Horizon { xid } => {
+                self.history.horizon.get_or_insert(xid);
+            }
             LogRecord::Recovery { indeterminate, gap, previous: _ } => {
                 for txn in indeterminate {
                     // Already Indeterminate in the history; the record only promises no outcome will come.

@@ -277,6 +277,10 @@ impl HistoryLog for SledLog {
         self.append(&LogRecord::SessionEnded { session, last_seq }, |_| Ok(()), |_, _| {})
     }
 
+    fn append_horizon(&self, xid: u64) -> Result<DurabilityTicket, LogError> {
+        self.append(&LogRecord::Horizon { xid }, |_| Ok(()), |_, _| {})
+    }
+
     fn tail(&self, from_seq: u64) -> Tail<'_> {
         Box::new(TailIter { iter: self.records.range(from_seq.to_be_bytes()..), last: None })
     }
@@ -445,7 +449,7 @@ fn scan_run(records: &sled::Tree, run_start: u64) -> Result<RunScan, LogError> {
             LogRecord::Outcome { txn, .. } => {
                 pending.remove(&txn);
             }
-            LogRecord::SessionEnded { .. } | LogRecord::LateOps { .. } => {}
+            LogRecord::SessionEnded { .. } | LogRecord::LateOps { .. } | LogRecord::Horizon { .. } => {}
             LogRecord::Recovery { indeterminate, .. } => {
                 for txn in indeterminate {
                     pending.remove(&txn);

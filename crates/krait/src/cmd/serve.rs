@@ -224,6 +224,8 @@ impl Feeder {
                     self.verifier.session_ended(session);
                 }
             }
+            // The proxy classifies versions against the horizon; the verifier needs nothing of it.
+            LogRecord::Horizon { .. } => {}
             LogRecord::SessionEnded { session, .. } => {
                 // The proxy logs a session's end after its last transaction's records, so an intent of the
                 // session still pending here will get no outcome: it goes to the verifier as Indeterminate

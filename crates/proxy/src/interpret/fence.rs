@@ -15,6 +15,7 @@
 //! and two concurrent fences queue on the row lock instead of failing with serialization errors.
 
 use bytes::Bytes;
+use history::Observed;
 use history::log::LoggedOp;
 
 use super::versions::{VersionBook, key_name, version_id};
@@ -83,8 +84,11 @@ pub fn fence_ops(read: [&[u8]; 2], written: [&[u8]; 2], book: &VersionBook) -> V
     let new_key = key_name(FENCE_TABLE, &[written[1]]);
     let new = version_id(&new_key, written[0]);
     book.insert(new);
+    // A version of this proxy's fence row that no fence wrote is the one the setup inserted: the row's
+    // initial version, before every fence, whatever the recording horizon says of its writer.
+    let observed = if book.contains(old) { Observed::Version(old) } else { Observed::PreHistory(old.0) };
     vec![
-        LoggedOp::Read { key, observed: book.observed(old), stmt: Some(1) },
+        LoggedOp::Read { key, observed, stmt: Some(1) },
         LoggedOp::Write { key: new_key, write: new, stmt: Some(2) },
     ]
 }
@@ -110,6 +114,8 @@ pub fn fence_row(values: &[Option<Bytes>]) -> Option<[Bytes; 2]> {
 pub enum Injection {
     /// Reload the primary-key catalog ([`super::PK_QUERY`]).
     Catalog,
+    /// Learn the recording horizon ([`super::versions::HORIZON_QUERY`]).
+    Horizon,
     /// A fence transaction, preceded by the fence table's setup when `setup` is set.
     Fence {
         /// Create the table and row first.
@@ -125,6 +131,7 @@ impl Injection {
     pub fn statements(self) -> Vec<String> {
         let sql = match self {
             Injection::Catalog => return vec![super::PK_QUERY.to_owned()],
+            Injection::Horizon => return vec![super::versions::HORIZON_QUERY.to_owned()],
             Injection::Fence { setup: false, row } => fence_sql(row),
             // The setup commits on its own: in the fence's transaction, the fence would read its own insert.
             Injection::Fence { setup: true, row } => {
@@ -140,6 +147,9 @@ impl Injection {
 pub enum Injected {
     /// The catalog was reloaded (or failed to; then it stays stale).
     Catalog,
+    /// The horizon query ran: the database's answer, if it could give one. The caller logs it and only
+    /// then sets it (see `VersionBook::set_horizon`).
+    Horizon(Option<u64>),
     /// A fence ran: its ops, and whether it committed.
     Fence {
         /// The fence's read and write (empty if it failed before returning rows).
@@ -234,6 +244,17 @@ impl InjectedReplies {
                     shared.set_catalog(super::Catalog::from_rows(rows));
                 }
                 Injected::Catalog
+            }
+            Injection::Horizon => {
+                let xid = self
+                    .rows
+                    .first()
+                    .and_then(|r| r.first())
+                    .and_then(|v| v.as_ref())
+                    .and_then(|b| std::str::from_utf8(b).ok())
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .filter(|_| !self.error);
+                Injected::Horizon(xid)
             }
             Injection::Fence { .. } => {
                 let committed = self.committed && !self.error;

@@ -188,7 +188,7 @@ impl SessionTagging {
             Step::Done => {
                 let Some(replies) = self.injecting.take() else { return InjectStep::Done(None) };
                 match replies.finish(&self.shared) {
-                    Injected::Catalog => InjectStep::Done(None),
+                    Injected::Catalog | Injected::Horizon(_) => InjectStep::Done(None),
                     Injected::Fence { ops, committed } => InjectStep::Done(Some(FenceTxn {
                         ops,
                         statements: super::fence::fence_statements(self.shared.fence_row),
@@ -200,14 +200,19 @@ impl SessionTagging {
     }
 }
 
-/// Loads the catalog over a connection that has just finished startup, before the client's first message:
-/// runs [`super::PK_QUERY`] and swallows the replies. `sbuf` holds bytes already read from the database.
-pub async fn load_catalog<S>(db: &mut S, sbuf: &mut BytesMut, shared: &TaggingShared) -> std::io::Result<()>
+/// Runs a catalog load or the horizon query over a connection that has just finished startup, before the
+/// client's first message, and swallows the replies. `sbuf` holds bytes already read from the database.
+pub async fn run_at_startup<S>(
+    db: &mut S,
+    sbuf: &mut BytesMut,
+    shared: &TaggingShared,
+    what: Injection,
+) -> std::io::Result<Injected>
 where
     S: AsyncRead + AsyncWrite + Unpin + ?Sized,
 {
-    db.write_all(&injected_frames(&[super::PK_QUERY])).await?;
-    let mut replies = InjectedReplies::new(Injection::Catalog);
+    db.write_all(&injected_frames(&what.statements())).await?;
+    let mut replies = InjectedReplies::new(what);
     loop {
         while let Some(frame) =
             split_frame(sbuf, 1 << 30).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?
@@ -215,8 +220,7 @@ where
             if frame.tag() == btag::READY_FOR_QUERY
                 || replies.on_backend(frame.tag(), &frame.body(), &shared.book) == Step::Done
             {
-                let _ = replies.finish(shared);
-                return Ok(());
+                return Ok(replies.finish(shared));
             }
         }
         if db.read_buf(sbuf).await? == 0 {

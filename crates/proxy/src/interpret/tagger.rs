@@ -46,6 +46,9 @@ pub struct TaggingMetrics {
     pub statements_rewritten: AtomicU64,
     /// Row reads recorded (including Absent).
     pub reads: AtomicU64,
+    /// Of those, reads of a version no recorded transaction wrote, after the recording horizon (DESIGN.md
+    /// §3): the verifier counts them as unverifiable.
+    pub unrecorded_reads: AtomicU64,
     /// Row writes recorded (including tombstones).
     pub writes: AtomicU64,
     /// Opaque statements or statement parts, by [`OpaqueKind`] in [`OpaqueKind::ALL`] order.
@@ -82,6 +85,7 @@ impl TaggingMetrics {
         let mut s = String::new();
         s.push_str(&format!("krait_tagging_statements_rewritten_total {}\n", g(&self.statements_rewritten)));
         s.push_str(&format!("krait_tagging_reads_total {}\n", g(&self.reads)));
+        s.push_str(&format!("krait_tagging_unrecorded_reads_total {}\n", g(&self.unrecorded_reads)));
         s.push_str(&format!("krait_tagging_writes_total {}\n", g(&self.writes)));
         for (k, c) in OpaqueKind::ALL.iter().zip(&self.opaque) {
             s.push_str(&format!("krait_tagging_opaque_total{{kind=\"{}\"}} {}\n", k.label(), g(c)));
@@ -105,6 +109,11 @@ pub struct TaggingShared {
     pub fence_ready: std::sync::atomic::AtomicBool,
     /// This proxy's row of `krait_fence`.
     pub fence_row: i32,
+    /// Set when the database could not answer the horizon query (the reference store, PostgreSQL before
+    /// 13): versions no recorded transaction wrote then stay pre-history, and no session asks again.
+    pub horizon_unanswered: std::sync::atomic::AtomicBool,
+    /// Held while a session learns the horizon, so exactly one learns it, logs it and sets it.
+    pub horizon_learning: tokio::sync::Mutex<()>,
     /// Counters.
     pub metrics: TaggingMetrics,
 }
@@ -247,7 +256,9 @@ impl Tagger {
         match plan {
             StmtPlan::Opaque(o) => {
                 self.opaque(o.kind, stmt);
-                if matches!(o.kind, OpaqueKind::UnknownTable) {
+                // DDL may create the table the next statement names: without a reload its writes would be
+                // unmappable, and every version they make an unrecorded writer's (DESIGN.md §3).
+                if matches!(o.kind, OpaqueKind::UnknownTable | OpaqueKind::Ddl) {
                     self.shared.catalog_stale.store(true, Ordering::Relaxed);
                 }
             }
@@ -607,6 +618,10 @@ impl Tagger {
     fn push_op(&mut self, op: LoggedOp) {
         let m = &self.shared.metrics;
         match &op {
+            LoggedOp::Read { observed: history::Observed::Unrecorded(_), .. } => {
+                m.unrecorded_reads.fetch_add(1, Ordering::Relaxed);
+                m.reads.fetch_add(1, Ordering::Relaxed)
+            }
             LoggedOp::Read { .. } => m.reads.fetch_add(1, Ordering::Relaxed),
             LoggedOp::Write { .. } => m.writes.fetch_add(1, Ordering::Relaxed),
             LoggedOp::Opaque { .. } => 0,

@@ -13,12 +13,24 @@
 //!   id from `pg_current_xact_id()`) with a different domain byte ([`tombstone_id`]): unique per key and
 //!   deleting transaction, and never equal to a live version's id.
 //! - A read maps to `Observed::Version(id)` only when this proxy recorded a write of that id (the
-//!   [`VersionBook`]); any other version was written before recording began (or by a client that bypassed
-//!   Krait) and maps to `Observed::PreHistory(id)`, which the verifier orders before every recorded
-//!   transaction, like Cobra's INIT (DESIGN.md §3). A writer's RETURNING reaches the proxy before its COMMIT
-//!   is sent, so no reader can see a recorded version before the book holds it.
-//! - A point lookup that finds no row reads `Absent` (the initial "no row" version), unless this proxy
-//!   recorded a DELETE of that key and no live version since: then it read that tombstone.
+//!   [`VersionBook`]). A writer's RETURNING reaches the proxy before its COMMIT is sent, so no reader can
+//!   see a recorded version before the book holds it.
+//! - Any other version has an owner Krait did not record, and the *recording horizon* decides which
+//!   (DESIGN.md §3, "every version has an owner"). The horizon is the database's oldest running
+//!   transaction id when recording began (`pg_snapshot_xmin(pg_current_snapshot())`, [`HORIZON_QUERY`]),
+//!   learnt by the first session and kept in the log, so later runs use the same one. Every transaction
+//!   below it had ended before the first client statement went through the proxy. So a version whose
+//!   `xmin` precedes the horizon (in PostgreSQL's circular order), or is one of the special ids 0–2
+//!   (invalid, bootstrap, frozen), is pre-history: `Observed::PreHistory(id)`, ordered before every
+//!   recorded transaction like Cobra's INIT. Any later one was written by an *unrecorded writer* (a
+//!   function, a trigger, a statement the interpreter could not map, a lost session, a crash window, a
+//!   client that bypassed Krait): `Observed::Unrecorded(id)`, which the verifier counts and never uses as
+//!   evidence. Until the horizon is known (or where the database cannot tell it, like the reference store),
+//!   every such version is pre-history, as before the horizon existed.
+//! - A point lookup that finds no row reads `Absent` (the initial "no row" version) if the proxy never
+//!   saw a version of that key. If it recorded a DELETE of that key and no live version since, it read that
+//!   tombstone. If it saw a version and recorded no DELETE since, something it did not record deleted the
+//!   row: `Observed::Unrecorded`, again never evidence.
 //! - The book is shared by all sessions and a write enters it when its RETURNING row reaches the proxy. A
 //!   client that pipelines COMMIT behind its writes (one query string) lets the database commit before the
 //!   proxy has read that row; another session's read of the new version can then be processed first and
@@ -96,20 +108,66 @@ pub fn key_name(namespace: &str, pk: &[&[u8]]) -> KeyName {
     KeyName { namespace: namespace.to_owned(), bytes }
 }
 
-/// The write ids this proxy recorded, shared by all sessions, so a read can tell a recorded version from a
-/// pre-history one.
+/// What the replaced-version column of an UPDATE holds at READ COMMITTED, where the statement's snapshot
+/// need not show the version the UPDATE replaced: no read is recorded for it, and the statement is listed
+/// as not checked (opaque kind `read_committed_update`).
+pub const READ_COMMITTED_MARK: &str = "read committed";
+
+/// The query that learns the recording horizon: the oldest transaction id still running, as a 64-bit
+/// `xid8`. It assigns no transaction id of its own.
+pub const HORIZON_QUERY: &str = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text";
+
+/// The write ids this proxy recorded, shared by all sessions, and the recording horizon, so a read can
+/// tell a recorded version from a pre-history one and from one of an unrecorded writer.
 #[derive(Debug, Default)]
 pub struct VersionBook {
     written: Mutex<HashSet<u64>>,
     /// The last tombstone recorded per key, cleared when a live version of the key is recorded. A point
     /// lookup that finds no row after a recorded DELETE read that tombstone, not the initial "no row".
     tombstones: Mutex<HashMap<KeyName, WriteId>>,
+    /// Keys (hashed) of which a version was seen, read or written: a later "no row" without a recorded
+    /// DELETE is an unrecorded writer's delete, not the initial absence. A hash collision only makes a
+    /// read unverifiable, never a verdict wrong.
+    seen: Mutex<HashSet<u64>>,
+    /// The recording horizon (64-bit), once known.
+    horizon: std::sync::OnceLock<u64>,
 }
+
+/// Whether 32-bit transaction id `a` precedes `b` in PostgreSQL's circular order (`TransactionIdPrecedes`:
+/// within 2^31 of each other).
+fn xid_precedes(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// The first normal transaction id; 0–2 are invalid, bootstrap and frozen, all older than any other.
+const FIRST_NORMAL_XID: u32 = 3;
 
 impl VersionBook {
     /// An empty book.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Sets the recording horizon, if it is not set yet (from the log at start, or once it is durable in
+    /// the log); returns whether this call set it.
+    pub fn set_horizon(&self, xid: u64) -> bool {
+        self.horizon.set(xid).is_ok()
+    }
+
+    /// The recording horizon, once known.
+    pub fn horizon(&self) -> Option<u64> {
+        self.horizon.get().copied()
+    }
+
+    fn saw(&self, key: &KeyName) {
+        if let Ok(mut s) = self.seen.lock() {
+            s.insert(hash_parts(b's', &[key.namespace.as_bytes(), &key.bytes]));
+        }
+    }
+
+    fn was_seen(&self, key: &KeyName) -> bool {
+        let h = hash_parts(b's', &[key.namespace.as_bytes(), &key.bytes]);
+        self.seen.lock().map(|s| s.contains(&h)).unwrap_or(true)
     }
 
     /// Notes a recorded write.
@@ -134,12 +192,19 @@ impl VersionBook {
         self.len() == 0
     }
 
-    /// Adds every write of a replayed history (a restart's earlier runs).
+    /// Adds every write of a replayed history (a restart's earlier runs), the keys it saw and its recording
+    /// horizon.
     pub fn seed_from(&self, h: &history::History) {
+        if let Some(xid) = h.horizon {
+            self.set_horizon(xid);
+        }
         for t in &h.transactions {
             for op in &t.ops {
                 if let history::Op::Write { write, .. } = op {
                     self.insert(*write);
+                }
+                if let Some(name) = h.keys.name(op.key()) {
+                    self.saw(name);
                 }
             }
         }
@@ -147,6 +212,7 @@ impl VersionBook {
 
     /// Notes that `key`'s newest recorded version is the tombstone `w` (`Some`) or a live one (`None`).
     pub fn set_tombstone(&self, key: &KeyName, w: Option<WriteId>) {
+        self.saw(key);
         if let Ok(mut t) = self.tombstones.lock() {
             match w {
                 Some(w) => {
@@ -159,17 +225,35 @@ impl VersionBook {
         }
     }
 
-    /// What a read that found no row for `key` observed: the last recorded tombstone, else Absent.
+    /// What a read that found no row for `key` observed: the last recorded tombstone; else, if a version
+    /// of the key was seen, an unrecorded writer's delete; else Absent.
     pub fn absent(&self, key: &KeyName) -> Observed {
         match self.tombstones.lock().ok().and_then(|t| t.get(key).copied()) {
             Some(w) => Observed::Version(w),
+            None if self.was_seen(key) => {
+                Observed::Unrecorded(hash_parts(b'u', &[key.namespace.as_bytes(), &key.bytes]))
+            }
             None => Observed::Absent,
         }
     }
 
-    /// What a read of `w` observed, by the rule in the module docs.
-    pub fn observed(&self, w: WriteId) -> Observed {
-        if self.contains(w) { Observed::Version(w) } else { Observed::PreHistory(w.0) }
+    /// What a read of the version (`key`, `xmin`) observed, by the rule in the module docs.
+    pub fn observed(&self, key: &KeyName, xmin: &[u8]) -> Observed {
+        self.saw(key);
+        let w = version_id(key, xmin);
+        if self.contains(w) {
+            return Observed::Version(w);
+        }
+        let Some(horizon) = self.horizon() else { return Observed::PreHistory(w.0) };
+        // xmin is the 32-bit id as text; anything else cannot be placed, so it is not evidence.
+        let Some(xid) = std::str::from_utf8(xmin).ok().and_then(|s| s.parse::<u32>().ok()) else {
+            return Observed::Unrecorded(w.0);
+        };
+        if xid < FIRST_NORMAL_XID || xid_precedes(xid, horizon as u32) {
+            Observed::PreHistory(w.0)
+        } else {
+            Observed::Unrecorded(w.0)
+        }
     }
 }
 
@@ -207,16 +291,25 @@ pub fn row_ops(
         let mut extra = cols[1 + t.pk_arity..].iter();
         match plan.kind {
             RowKind::Read => {
-                let w = version_id(&key, xmin);
-                ops.push(LoggedOp::Read { key, observed: book.observed(w), stmt });
+                let observed = book.observed(&key, xmin);
+                ops.push(LoggedOp::Read { key, observed, stmt });
             }
             RowKind::Insert | RowKind::Update => {
                 if t.replaced {
                     // NULL: the row was not visible to the statement's snapshot (inserted by this statement's
                     // own earlier effects); there is no replaced version to record.
-                    if let Some(Some(old)) = extra.next() {
-                        let w = version_id(&key, old);
-                        ops.push(LoggedOp::Read { key: key.clone(), observed: book.observed(w), stmt });
+                    match extra.next() {
+                        Some(Some(old)) if old.as_ref() == READ_COMMITTED_MARK.as_bytes() => {
+                            let kind = "read_committed_update".to_owned();
+                            if !ops.contains(&LoggedOp::Opaque { kind: kind.clone(), stmt }) {
+                                ops.push(LoggedOp::Opaque { kind, stmt });
+                            }
+                        }
+                        Some(Some(old)) => {
+                            let observed = book.observed(&key, old);
+                            ops.push(LoggedOp::Read { key: key.clone(), observed, stmt });
+                        }
+                        _ => {}
                     }
                 }
                 let w = version_id(&key, xmin);
@@ -343,7 +436,8 @@ mod tests {
         assert_eq!(absent_read(&p, &[b("9")], &[], None, &book), Some(want));
         assert_eq!(absent_read(&p, &[b("9")], &[1], None, &book), None);
         assert_eq!(absent_read(&p, &[], &[], None, &book), None);
-        // After a recorded DELETE, "no row" is the tombstone; after a new insert, a live version again.
+        // After a recorded DELETE, "no row" is the tombstone; after a new insert, a live version again, so
+        // "no row" then means something Krait did not record deleted it.
         let del = plan(RowKind::Delete, false, true);
         let ops = row_ops(&del, &[b("5"), b("9"), b("700")], None, &book).unwrap_or_default();
         let Some(LoggedOp::Write { write, .. }) = ops.first() else { panic!("{ops:?}") };
@@ -352,6 +446,38 @@ mod tests {
         let ins = plan(RowKind::Insert, false, false);
         let _ = row_ops(&ins, &[b("800"), b("9")], None, &book);
         let got = absent_read(&p, &[b("9")], &[], None, &book);
-        assert!(matches!(got, Some(LoggedOp::Read { observed: Observed::Absent, .. })));
+        assert!(matches!(got, Some(LoggedOp::Read { observed: Observed::Unrecorded(_), .. })), "{got:?}");
+        // A key never seen reads the initial "no row".
+        let got = absent_read(&p, &[b("10")], &[], None, &book);
+        assert!(matches!(got, Some(LoggedOp::Read { observed: Observed::Absent, .. })), "{got:?}");
+    }
+
+    #[test]
+    fn the_horizon_tells_pre_history_from_unrecorded_writers() {
+        let book = VersionBook::new();
+        let key = key_name("accounts", &[b"1"]);
+        // Without a horizon, every version no recorded transaction wrote is taken as pre-history.
+        assert!(matches!(book.observed(&key, b"5000"), Observed::PreHistory(_)));
+        assert!(book.set_horizon((7u64 << 32) | 1000));
+        assert!(!book.set_horizon(1), "the first horizon stays");
+        for (xmin, pre) in [
+            ("999", true),
+            ("1000", false),
+            ("1001", false),
+            ("2", true),
+            ("0", true),
+            // Circular order: 2^31 ids before the horizon wrap round to "before".
+            ("4294967295", true),
+            ("2147484648", true),
+            ("2147484647", false),
+            ("not a number", false),
+        ] {
+            let o = book.observed(&key, xmin.as_bytes());
+            assert_eq!(matches!(o, Observed::PreHistory(_)), pre, "xmin {xmin}: {o:?}");
+            assert_eq!(matches!(o, Observed::Unrecorded(_)), !pre, "xmin {xmin}: {o:?}");
+        }
+        // A version this proxy recorded is a version whatever its xmin.
+        book.insert(version_id(&key, b"5000"));
+        assert_eq!(book.observed(&key, b"5000"), Observed::Version(version_id(&key, b"5000")));
     }
 }

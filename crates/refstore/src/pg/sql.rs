@@ -667,6 +667,8 @@ impl Parser<'_> {
     fn raw_item(&mut self) -> Result<RawItem, SqlError> {
         let expr = if self.sym('(') {
             self.replaced_subquery()?
+        } else if self.keyword("case") {
+            self.read_committed_guard()?
         } else if matches!(self.peek(), Some(Tok::Ident { .. })) {
             let mut parts = self.dotted()?;
             let name = parts.pop().unwrap_or_default();
@@ -690,6 +692,39 @@ impl Parser<'_> {
         };
         let alias = if self.keyword("as") { Some(self.expect_ident()?) } else { None };
         Ok(RawItem { expr, cast, alias })
+    }
+
+    /// After `CASE`: `WHEN current_setting('transaction_isolation') = 'read committed' THEN 'read committed'
+    /// ELSE (<replaced-version subquery>) END`, the proxy's guard that gives up the replaced version at READ
+    /// COMMITTED. The reference store has no per-session isolation setting (its model is the store's), so
+    /// the guard always takes the subquery.
+    fn read_committed_guard(&mut self) -> Result<RawExpr, SqlError> {
+        let shape = || {
+            unsupported(
+                "the only CASE supported is the proxy's read-committed guard around the replaced-version subquery",
+            )
+        };
+        let string = |p: &mut Self, want: &str| match p.peek() {
+            Some(Tok::Str(s)) if s == want => {
+                p.pos += 1;
+                Ok(())
+            }
+            _ => Err(shape()),
+        };
+        self.expect_keyword("when").map_err(|_| shape())?;
+        self.expect_keyword("current_setting").map_err(|_| shape())?;
+        self.expect_sym('(').map_err(|_| shape())?;
+        string(self, "transaction_isolation")?;
+        self.expect_sym(')').map_err(|_| shape())?;
+        self.expect_sym('=').map_err(|_| shape())?;
+        string(self, "read committed")?;
+        self.expect_keyword("then").map_err(|_| shape())?;
+        string(self, "read committed")?;
+        self.expect_keyword("else").map_err(|_| shape())?;
+        self.expect_sym('(').map_err(|_| shape())?;
+        let replaced = self.replaced_subquery()?;
+        self.expect_keyword("end").map_err(|_| shape())?;
+        Ok(replaced)
     }
 
     /// After `(`: `SELECT a.xmin[::text] FROM t AS a WHERE a.key = outer.key )`, the proxy's way of asking
