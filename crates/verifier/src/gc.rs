@@ -200,60 +200,6 @@ enum Refusal {
     NotBase,
 }
 
-/// Strongly connected components (iterative Tarjan); returns each vertex's component.
-fn components(n: usize, adj: &[Vec<u32>]) -> Vec<u32> {
-    const NONE: u32 = u32::MAX;
-    let mut index = vec![NONE; n];
-    let mut low = vec![0u32; n];
-    let mut on_stack = vec![false; n];
-    let mut comp = vec![NONE; n];
-    let mut stack: Vec<u32> = Vec::new();
-    let mut next_index = 0u32;
-    let mut next_comp = 0u32;
-    for root in 0..n as u32 {
-        if index[root as usize] != NONE {
-            continue;
-        }
-        let mut call: Vec<(u32, usize)> = vec![(root, 0)];
-        index[root as usize] = next_index;
-        low[root as usize] = next_index;
-        next_index += 1;
-        stack.push(root);
-        on_stack[root as usize] = true;
-        while let Some(&mut (v, ref mut i)) = call.last_mut() {
-            if let Some(&w) = adj[v as usize].get(*i) {
-                *i += 1;
-                if index[w as usize] == NONE {
-                    index[w as usize] = next_index;
-                    low[w as usize] = next_index;
-                    next_index += 1;
-                    stack.push(w);
-                    on_stack[w as usize] = true;
-                    call.push((w, 0));
-                } else if on_stack[w as usize] {
-                    low[v as usize] = low[v as usize].min(index[w as usize]);
-                }
-                continue;
-            }
-            call.pop();
-            if let Some(&(parent, _)) = call.last() {
-                low[parent as usize] = low[parent as usize].min(low[v as usize]);
-            }
-            if low[v as usize] == index[v as usize] {
-                while let Some(w) = stack.pop() {
-                    on_stack[w as usize] = false;
-                    comp[w as usize] = next_comp;
-                    if w == v {
-                        break;
-                    }
-                }
-                next_comp += 1;
-            }
-        }
-    }
-    comp
-}
-
 /// Plans a collection. `epoch[i]` is the epoch of `h.transactions[i]` (`None`: open). `pinned` lists write
 /// ids that live transactions outside the polygraph (indeterminate ones nobody read from yet) read: their
 /// writers stay.
@@ -330,7 +276,7 @@ pub(crate) fn plan(
             }
         }
     }
-    let comp = components(n, &adj);
+    let comp = solver::strongly_connected_components(n, |v| adj[v as usize].as_slice());
     drop(adj);
     let ncomp = comp.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
     let mut comp_ok = vec![true; ncomp];
