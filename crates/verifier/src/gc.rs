@@ -85,11 +85,11 @@ use solver::Side;
 
 use crate::chains::Chains;
 use crate::constraints::Constraint;
+use crate::error::VerifyError;
 use crate::known_graph::KnownGraph;
 use crate::normalize::{Label, Normalized};
-use crate::{
-    Level, Options, VerifyError, chains, constraints, encode, known_graph, normalize, prune, realtime,
-};
+use crate::options::{Level, Options};
+use crate::{chains, constraints, encode, known_graph, normalize, prune, realtime};
 
 /// The accepted polygraph of one round.
 pub(crate) struct Polygraph {

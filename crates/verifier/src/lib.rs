@@ -31,9 +31,11 @@ mod check;
 mod constraints;
 mod encode;
 mod epochs;
+mod error;
 mod gc;
 mod known_graph;
 mod normalize;
+mod options;
 mod prune;
 mod realtime;
 pub mod report;
@@ -43,12 +45,12 @@ pub mod rounds;
 use std::time::Instant;
 
 use history::{History, Outcome};
-use serde::{Deserialize, Serialize};
-use thiserror::Error;
 
 pub use check::{CheckError, CheckSummary, check_report, check_report_detailed};
+pub use error::VerifyError;
 pub use gc::KeptReasons;
 pub use kernels::Backend;
+pub use options::{Level, Options};
 pub use report::{Anomaly, AnomalyClass, CycleEdge, EdgeKind, Report, Verdict};
 pub use reports::{ReportStore, ReportStoreError, ReportSummary};
 pub use rounds::{OnlineVerifier, RoundOptions, RoundStats, RoundsError, RoundsOutcome, verify_in_rounds};
@@ -56,89 +58,6 @@ pub use rounds::{OnlineVerifier, RoundOptions, RoundStats, RoundsError, RoundsOu
 use crate::certificate::{Certifier, txn_report};
 use crate::normalize::MAX_ANOMALIES;
 use crate::report::{Counts, OptionsUsed, RealTime, SCHEMA_VERSION, Timings, Unverifiable};
-
-/// The isolation level to check.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Level {
-    /// Some total order of the committed transactions explains every read (and keeps session order).
-    #[default]
-    #[serde(rename = "serializable")]
-    Serializable,
-    /// As serializable, and the order also respects real time (Cobra §3.5).
-    #[serde(rename = "strict-serializable")]
-    StrictSerializable,
-}
-
-impl Level {
-    /// The level's name on the command line and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Level::Serializable => "serializable",
-            Level::StrictSerializable => "strict-serializable",
-        }
-    }
-}
-
-impl std::str::FromStr for Level {
-    type Err = String;
-
-    /// Parses `serializable` or `strict-serializable`.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "serializable" => Ok(Level::Serializable),
-            "strict-serializable" => Ok(Level::StrictSerializable),
-            _ => Err(format!("unknown level {s:?} (serializable, strict-serializable)")),
-        }
-    }
-}
-
-/// How to verify. `Options::default()` is serializability with every Cobra technique on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Options {
-    /// The level to check.
-    pub level: Level,
-    /// Commit timestamps are pushed later by this much before real-time edges are inferred (Cobra §3.5).
-    pub clock_drift_ms: u64,
-    /// Pruning (Cobra §3.3). Off only for differential testing.
-    pub prune: bool,
-    /// Coalescing constraints (Cobra §3.2). Off only for differential testing.
-    pub coalesce: bool,
-    /// Combining writes (Cobra §3.1). Off only for differential testing.
-    pub combine: bool,
-    /// The reachability backend for pruning.
-    pub reachability: Backend,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            level: Level::Serializable,
-            clock_drift_ms: 100,
-            prune: true,
-            coalesce: true,
-            combine: true,
-            reachability: Backend::Auto,
-        }
-    }
-}
-
-/// Why verification could not give a verdict.
-#[derive(Debug, Error)]
-pub enum VerifyError {
-    /// The solver failed.
-    #[error("solver failed: {0}")]
-    Solver(#[from] solver::SolverError),
-    /// Reachability could not be computed (for example, the closure would not fit in memory).
-    #[error("reachability failed: {0}")]
-    Reachability(#[from] kernels::KernelError),
-    /// The history breaks the model's rules in a way that leaves no verdict (for example, two transactions
-    /// share an id, so a report could not say which one it means).
-    #[error("malformed history: {0}")]
-    Malformed(String),
-    /// A broken invariant inside the verifier; a bug, reported instead of a panic.
-    #[error("internal error: {0}")]
-    Internal(String),
-}
 
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3

@@ -59,10 +59,12 @@ use thiserror::Error;
 
 use crate::certificate::txn_report;
 use crate::epochs::Epochs;
+use crate::error::VerifyError;
 use crate::gc::{self, KeptReasons, base_tag, is_initial};
+use crate::options::Options;
 use crate::report::{NotChecked, OpRef};
 use crate::reports::{ReportStore, ReportStoreError};
-use crate::{Anomaly, AnomalyClass, Options, Report, Verdict, VerifyError, verify};
+use crate::{Anomaly, AnomalyClass, Report, Verdict, verify};
 
 /// How to verify in rounds.
 #[derive(Clone, Debug)]
