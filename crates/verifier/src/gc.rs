@@ -89,7 +89,7 @@ use crate::error::VerifyError;
 use crate::known_graph::KnownGraph;
 use crate::normalize::{Label, Normalized};
 use crate::options::{Level, Options};
-use crate::{chains, constraints, encode, known_graph, normalize, prune, realtime};
+use crate::{chains, constraints, known_graph, normalize, prune, realtime, solve};
 
 /// The accepted polygraph of one round.
 pub(crate) struct Polygraph {
@@ -125,9 +125,9 @@ pub(crate) fn check(h: &History, options: &Options) -> Result<Option<Polygraph>,
     if !matches!(outcome, prune::Outcome::Done) {
         return Ok(None);
     }
-    match encode::solve(&g, &constraints, &norm, &chains, &pruned.live)? {
-        encode::Solved::Acyclic { .. } => {}
-        encode::Solved::Cyclic { .. } => return Ok(None),
+    match solve::solve(&g, &constraints, &norm, &chains, &pruned.live)? {
+        solve::Solved::Acyclic { .. } => {}
+        solve::Solved::Cyclic { .. } => return Ok(None),
     }
     Ok(Some(Polygraph { norm, g, chains, constraints, live: pruned.live, decisions: pruned.decisions }))
 }

@@ -8,7 +8,7 @@
 //! 3. `chains`: combining writes and the rw edges inside chains — §3.1.
 //! 4. `constraints`: one coalesced constraint per key and pair of chains — §3.2.
 //! 5. `prune`: pruning to a fixpoint with reachability from `kernels` — §3.3.
-//! 6. `encode`: solving what is left with the `solver` crate — §3.4.
+//! 6. `solve`: solving what is left with the `solver` crate — §3.4.
 //! 7. `certificate` and [`report`]: the evidence, and the report a person (and [`check_report`]) can check.
 //!
 //! ```
@@ -29,7 +29,6 @@ mod certificate;
 mod chains;
 mod check;
 mod constraints;
-mod encode;
 mod epochs;
 mod error;
 mod gc;
@@ -39,8 +38,9 @@ mod options;
 mod prune;
 mod realtime;
 pub mod report;
-pub mod reports;
+pub mod report_store;
 pub mod rounds;
+mod solve;
 
 use std::time::Instant;
 
@@ -52,7 +52,7 @@ pub use gc::KeptReasons;
 pub use kernels::Backend;
 pub use options::{Level, Options};
 pub use report::{Anomaly, AnomalyClass, CycleEdge, EdgeKind, Report, Verdict};
-pub use reports::{ReportStore, ReportStoreError, ReportSummary};
+pub use report_store::{ReportStore, ReportStoreError, ReportSummary};
 pub use rounds::{OnlineVerifier, RoundOptions, RoundStats, RoundsError, RoundsOutcome, verify_in_rounds};
 
 use crate::certificate::{Certifier, txn_report};
@@ -171,16 +171,16 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
         prune::Outcome::Done => {
             // Stage 6.
             let solve_start = Instant::now();
-            let solved = encode::solve(&g, &constraints, &norm, &chains, &pruned.live)?;
+            let solved = solve::solve(&g, &constraints, &norm, &chains, &pruned.live)?;
             report.timings.solve_ms = ms(solve_start);
             match solved {
-                encode::Solved::Acyclic { order } => {
+                solve::Solved::Acyclic { order } => {
                     report.serial_order = Some(
                         order.into_iter().map(|v| h.transactions[norm.txns[v as usize].hist].id).collect(),
                     );
                     None
                 }
-                encode::Solved::Cyclic { cycle, core } => {
+                solve::Solved::Cyclic { cycle, core } => {
                     let mut cert = certifier();
                     let mut anomaly = cert.solver_cycle(&cycle, &core);
                     anomaly.refutation = cert.refutation(&core);

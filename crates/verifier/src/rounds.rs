@@ -63,7 +63,7 @@ use crate::error::VerifyError;
 use crate::gc::{self, KeptReasons, base_tag, is_initial};
 use crate::options::Options;
 use crate::report::{NotChecked, OpRef};
-use crate::reports::{ReportStore, ReportStoreError};
+use crate::report_store::{ReportStore, ReportStoreError};
 use crate::{Anomaly, AnomalyClass, Report, Verdict, verify};
 
 /// How to verify in rounds.
