@@ -83,54 +83,10 @@ use history::{History, Key, Observed, Op, Outcome, WriteId};
 use kernels::{Graph, reachability};
 use solver::Side;
 
-use crate::chains::Chains;
-use crate::constraints::Constraint;
 use crate::error::VerifyError;
-use crate::known_graph::KnownGraph;
-use crate::normalize::{Label, Normalized};
-use crate::options::{Level, Options};
-use crate::{chains, constraints, known_graph, normalize, prune, realtime, solve};
-
-/// The accepted polygraph of one round.
-pub(crate) struct Polygraph {
-    pub norm: Normalized,
-    pub g: KnownGraph,
-    pub chains: Chains,
-    pub constraints: Vec<Constraint>,
-    pub live: Vec<bool>,
-    pub decisions: Vec<prune::Decision>,
-}
-
-/// Runs the pipeline's stages 1–6 as `verify` does, keeping the polygraph. `None` means the history is
-/// rejected (the caller runs `verify` for the report).
-pub(crate) fn check(h: &History, options: &Options) -> Result<Option<Polygraph>, VerifyError> {
-    let norm = normalize::normalize(h);
-    if !norm.anomalies.is_empty() {
-        return Ok(None);
-    }
-    let (mut g, lost) = known_graph::create_known_graph(h, &norm, options.combine);
-    if !lost.is_empty() {
-        return Ok(None);
-    }
-    if options.level == Level::StrictSerializable {
-        let (edges, _) = realtime::realtime_edges(h, &norm, options.clock_drift_ms.saturating_mul(1_000_000));
-        for (u, v) in edges {
-            g.push(u, v, known_graph::Origin::Rt, 0);
-        }
-    }
-    let (chains, _) = chains::combine_writes(&norm, &mut g, options.combine);
-    let (constraints, _) = constraints::generate(&norm, &chains, &mut g, options.coalesce);
-    let (outcome, pruned) =
-        prune::prune(&mut g, &constraints, &norm, &chains, options.prune, options.reachability)?;
-    if !matches!(outcome, prune::Outcome::Done) {
-        return Ok(None);
-    }
-    match solve::solve(&g, &constraints, &norm, &chains, &pruned.live)? {
-        solve::Solved::Acyclic { .. } => {}
-        solve::Solved::Cyclic { .. } => return Ok(None),
-    }
-    Ok(Some(Polygraph { norm, g, chains, constraints, live: pruned.live, decisions: pruned.decisions }))
-}
+use crate::normalize::Label;
+use crate::options::Options;
+use crate::pipeline::Polygraph;
 
 /// What one collection does.
 #[derive(Debug, Default)]

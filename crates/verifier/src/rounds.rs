@@ -62,6 +62,7 @@ use crate::epochs::Epochs;
 use crate::error::VerifyError;
 use crate::gc::{self, KeptReasons, base_tag, is_initial};
 use crate::options::Options;
+use crate::pipeline::{self, Polygraph};
 use crate::report::{NotChecked, OpRef};
 use crate::report_store::{ReportStore, ReportStoreError};
 use crate::{Anomaly, AnomalyClass, Report, Verdict, verify};
@@ -703,7 +704,7 @@ impl OnlineVerifier {
         let admitted = self.new_in_round;
         let verified = self.work.transactions.len();
         let poly = loop {
-            match gc::check(&self.work, &self.options.verify)? {
+            match pipeline::accepted_polygraph(&self.work, &self.options.verify)? {
                 Some(p) => break Some(p),
                 None => {
                     let report = verify(&self.work, &self.options.verify)?;
@@ -801,7 +802,7 @@ impl OnlineVerifier {
 
     /// Collects garbage after an accepted round; returns how many transactions it deleted, and why it kept
     /// the others.
-    fn collect(&mut self, p: &gc::Polygraph) -> Result<(usize, KeptReasons), RoundsError> {
+    fn collect(&mut self, p: &Polygraph) -> Result<(usize, KeptReasons), RoundsError> {
         let epoch: Vec<Option<u64>> =
             self.work.transactions.iter().map(|t| self.epochs.epoch(t.id)).collect();
         let mut pinned = HashSet::new();
