@@ -23,7 +23,7 @@ use wire::pg::{
 };
 
 use crate::config::{ClientTlsMode, Config};
-use crate::interpret::hooks::{InjectStep, SessionTagging, load_catalog};
+use crate::interpret::session_tagging::{InjectStep, SessionTagging, load_catalog};
 use crate::interpret::tagger::{Outgoing, TaggingShared};
 use crate::machine::{FrontendStep, SessionMachine};
 use crate::metrics::{ActiveConnection, Metrics};
