@@ -36,11 +36,17 @@ use crate::{chains, constraints, known_graph, normalize, prune, realtime, solve}
 /// The polygraph after pruning (Cobra §2.3, §3.3): the known graph, the chains, the constraints, which of
 /// them are still live, and pruning's decisions.
 pub(crate) struct Polygraph {
+    /// Stage 1's normalised history: the vertices and versions everything else refers to.
     pub norm: Normalized,
+    /// The known graph, with the edges pruning's decisions added.
     pub g: KnownGraph,
+    /// Stage 3's chains.
     pub chains: Chains,
+    /// Stage 4's constraints, all of them; `live` says which are left.
     pub constraints: Vec<Constraint>,
+    /// Which constraints pruning left for the solver.
     pub live: Vec<bool>,
+    /// Pruning's decisions, which the known graph's decided edges cite.
     pub decisions: Vec<Decision>,
 }
 
@@ -67,11 +73,15 @@ impl Built {
 /// counts and `indeterminate_included` are the caller's), the real-time summary, and times.
 #[derive(Default)]
 pub(crate) struct Tally {
+    /// The stages' counts (zero for stages that did not run).
     pub counts: Counts,
+    /// What strict serializability added, when it was checked.
     pub real_time: Option<RealTime>,
     /// The reachability backend pruning used, when pruning ran.
     pub backend: Option<Backend>,
+    /// Milliseconds in stages 1–4.
     pub construct_ms: f64,
+    /// Milliseconds in stage 5.
     pub prune_ms: f64,
 }
 
