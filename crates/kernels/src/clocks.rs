@@ -2,9 +2,8 @@
 //! reaches. Because consecutive chain members are joined by edges, reaching position `p` means reaching every
 //! later position too, so one number per chain describes the whole reachable set.
 
-use rayon::prelude::*;
-
-use crate::{Backend, Graph, KernelError, MAX_CLOSURE_BYTES, Reachability, levels};
+use crate::levels::{LevelRows, fill_by_level};
+use crate::{Backend, Graph, KernelError, MAX_CLOSURE_BYTES, Reachability};
 
 /// Below this many nodes in a level, rayon's overhead outweighs its help.
 const PARALLEL_LEVEL: usize = 256;
@@ -93,34 +92,15 @@ impl ChainClocks {
         if bytes > MAX_CLOSURE_BYTES {
             return Err(KernelError::TooLarge { bytes });
         }
-        let (by_level, starts) = levels(graph, order);
-        let mut rank = vec![0u32; n];
-        for (r, &v) in by_level.iter().enumerate() {
-            rank[v as usize] = r as u32;
-        }
-        let mut clocks = vec![u32::MAX; n * c];
-        let fill = |v: u32, row: &mut [u32], done: &[u32]| {
-            for &s in graph.successors(v) {
-                let r = rank[s as usize] as usize * c;
-                for (mine, theirs) in row.iter_mut().zip(&done[r..r + c]) {
-                    *mine = (*mine).min(*theirs);
-                }
-            }
-            row[cover.chain[v as usize] as usize] = cover.pos[v as usize];
-        };
-        for w in starts.windows(2) {
-            let (lo, hi) = (w[0], w[1]);
-            let (done, rest) = clocks.split_at_mut(lo * c);
-            let level = &mut rest[..(hi - lo) * c];
-            let nodes = &by_level[lo..hi];
-            if hi - lo >= PARALLEL_LEVEL {
-                level.par_chunks_mut(c).zip(nodes.par_iter()).for_each(|(row, &v)| fill(v, row, done));
-            } else {
-                for (row, &v) in level.chunks_mut(c).zip(nodes) {
-                    fill(v, row, done);
-                }
-            }
-        }
+        let LevelRows { rank, rows: clocks } = fill_by_level(
+            graph,
+            order,
+            c,
+            u32::MAX,
+            PARALLEL_LEVEL,
+            |mine, theirs| *mine = (*mine).min(theirs),
+            |v, row| row[cover.chain[v as usize] as usize] = cover.pos[v as usize],
+        );
         Ok(ChainClocks { cover, rank, clocks })
     }
 

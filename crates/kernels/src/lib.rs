@@ -22,6 +22,7 @@ mod bitset;
 mod clocks;
 mod dfs;
 mod graph;
+mod levels;
 
 use thiserror::Error;
 
@@ -147,31 +148,4 @@ pub fn reachability(
         Backend::BitsetRows => Box::new(BitsetRows::new(graph, &order)?),
         Backend::Dfs => Box::new(Dfs::new(graph.clone())),
     })
-}
-
-/// Groups nodes by height (the longest path to a sink), lowest first, so that every successor of a node lies
-/// in an earlier group. Returns the nodes in that order and the start of each group.
-pub(crate) fn levels(graph: &Graph, order: &[u32]) -> (Vec<u32>, Vec<usize>) {
-    let n = graph.nodes() as usize;
-    let mut height = vec![0u32; n];
-    for &v in order.iter().rev() {
-        let h = graph.successors(v).iter().map(|&s| height[s as usize] + 1).max().unwrap_or(0);
-        height[v as usize] = h;
-    }
-    let max = height.iter().copied().max().unwrap_or(0) as usize;
-    let mut count = vec![0usize; max + 2];
-    for &h in &height {
-        count[h as usize + 1] += 1;
-    }
-    for i in 1..count.len() {
-        count[i] += count[i - 1];
-    }
-    let starts = count.clone();
-    let mut next = count;
-    let mut by_level = vec![0u32; n];
-    for (v, &h) in height.iter().enumerate() {
-        by_level[next[h as usize]] = v as u32;
-        next[h as usize] += 1;
-    }
-    (by_level, starts)
 }

@@ -24,7 +24,7 @@ use wire::pg::{
 
 use crate::config::{ClientTlsMode, Config};
 use crate::interpret::fence::{Injected, Injection};
-use crate::interpret::hooks::{InjectStep, SessionTagging, run_at_startup};
+use crate::interpret::session_tagging::{InjectStep, SessionTagging, run_at_startup};
 use crate::interpret::tagger::{Outgoing, TaggingShared};
 use crate::machine::{FrontendStep, SessionMachine};
 use crate::metrics::{ActiveConnection, Metrics};

@@ -1,8 +1,10 @@
-//! Static graph algorithms on plain edge lists: acyclicity tests and explicit cycles.
+//! Static graph algorithms on plain edge lists: acyclicity tests, explicit cycles and strongly connected
+//! components.
 //!
 //! These are used for the known-graph shortcut (a cyclic known graph is answered without any SAT call), for
 //! re-checking models, and by the brute-force oracle. They take `n` and a slice of edges whose endpoints the
-//! caller has already checked to be below `n`.
+//! caller has already checked to be below `n`. [`strongly_connected_components`] is public: the verifier's
+//! garbage collection deletes whole components at a time (Cobra §4.3).
 
 use crate::Edge;
 
@@ -92,7 +94,7 @@ pub(crate) fn find_cycle(n: usize, edges: &[Edge]) -> Option<Vec<Edge>> {
         return Some(vec![e]);
     }
     let csr = Csr::out_edges(n, edges.iter().copied());
-    let comp = tarjan_scc(n, &csr);
+    let comp = strongly_connected_components(n, |v| csr.succ(v));
     // A component with two or more vertices has a cycle; find one of its vertices.
     let mut size = vec![0u32; n];
     for &c in &comp {
@@ -129,9 +131,18 @@ pub(crate) fn find_cycle(n: usize, edges: &[Edge]) -> Option<Vec<Edge>> {
     None
 }
 
-/// Tarjan's algorithm, iterative so that long chains cannot overflow the stack. Returns a component id per
-/// vertex.
-fn tarjan_scc(n: usize, csr: &Csr) -> Vec<u32> {
+/// The strongly connected components of the graph on vertices `0..n` whose out-edges from `v` go to
+/// `successors(v)`: a component id per vertex, numbered in the order Tarjan's algorithm closes them (so a
+/// component's successors' components have smaller ids). The search is iterative, so that long chains
+/// cannot overflow the stack.
+///
+/// ```
+/// let adj: Vec<Vec<u32>> = vec![vec![1], vec![0, 2], vec![]];
+/// let comp = solver::strongly_connected_components(3, |v| adj[v as usize].as_slice());
+/// assert_eq!(comp[0], comp[1]);
+/// assert_ne!(comp[1], comp[2]);
+/// ```
+pub fn strongly_connected_components<'a>(n: usize, successors: impl Fn(u32) -> &'a [u32]) -> Vec<u32> {
     const UNSEEN: u32 = u32::MAX;
     let mut index = vec![UNSEEN; n];
     let mut low = vec![0u32; n];
@@ -153,7 +164,7 @@ fn tarjan_scc(n: usize, csr: &Csr) -> Vec<u32> {
         stack.push(s);
         on_stack[s as usize] = true;
         while let Some(&mut (v, ref mut i)) = calls.last_mut() {
-            let succ = csr.succ(v);
+            let succ = successors(v);
             if *i < succ.len() {
                 let w = succ[*i];
                 *i += 1;

@@ -40,6 +40,7 @@ mod propagator;
 mod solve;
 
 pub use engine::{Cadical, SatEngine, SatResult};
+pub use graph::strongly_connected_components;
 pub use oracle::{CORE_CHECK_LIMIT, brute_force, check_core_brute_force, check_model};
 pub use propagator::{AcyclicityPropagator, Theory, TheoryStats};
 pub use solve::{Engine, SolveOptions, Stats, solve, solve_with, solve_with_stats};

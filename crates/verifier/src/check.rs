@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 use history::{History, Key, Observed, Op, Outcome, Transaction, TxnId, WriteId};
 use thiserror::Error;
 
-use crate::Level;
+use crate::options::Level;
 use crate::report::{
     AnomalyClass, Basis, Choice, CycleEdge, Derivation, EdgeKind, OpRef, Refutation, RefutationNode, Report,
     Verdict,

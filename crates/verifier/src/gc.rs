@@ -83,54 +83,10 @@ use history::{History, Key, Observed, Op, Outcome, WriteId};
 use kernels::{Graph, reachability};
 use solver::Side;
 
-use crate::chains::Chains;
-use crate::constraints::Constraint;
-use crate::known_graph::KnownGraph;
-use crate::normalize::{Label, Normalized};
-use crate::{
-    Level, Options, VerifyError, chains, constraints, encode, known_graph, normalize, prune, realtime,
-};
-
-/// The accepted polygraph of one round.
-pub(crate) struct Polygraph {
-    pub norm: Normalized,
-    pub g: KnownGraph,
-    pub chains: Chains,
-    pub constraints: Vec<Constraint>,
-    pub live: Vec<bool>,
-    pub decisions: Vec<prune::Decision>,
-}
-
-/// Runs the pipeline's stages 1–6 as `verify` does, keeping the polygraph. `None` means the history is
-/// rejected (the caller runs `verify` for the report).
-pub(crate) fn check(h: &History, options: &Options) -> Result<Option<Polygraph>, VerifyError> {
-    let norm = normalize::normalize(h);
-    if !norm.anomalies.is_empty() {
-        return Ok(None);
-    }
-    let (mut g, lost) = known_graph::create_known_graph(h, &norm, options.combine);
-    if !lost.is_empty() {
-        return Ok(None);
-    }
-    if options.level == Level::StrictSerializable {
-        let (edges, _) = realtime::realtime_edges(h, &norm, options.clock_drift_ms.saturating_mul(1_000_000));
-        for (u, v) in edges {
-            g.push(u, v, known_graph::Origin::Rt, 0);
-        }
-    }
-    let (chains, _) = chains::combine_writes(&norm, &mut g, options.combine);
-    let (constraints, _) = constraints::generate(&norm, &chains, &mut g, options.coalesce);
-    let (outcome, pruned) =
-        prune::prune(&mut g, &constraints, &norm, &chains, options.prune, options.reachability)?;
-    if !matches!(outcome, prune::Outcome::Done) {
-        return Ok(None);
-    }
-    match encode::solve(&g, &constraints, &norm, &chains, &pruned.live)? {
-        encode::Solved::Acyclic { .. } => {}
-        encode::Solved::Cyclic { .. } => return Ok(None),
-    }
-    Ok(Some(Polygraph { norm, g, chains, constraints, live: pruned.live, decisions: pruned.decisions }))
-}
+use crate::error::VerifyError;
+use crate::normalize::Label;
+use crate::options::Options;
+use crate::pipeline::Polygraph;
 
 /// What one collection does.
 #[derive(Debug, Default)]
@@ -198,60 +154,6 @@ enum Refusal {
     Pinned,
     ReaderKept,
     NotBase,
-}
-
-/// Strongly connected components (iterative Tarjan); returns each vertex's component.
-fn components(n: usize, adj: &[Vec<u32>]) -> Vec<u32> {
-    const NONE: u32 = u32::MAX;
-    let mut index = vec![NONE; n];
-    let mut low = vec![0u32; n];
-    let mut on_stack = vec![false; n];
-    let mut comp = vec![NONE; n];
-    let mut stack: Vec<u32> = Vec::new();
-    let mut next_index = 0u32;
-    let mut next_comp = 0u32;
-    for root in 0..n as u32 {
-        if index[root as usize] != NONE {
-            continue;
-        }
-        let mut call: Vec<(u32, usize)> = vec![(root, 0)];
-        index[root as usize] = next_index;
-        low[root as usize] = next_index;
-        next_index += 1;
-        stack.push(root);
-        on_stack[root as usize] = true;
-        while let Some(&mut (v, ref mut i)) = call.last_mut() {
-            if let Some(&w) = adj[v as usize].get(*i) {
-                *i += 1;
-                if index[w as usize] == NONE {
-                    index[w as usize] = next_index;
-                    low[w as usize] = next_index;
-                    next_index += 1;
-                    stack.push(w);
-                    on_stack[w as usize] = true;
-                    call.push((w, 0));
-                } else if on_stack[w as usize] {
-                    low[v as usize] = low[v as usize].min(index[w as usize]);
-                }
-                continue;
-            }
-            call.pop();
-            if let Some(&(parent, _)) = call.last() {
-                low[parent as usize] = low[parent as usize].min(low[v as usize]);
-            }
-            if low[v as usize] == index[v as usize] {
-                while let Some(w) = stack.pop() {
-                    on_stack[w as usize] = false;
-                    comp[w as usize] = next_comp;
-                    if w == v {
-                        break;
-                    }
-                }
-                next_comp += 1;
-            }
-        }
-    }
-    comp
 }
 
 /// Plans a collection. `epoch[i]` is the epoch of `h.transactions[i]` (`None`: open). `pinned` lists write
@@ -330,7 +232,7 @@ pub(crate) fn plan(
             }
         }
     }
-    let comp = components(n, &adj);
+    let comp = solver::strongly_connected_components(n, |v| adj[v as usize].as_slice());
     drop(adj);
     let ncomp = comp.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
     let mut comp_ok = vec![true; ncomp];

@@ -10,9 +10,9 @@
 use kernels::{Backend, Graph, KernelError, reachability};
 use solver::Side;
 
-use crate::VerifyError;
 use crate::chains::Chains;
 use crate::constraints::{CEdge, Constraint};
+use crate::error::VerifyError;
 use crate::known_graph::{KnownGraph, Origin};
 use crate::normalize::Normalized;
 

@@ -7,7 +7,7 @@ use std::fmt;
 use history::{Observed, Outcome, SessionId, TxnId};
 use serde::{Deserialize, Serialize};
 
-use crate::Level;
+use crate::options::Level;
 
 /// The version of the report's JSON schema.
 pub const SCHEMA_VERSION: u32 = 1;

@@ -57,12 +57,16 @@ use history::{
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::certificate::txn_report;
 use crate::epochs::Epochs;
-use crate::gc::{self, KeptReasons, base_tag, is_initial};
-use crate::report::{NotChecked, OpRef};
-use crate::reports::{ReportStore, ReportStoreError};
-use crate::{Anomaly, AnomalyClass, Options, Report, Verdict, VerifyError, verify};
+use crate::error::VerifyError;
+use crate::gc::{self, KeptReasons, base_tag};
+use crate::options::Options;
+use crate::pipeline::{self, Polygraph};
+use crate::report::NotChecked;
+use crate::report_store::{ReportStore, ReportStoreError};
+use crate::{Report, Verdict, verify};
+
+mod admission;
 
 /// How to verify in rounds.
 #[derive(Clone, Debug)]
@@ -433,219 +437,6 @@ impl OnlineVerifier {
         self.epochs.broken()
     }
 
-    /// Whether every version `t` reads is known.
-    fn admissible(&self, t: &Transaction) -> bool {
-        t.ops.iter().all(|op| match *op {
-            Op::Read { observed: Observed::Version(w), .. } => {
-                self.known.contains_key(&w)
-                    || t.ops.iter().any(|o| matches!(o, Op::Write { write, .. } if *write == w))
-            }
-            _ => true,
-        })
-    }
-
-    /// Admits waiting transactions whose writers are known, session by session, until none is left that
-    /// can go (all of them when `force`, or when too many wait).
-    fn admit_ready(&mut self, force: bool) -> Result<(), RoundsError> {
-        loop {
-            let mut progress = false;
-            let sessions: Vec<SessionId> = self.waiting.keys().copied().collect();
-            for s in sessions {
-                loop {
-                    let ready = match self.waiting.get(&s).and_then(|q| q.front()) {
-                        Some(t) => force || self.admissible(t),
-                        None => false,
-                    };
-                    if !ready {
-                        break;
-                    }
-                    let Some(t) = self.waiting.get_mut(&s).and_then(|q| q.pop_front()) else { break };
-                    self.waiting_count -= 1;
-                    self.admit(t)?;
-                    progress = true;
-                    if self.stopped {
-                        return Ok(());
-                    }
-                }
-            }
-            if !progress && self.waiting_count > self.options.max_waiting {
-                // Admit the head that has waited longest (lowest transaction id) to make room.
-                let oldest = self
-                    .waiting
-                    .iter()
-                    .filter_map(|(s, q)| q.front().map(|t| (t.id, *s)))
-                    .min()
-                    .map(|(_, s)| s);
-                if let Some(t) = oldest.and_then(|s| self.waiting.get_mut(&s)).and_then(|q| q.pop_front()) {
-                    self.waiting_count -= 1;
-                    self.admit(t)?;
-                    progress = true;
-                }
-            }
-            if !progress {
-                break;
-            }
-        }
-        self.waiting.retain(|_, q| !q.is_empty());
-        let done: Vec<SessionId> =
-            self.ending.iter().copied().filter(|s| !self.waiting.contains_key(s)).collect();
-        for s in done {
-            self.ending.remove(&s);
-            self.epochs.end(s);
-        }
-        Ok(())
-    }
-
-    /// Admits one transaction: checks its reads against tombstones and base versions, rewrites reads of
-    /// base versions, and adds it to the residual history.
-    fn admit(&mut self, mut t: Transaction) -> Result<(), RoundsError> {
-        self.epochs.admit(&t);
-        let own: HashSet<WriteId> = t
-            .ops
-            .iter()
-            .filter_map(|op| match *op {
-                Op::Write { write, .. } => Some(write),
-                _ => None,
-            })
-            .collect();
-        let judged = t.outcome == Outcome::Committed;
-        let mut found: Vec<(AnomalyClass, String, usize)> = Vec::new();
-        let mut drop_ops: Vec<usize> = Vec::new();
-        for (oi, op) in t.ops.iter_mut().enumerate() {
-            match op {
-                Op::Read { key, observed, .. } => {
-                    // The key's name only goes into a reject's summary; building it for every read cost
-                    // about 5% of a run (`verify --rounds` on twitter-100000).
-                    let work = &self.work;
-                    let name = || crate::normalize::key_name(work, *key);
-                    match *observed {
-                        // An unknown owner is never evidence (DESIGN.md §3): counted, then dropped.
-                        Observed::Unrecorded(_) => {
-                            self.unverifiable_reads += 1;
-                            drop_ops.push(oi);
-                        }
-                        Observed::Version(w) if own.contains(&w) => {}
-                        Observed::Version(w) => match self.known.get(&w) {
-                            Some(Known::Base { .. }) => *observed = Observed::PreHistory(base_tag(w)),
-                            Some(Known::Tombstone { writer }) if judged => {
-                                let name = name();
-                                found.push((
-                                    AnomalyClass::StaleRead,
-                                    format!(
-                                        "{} read {name}={w}, which {writer} wrote; a later write of {name} by a \
-                                         transaction at least two epochs older than the reader superseded it, so \
-                                         the version had been collected (Cobra §4.3): a stale read",
-                                        t.id
-                                    ),
-                                    oi,
-                                ));
-                                drop_ops.push(oi);
-                            }
-                            Some(Known::Aborted { writer }) if judged => {
-                                let name = name();
-                                found.push((
-                                    AnomalyClass::G1a,
-                                    format!("{} read {name}={w}, written by {writer}, which aborted", t.id),
-                                    oi,
-                                ));
-                                drop_ops.push(oi);
-                            }
-                            Some(Known::Quarantined) => {
-                                self.unverifiable_reads += 1;
-                                drop_ops.push(oi);
-                            }
-                            _ => {}
-                        },
-                        o if is_initial(o) && judged => {
-                            if let Some(&b) = self.base.get(key) {
-                                let name = name();
-                                found.push((
-                                    AnomalyClass::StaleRead,
-                                    format!(
-                                        "{} read the initial version of {name}, but {b} had overwritten it in an \
-                                         epoch at least two older than the reader's (Cobra §4.2): a stale read",
-                                        t.id
-                                    ),
-                                    oi,
-                                ));
-                                drop_ops.push(oi);
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                Op::Write { key, write, .. } => {
-                    let counts = t.outcome != Outcome::Indeterminate;
-                    if counts && let Some(k) = self.known.get(write) {
-                        let earlier = match k {
-                            Known::Tombstone { writer } | Known::Aborted { writer } => Some(*writer),
-                            _ => None,
-                        };
-                        if let Some(writer) = earlier {
-                            let name = crate::normalize::key_name(&self.work, *key);
-                            found.push((
-                                AnomalyClass::DuplicateWrite,
-                                format!(
-                                    "write id {write} of {name} is written twice: by {writer} and by {}",
-                                    t.id
-                                ),
-                                oi,
-                            ));
-                        }
-                    }
-                }
-            }
-        }
-        if !found.is_empty() {
-            self.admission_reject(&t, found)?;
-        }
-        if !drop_ops.is_empty() {
-            let mut i = 0;
-            t.ops.retain(|_| {
-                let keep = !drop_ops.contains(&i);
-                i += 1;
-                keep
-            });
-        }
-        for w in own {
-            self.known.insert(w, Known::Live);
-        }
-        self.work.transactions.push(t);
-        self.new_in_round += 1;
-        self.admitted += 1;
-        Ok(())
-    }
-
-    /// A reject found at admission: its report has the read as evidence and no cycle.
-    fn admission_reject(
-        &mut self,
-        t: &Transaction,
-        found: Vec<(AnomalyClass, String, usize)>,
-    ) -> Result<(), RoundsError> {
-        let mut report = verify(&History::default(), &self.options.verify)?;
-        report.verdict = Verdict::Reject;
-        for (class, summary, op) in found {
-            report.anomalies.push(Anomaly {
-                class,
-                summary,
-                ops: vec![OpRef::new(t.id, op)],
-                cycle: Vec::new(),
-                uses_real_time: false,
-                uses_session_order: true,
-                refutation: None,
-            });
-        }
-        let single = History {
-            keys: self.work.keys.clone(),
-            statements: self.work.statements.clone(),
-            transactions: vec![t.clone()],
-            ..History::default()
-        };
-        report.transactions = vec![txn_report(&single, 0)];
-        report.counts.transactions = 1;
-        self.record_reject(report)
-    }
-
     fn record_reject(&mut self, mut report: Report) -> Result<(), RoundsError> {
         report.not_checked = self.not_checked();
         if let Some(store) = &self.store {
@@ -659,54 +450,13 @@ impl OnlineVerifier {
         Ok(())
     }
 
-    /// Removes the transactions a reject names, so that verification can carry on past it.
-    fn quarantine(&mut self, report: &Report) {
-        let mut ids: HashSet<TxnId> = report.transactions.iter().map(|t| t.id).collect();
-        for a in &report.anomalies {
-            ids.extend(a.ops.iter().map(|o| o.txn));
-            ids.extend(a.cycle.iter().map(|e| e.from));
-        }
-        let n = self.work.transactions.len();
-        if !self.work.transactions.iter().any(|t| ids.contains(&t.id)) {
-            // Nothing named is live: take out the whole round's new transactions.
-            ids.extend(self.work.transactions[n - self.new_in_round.min(n)..].iter().map(|t| t.id));
-        }
-        let mut gone: HashSet<WriteId> = HashSet::new();
-        let mut removed = 0;
-        self.work.transactions.retain(|t| {
-            if ids.contains(&t.id) {
-                for op in &t.ops {
-                    if let Op::Write { write, .. } = *op {
-                        gone.insert(write);
-                    }
-                }
-                removed += 1;
-                false
-            } else {
-                true
-            }
-        });
-        self.new_in_round = self.new_in_round.saturating_sub(removed);
-        for w in &gone {
-            self.known.insert(*w, Known::Quarantined);
-        }
-        for t in &mut self.work.transactions {
-            let before = t.ops.len();
-            t.ops.retain(
-                |op| !matches!(op, Op::Read { observed: Observed::Version(w), .. } if gone.contains(w)),
-            );
-            self.unverifiable_reads += (before - t.ops.len()) as u64;
-        }
-        self.epochs.forget(ids);
-    }
-
     /// Runs one round: verify the residual history, then collect.
     fn run_round(&mut self) -> Result<(), RoundsError> {
         let start = Instant::now();
         let admitted = self.new_in_round;
         let verified = self.work.transactions.len();
         let poly = loop {
-            match gc::check(&self.work, &self.options.verify)? {
+            match pipeline::accepted_polygraph(&self.work, &self.options.verify)? {
                 Some(p) => break Some(p),
                 None => {
                     let report = verify(&self.work, &self.options.verify)?;
@@ -804,7 +554,7 @@ impl OnlineVerifier {
 
     /// Collects garbage after an accepted round; returns how many transactions it deleted, and why it kept
     /// the others.
-    fn collect(&mut self, p: &gc::Polygraph) -> Result<(usize, KeptReasons), RoundsError> {
+    fn collect(&mut self, p: &Polygraph) -> Result<(usize, KeptReasons), RoundsError> {
         let epoch: Vec<Option<u64>> =
             self.work.transactions.iter().map(|t| self.epochs.epoch(t.id)).collect();
         let mut pinned = HashSet::new();

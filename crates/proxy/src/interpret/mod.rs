@@ -1,10 +1,10 @@
 //! The SQL interpreter: from the statements unmodified clients send to the reads and writes of rows the
 //! verifier checks (DESIGN.md §3 "Making writes identifiable without changing the application").
 //!
-//! - [`classify`]: parse each statement with `sqlparser` (pure Rust, builds in seconds here; `pg_query`
+//! - [`plan`]: parse each statement with `sqlparser` (pure Rust, builds in seconds here; `pg_query`
 //!   would parse exactly as PostgreSQL does but needs a C build of the server's parser), decide what it
 //!   does to rows, and rewrite it to also return each row's version tag. What cannot be mapped is
-//!   [`classify::Opaque`], counted by [`classify::OpaqueKind`].
+//!   [`plan::Opaque`], counted by [`plan::OpaqueKind`].
 //! - [`strip`]: cut the added columns from RowDescription and DataRow (a suffix cut; the rest is copied
 //!   byte for byte) and widen a Bind's per-column result formats.
 //! - [`versions`]: (table, pk, xmin) to write ids, tombstones, and the rule for pre-history versions; its
@@ -14,7 +14,7 @@
 //!
 //! # In the session
 //!
-//! With `[tagging] strategy = "xmin"` ([`hooks`] is what the session calls):
+//! With `[tagging] strategy = "xmin"` ([`session_tagging`] is what the session calls):
 //! - The first session loads the primary keys before its client's first message; a statement that names
 //!   an unknown table is opaque and makes the next idle session reload the catalog.
 //! - A statement is rewritten once (at Query or Parse); a prepared statement keeps its plan for every Bind.
@@ -57,9 +57,9 @@
 //! Only the interface and this design exist; [`ColumnStrategy`] refuses to plan.
 
 pub mod catalog;
-pub mod classify;
 pub mod fence;
-pub mod hooks;
+pub mod plan;
+pub mod session_tagging;
 pub mod strip;
 pub mod tagger;
 pub mod versions;
@@ -69,7 +69,7 @@ use history::log::LoggedOp;
 use serde::Deserialize;
 
 pub use catalog::{Catalog, Lookup, PK_QUERY, TableInfo};
-pub use classify::{Opaque, OpaqueKind, PlannedQuery, RowKind, RowPlan, SavepointCmd, StmtPlan, plan_query};
+pub use plan::{Opaque, OpaqueKind, PlannedQuery, RowKind, RowPlan, SavepointCmd, StmtPlan, plan_query};
 pub use versions::{TagError, VersionBook};
 
 /// Which version-tagging strategy the proxy uses (`[tagging] strategy`).

@@ -1,13 +1,13 @@
 //! Removing the extra columns from replies, so the client sees what it would have seen without Krait.
 //!
-//! The extra columns are always the last ones ([`super::classify`]), so stripping cuts a suffix: the kept
+//! The extra columns are always the last ones ([`super::plan`]), so stripping cuts a suffix: the kept
 //! prefix of a RowDescription or DataRow body is copied byte for byte, only the column count changes.
 //! CommandComplete needs no change: RETURNING does not change the row count in the tag (`UPDATE 3`), and a
 //! SELECT returns as many rows as before.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::classify::StmtPlan;
+use super::plan::StmtPlan;
 
 /// A reply body that does not have the shape its tag promises.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

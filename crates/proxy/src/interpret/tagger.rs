@@ -29,7 +29,7 @@ use wire::pg::backend::tag as btag;
 use wire::pg::{FrontendMessage, Target};
 
 use super::catalog::Catalog;
-use super::classify::{OpaqueKind, SavepointCmd, StmtPlan};
+use super::plan::{OpaqueKind, SavepointCmd, StmtPlan};
 use super::strip::{ClientReply, data_row_for_client, extend_result_formats, row_description_for_client};
 use super::versions::{VersionBook, absent_read};
 use super::{VersionStrategy, XminStrategy};

@@ -62,7 +62,7 @@ use bytes::Bytes;
 use history::log::LoggedOp;
 use history::{KeyName, Observed, WriteId};
 
-use super::classify::{PkValue, RowKind, RowPlan};
+use super::plan::{PkValue, RowKind, RowPlan};
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
@@ -365,7 +365,7 @@ pub fn absent_read(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::interpret::classify::{PointLookup, TableTag};
+    use crate::interpret::plan::{PointLookup, TableTag};
 
     fn plan(kind: RowKind, replaced: bool, deleter: bool) -> RowPlan {
         RowPlan {

@@ -25,7 +25,8 @@ use tokio::net::{TcpListener, TcpStream};
 use workloads::sql::{self, Isolation, Progress, RunOptions, RunSummary, SchemaName};
 use workloads::{Workload, WorkloadName};
 
-use super::{Axes, BenchArgs, plot_grouped, plot_lines};
+use super::BenchArgs;
+use super::chart::{Axes, plot_grouped, plot_lines};
 
 /// Arguments of fig12 and fig13 (flattened into `krait bench`).
 #[derive(Debug, clap::Args)]

@@ -19,7 +19,8 @@ use anyhow::Context;
 use workloads::WorkloadName;
 use workloads::memory::{GenerateOptions, Interleave, generate};
 
-use super::{Axes, BenchArgs, plot_lines};
+use super::BenchArgs;
+use super::chart::{Axes, plot_lines};
 
 /// Fences per session in the generated BlindW-RW history: one every this many transactions.
 const FENCE_EVERY: u32 = 20;

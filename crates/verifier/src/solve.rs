@@ -8,9 +8,9 @@
 use kernels::{Graph, KernelError};
 use solver::{Constraint as SConstraint, Edge, Polygraph, Side, Solution};
 
-use crate::VerifyError;
 use crate::chains::Chains;
 use crate::constraints::{CEdge, Constraint};
+use crate::error::VerifyError;
 use crate::known_graph::KnownGraph;
 use crate::normalize::Normalized;
 

@@ -3,7 +3,7 @@
 //! `krait report show ID` work offline, on the directory alone.
 //!
 //! ```
-//! use verifier::reports::ReportStore;
+//! use verifier::ReportStore;
 //!
 //! let dir = std::env::temp_dir().join(format!("krait-doc-{}", std::process::id()));
 //! let store = ReportStore::open(&dir).unwrap();

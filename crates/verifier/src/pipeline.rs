@@ -1,0 +1,313 @@
+//! The pipeline: Cobra's stages in order (OSDI'20, Fig. 3 and §3), written once.
+//!
+//! `normalize` (DESIGN.md §3) → `known_graph` (`CreateKnownGraph`, §2.3; `realtime` for strict
+//! serializability, §3.5) → `chains` (`CombineWrites` and `InferRWEdges`, §3.1) → `constraints`
+//! (`Coalesce`, §3.2) → `prune` (§3.3) → `solve` (§3.4) → `certificate` and `report`.
+//!
+//! [`build_polygraph`] runs stages 1–5 and stops early when stage 1 or 2 already found anomalies that need
+//! no cycle. Everything that checks a history goes through it: one-shot verification ([`verify`]), each
+//! round of verification in rounds ([`accepted_polygraph`], whose polygraph garbage collection then reads,
+//! Cobra §4.3), and [`construct`](crate::construct), which shows the polygraph to tests.
+//!
+//! In: a history. Out: a [`Report`] ([`verify`]), or the accepted polygraph ([`accepted_polygraph`]). The
+//! stages may assume only what the stage before them guarantees; the history itself is not trusted.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::Instant;
+
+use history::{History, Outcome};
+use kernels::Backend;
+
+use crate::certificate::{Certifier, txn_report};
+use crate::chains::Chains;
+use crate::constraints::Constraint;
+use crate::error::VerifyError;
+use crate::known_graph::{KnownGraph, Origin};
+use crate::normalize::{Found, MAX_ANOMALIES, Normalized};
+use crate::options::{Level, Options};
+use crate::prune::Decision;
+use crate::report::{
+    self, Anomaly, Counts, EdgeKind, OptionsUsed, RealTime, Report, SCHEMA_VERSION, Timings, Unverifiable,
+    Verdict,
+};
+use crate::solve::Solved;
+use crate::{chains, constraints, known_graph, normalize, prune, realtime, solve};
+
+/// The polygraph after pruning (Cobra §2.3, §3.3): the known graph, the chains, the constraints, which of
+/// them are still live, and pruning's decisions.
+pub(crate) struct Polygraph {
+    /// Stage 1's normalised history: the vertices and versions everything else refers to.
+    pub norm: Normalized,
+    /// The known graph, with the edges pruning's decisions added.
+    pub g: KnownGraph,
+    /// Stage 3's chains.
+    pub chains: Chains,
+    /// Stage 4's constraints, all of them; `live` says which are left.
+    pub constraints: Vec<Constraint>,
+    /// Which constraints pruning left for the solver.
+    pub live: Vec<bool>,
+    /// Pruning's decisions, which the known graph's decided edges cite.
+    pub decisions: Vec<Decision>,
+}
+
+/// Where stages 1–5 stopped.
+pub(crate) enum Built {
+    /// Stage 1 or 2 found anomalies that need no cycle (G1a, G1b, lost updates, …); the later stages did not
+    /// run.
+    NonCycle { norm: Normalized, found: Vec<Found> },
+    /// Stages 2–5 ran: the polygraph after pruning, and how pruning ended.
+    Pruned { poly: Box<Polygraph>, outcome: prune::Outcome },
+}
+
+impl Built {
+    /// The normalised history, wherever the stages stopped.
+    pub(crate) fn norm(&self) -> &Normalized {
+        match self {
+            Built::NonCycle { norm, .. } => norm,
+            Built::Pruned { poly, .. } => &poly.norm,
+        }
+    }
+}
+
+/// What stages 1–5 measured, in the report's terms: the counts of the stages that ran (the history's own
+/// counts and `indeterminate_included` are the caller's), the real-time summary, and times.
+#[derive(Default)]
+pub(crate) struct Tally {
+    /// The stages' counts (zero for stages that did not run).
+    pub counts: Counts,
+    /// What strict serializability added, when it was checked.
+    pub real_time: Option<RealTime>,
+    /// The reachability backend pruning used, when pruning ran.
+    pub backend: Option<Backend>,
+    /// Milliseconds in stages 1–4.
+    pub construct_ms: f64,
+    /// Milliseconds in stage 5.
+    pub prune_ms: f64,
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+/// Runs stages 1–5 on `h` (Cobra Fig. 3, `ConstructEncoding` and `Prune`).
+pub(crate) fn build_polygraph(h: &History, options: &Options) -> Result<(Built, Tally), VerifyError> {
+    let start = Instant::now();
+    let mut tally = Tally::default();
+
+    // Stage 1.
+    let mut norm = normalize::normalize(h);
+    tally.counts.vertices = norm.txns.len() as u64;
+    tally.counts.versions = norm.versions.len() as u64;
+    tally.counts.indeterminate_dropped = norm.dropped.len() as u64;
+    if !norm.anomalies.is_empty() {
+        let found = std::mem::take(&mut norm.anomalies);
+        return Ok((Built::NonCycle { norm, found }, tally));
+    }
+
+    // Stage 2 (and real time).
+    let (mut g, lost) = known_graph::create_known_graph(h, &norm, options.combine);
+    if !lost.is_empty() {
+        return Ok((Built::NonCycle { norm, found: lost }, tally));
+    }
+    let c = &mut tally.counts;
+    c.wr_edges = g.edges.iter().filter(|e| matches!(e.origin, Origin::Wr { .. })).count() as u64;
+    c.so_edges = g.edges.iter().filter(|e| e.origin == Origin::So).count() as u64;
+    c.ww_pairs = g.ww_pairs;
+    if options.level == Level::StrictSerializable {
+        let (edges, missing) =
+            realtime::realtime_edges(h, &norm, options.clock_drift_ms.saturating_mul(1_000_000));
+        c.rt_edges = edges.len() as u64;
+        tally.real_time = Some(RealTime {
+            clock_drift_ms: options.clock_drift_ms,
+            edges: edges.len() as u64,
+            without_timestamps: missing,
+        });
+        for (u, v) in edges {
+            g.push(u, v, Origin::Rt, 0);
+        }
+    }
+
+    // Stages 3 and 4.
+    let (chains, chain_rw) = chains::combine_writes(&norm, &mut g, options.combine);
+    let (constraints, initial_edges) = constraints::generate(&norm, &chains, &mut g, options.coalesce);
+    let c = &mut tally.counts;
+    c.chains = chains.list.len() as u64;
+    c.chain_rw_edges = chain_rw;
+    c.initial_edges = initial_edges;
+    c.constraints_before_prune = constraints.len() as u64;
+    tally.construct_ms = ms(start);
+
+    // Stage 5.
+    let prune_start = Instant::now();
+    let (outcome, pruned) =
+        prune::prune(&mut g, &constraints, &norm, &chains, options.prune, options.reachability)?;
+    tally.prune_ms = ms(prune_start);
+    tally.counts.prune_iterations = pruned.passes;
+    tally.counts.constraints_after_prune = pruned.live.iter().filter(|&&l| l).count() as u64;
+    tally.counts.known_edges_at_solve = g.edges.len() as u64;
+    tally.backend = pruned.backend;
+    let poly = Polygraph { norm, g, chains, constraints, live: pruned.live, decisions: pruned.decisions };
+    Ok((Built::Pruned { poly: Box::new(poly), outcome }, tally))
+}
+
+/// Stage 6: solves the constraints pruning left (Cobra §3.4).
+pub(crate) fn solve(poly: &Polygraph) -> Result<Solved, VerifyError> {
+    solve::solve(&poly.g, &poly.constraints, &poly.norm, &poly.chains, &poly.live)
+}
+
+/// Runs stages 1–6 for one round of verification in rounds and keeps the polygraph, which garbage collection
+/// reads (Cobra §4.3). `None` means the history is rejected (the caller runs [`verify`] for the report).
+pub(crate) fn accepted_polygraph(h: &History, options: &Options) -> Result<Option<Polygraph>, VerifyError> {
+    let (Built::Pruned { poly, outcome: prune::Outcome::Done }, _) = build_polygraph(h, options)? else {
+        return Ok(None);
+    };
+    match solve(&poly)? {
+        Solved::Acyclic { .. } => Ok(Some(*poly)),
+        Solved::Cyclic { .. } => Ok(None),
+    }
+}
+
+/// Verifies `history` at `options.level`.
+pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyError> {
+    let h = history;
+    let start = Instant::now();
+    let mut ids = HashSet::with_capacity(h.transactions.len());
+    if let Some(t) = h.transactions.iter().find(|t| !ids.insert(t.id)) {
+        return Err(VerifyError::Malformed(format!("transaction id {} is used twice", t.id)));
+    }
+    let mut report = Report {
+        schema_version: SCHEMA_VERSION,
+        verdict: Verdict::Accept,
+        level: options.level,
+        options: OptionsUsed {
+            prune: options.prune,
+            coalesce: options.coalesce,
+            combine: options.combine,
+            clock_drift_ms: options.clock_drift_ms,
+            reachability: options.reachability.name().to_owned(),
+        },
+        anomalies: Vec::new(),
+        anomalies_omitted: 0,
+        derivations: Vec::new(),
+        transactions: Vec::new(),
+        serial_order: None,
+        unverifiable: Vec::new(),
+        dropped_indeterminate: Vec::new(),
+        not_checked: report::NotChecked::summarize(&h.unchecked),
+        counts: Counts::default(),
+        timings: Timings::default(),
+        real_time: None,
+    };
+
+    // Stages 1–5.
+    let (built, tally) = build_polygraph(h, options)?;
+    let committed = h.transactions.iter().filter(|t| t.outcome == Outcome::Committed).count() as u64;
+    report.counts = Counts {
+        transactions: h.transactions.len() as u64,
+        committed,
+        aborted: h.transactions.iter().filter(|t| t.outcome == Outcome::Aborted).count() as u64,
+        indeterminate_included: tally.counts.vertices - committed,
+        ..tally.counts
+    };
+    let norm = built.norm();
+    report.dropped_indeterminate = norm.dropped.iter().map(|&i| h.transactions[i].id).collect();
+    report.unverifiable = norm
+        .unverified
+        .iter()
+        .map(|u| Unverifiable { op: u.op, cause: u.cause, reason: u.why.clone() })
+        .collect();
+    report.real_time = tally.real_time;
+    let (poly, outcome) = match built {
+        Built::NonCycle { found, .. } => return Ok(non_cycle_reject(h, report, found, start)),
+        Built::Pruned { poly, outcome } => (poly, outcome),
+    };
+    report.timings.construct_ms = tally.construct_ms;
+    report.timings.prune_ms = tally.prune_ms;
+    if let Some(b) = tally.backend {
+        report.options.reachability = b.name().to_owned();
+    }
+
+    let after_prune = Instant::now();
+    let certifier = || {
+        let Polygraph { norm, g, chains, constraints, decisions, .. } = &*poly;
+        Certifier::new(h, norm, g, chains, constraints, decisions, options.clock_drift_ms)
+    };
+    let found = match outcome {
+        prune::Outcome::Cyclic { round, cycle } => {
+            let mut cert = certifier();
+            Some((cert.known_cycle(&cycle, round), cert))
+        }
+        prune::Outcome::Conflict { constraint, a, b, round } => {
+            let mut cert = certifier();
+            Some((cert.conflict(constraint, a, b, round), cert))
+        }
+        prune::Outcome::Done => {
+            // Stage 6.
+            let solve_start = Instant::now();
+            let solved = solve(&poly)?;
+            report.timings.solve_ms = ms(solve_start);
+            match solved {
+                Solved::Acyclic { order } => {
+                    report.serial_order = Some(
+                        order
+                            .into_iter()
+                            .map(|v| h.transactions[poly.norm.txns[v as usize].hist].id)
+                            .collect(),
+                    );
+                    None
+                }
+                Solved::Cyclic { cycle, core } => {
+                    let mut cert = certifier();
+                    let mut anomaly = cert.solver_cycle(&cycle, &core);
+                    anomaly.refutation = cert.refutation(&core);
+                    Some((anomaly, cert))
+                }
+            }
+        }
+    };
+    // Stage 7.
+    if let Some((mut anomaly, mut cert)) = found {
+        report.verdict = Verdict::Reject;
+        report.derivations = std::mem::take(&mut cert.derivations);
+        // A reject depends on real time if any cycle of its proof uses a real-time edge, or, for a solver
+        // refutation (whose other branches are not shown), if there are real-time edges at all.
+        let in_proofs = report.derivations.iter().any(|d| match &d.basis {
+            report::Basis::OtherOrderCycle { cycle } => cycle.iter().any(|e| e.kind == EdgeKind::Rt),
+            report::Basis::Solver => report.counts.rt_edges > 0,
+            _ => false,
+        });
+        anomaly.uses_real_time |= in_proofs;
+        report.anomalies.push(anomaly);
+        report.transactions = cert.transactions([]);
+    }
+    report.timings.report_ms = (ms(after_prune) - report.timings.solve_ms).max(0.0);
+    Ok(report)
+}
+
+/// A reject from anomalies found before any cycle search.
+fn non_cycle_reject(h: &History, mut report: Report, found: Vec<Found>, start: Instant) -> Report {
+    report.verdict = Verdict::Reject;
+    report.anomalies_omitted = found.len().saturating_sub(MAX_ANOMALIES) as u64;
+    let mut involved = BTreeSet::new();
+    let index: HashMap<history::TxnId, usize> =
+        h.transactions.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+    for f in found.into_iter().take(MAX_ANOMALIES) {
+        for op in &f.ops {
+            if let Some(&i) = index.get(&op.txn) {
+                involved.insert(i);
+            }
+        }
+        report.anomalies.push(Anomaly {
+            class: f.class,
+            summary: f.summary,
+            ops: f.ops,
+            cycle: Vec::new(),
+            uses_real_time: false,
+            uses_session_order: false,
+            refutation: None,
+        });
+    }
+    report.transactions = involved.into_iter().map(|i| txn_report(h, i)).collect();
+    report.timings.construct_ms = ms(start);
+    report
+}

@@ -1,0 +1,276 @@
+//! Admission and quarantine: how transactions join and leave the residual history that verification in
+//! rounds checks (Cobra §4; tombstones and the Guarantee of §4.2–§4.3). Not one of Fig. 3's stages: it runs
+//! before the pipeline each round, and after a reject.
+//!
+//! In: recorded transactions, in session order, and what the verifier knows of every version (live, base,
+//! tombstone, aborted, quarantined). Out: transactions added to the residual history, with reads of base
+//! versions rewritten; or a reject with the read as evidence (a stale read of a tombstone or of an
+//! overwritten initial version, G1a, a write id written twice). Admission waits until every version a
+//! transaction read is known, so each round's history is closed under reads-from. Quarantine takes out the
+//! transactions a reject names, and later reads of their writes are counted as unverifiable.
+
+use std::collections::HashSet;
+
+use history::{History, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId};
+
+use super::{Known, OnlineVerifier, RoundsError};
+use crate::certificate::txn_report;
+use crate::gc::{base_tag, is_initial};
+use crate::report::OpRef;
+use crate::{Anomaly, AnomalyClass, Report, Verdict, verify};
+
+impl OnlineVerifier {
+    /// Whether every version `t` reads is known.
+    fn admissible(&self, t: &Transaction) -> bool {
+        t.ops.iter().all(|op| match *op {
+            Op::Read { observed: Observed::Version(w), .. } => {
+                self.known.contains_key(&w)
+                    || t.ops.iter().any(|o| matches!(o, Op::Write { write, .. } if *write == w))
+            }
+            _ => true,
+        })
+    }
+
+    /// Admits waiting transactions whose writers are known, session by session, until none is left that
+    /// can go (all of them when `force`, or when too many wait).
+    pub(super) fn admit_ready(&mut self, force: bool) -> Result<(), RoundsError> {
+        loop {
+            let mut progress = false;
+            let sessions: Vec<SessionId> = self.waiting.keys().copied().collect();
+            for s in sessions {
+                loop {
+                    let ready = match self.waiting.get(&s).and_then(|q| q.front()) {
+                        Some(t) => force || self.admissible(t),
+                        None => false,
+                    };
+                    if !ready {
+                        break;
+                    }
+                    let Some(t) = self.waiting.get_mut(&s).and_then(|q| q.pop_front()) else { break };
+                    self.waiting_count -= 1;
+                    self.admit(t)?;
+                    progress = true;
+                    if self.stopped {
+                        return Ok(());
+                    }
+                }
+            }
+            if !progress && self.waiting_count > self.options.max_waiting {
+                // Admit the head that has waited longest (lowest transaction id) to make room.
+                let oldest = self
+                    .waiting
+                    .iter()
+                    .filter_map(|(s, q)| q.front().map(|t| (t.id, *s)))
+                    .min()
+                    .map(|(_, s)| s);
+                if let Some(t) = oldest.and_then(|s| self.waiting.get_mut(&s)).and_then(|q| q.pop_front()) {
+                    self.waiting_count -= 1;
+                    self.admit(t)?;
+                    progress = true;
+                }
+            }
+            if !progress {
+                break;
+            }
+        }
+        self.waiting.retain(|_, q| !q.is_empty());
+        let done: Vec<SessionId> =
+            self.ending.iter().copied().filter(|s| !self.waiting.contains_key(s)).collect();
+        for s in done {
+            self.ending.remove(&s);
+            self.epochs.end(s);
+        }
+        Ok(())
+    }
+
+    /// Admits one transaction: checks its reads against tombstones and base versions, rewrites reads of
+    /// base versions, and adds it to the residual history.
+    fn admit(&mut self, mut t: Transaction) -> Result<(), RoundsError> {
+        self.epochs.admit(&t);
+        let own: HashSet<WriteId> = t
+            .ops
+            .iter()
+            .filter_map(|op| match *op {
+                Op::Write { write, .. } => Some(write),
+                _ => None,
+            })
+            .collect();
+        let judged = t.outcome == Outcome::Committed;
+        let mut found: Vec<(AnomalyClass, String, usize)> = Vec::new();
+        let mut drop_ops: Vec<usize> = Vec::new();
+        for (oi, op) in t.ops.iter_mut().enumerate() {
+            match op {
+                Op::Read { key, observed, .. } => {
+                    // The key's name only goes into a reject's summary; building it for every read cost
+                    // about 5% of a run (`verify --rounds` on twitter-100000).
+                    let work = &self.work;
+                    let name = || crate::normalize::key_name(work, *key);
+                    match *observed {
+                        // An unknown owner is never evidence (DESIGN.md §3): counted, then dropped.
+                        Observed::Unrecorded(_) => {
+                            self.unverifiable_reads += 1;
+                            drop_ops.push(oi);
+                        }
+                        Observed::Version(w) if own.contains(&w) => {}
+                        Observed::Version(w) => match self.known.get(&w) {
+                            Some(Known::Base { .. }) => *observed = Observed::PreHistory(base_tag(w)),
+                            Some(Known::Tombstone { writer }) if judged => {
+                                let name = name();
+                                found.push((
+                                    AnomalyClass::StaleRead,
+                                    format!(
+                                        "{} read {name}={w}, which {writer} wrote; a later write of {name} by a \
+                                         transaction at least two epochs older than the reader superseded it, so \
+                                         the version had been collected (Cobra §4.3): a stale read",
+                                        t.id
+                                    ),
+                                    oi,
+                                ));
+                                drop_ops.push(oi);
+                            }
+                            Some(Known::Aborted { writer }) if judged => {
+                                let name = name();
+                                found.push((
+                                    AnomalyClass::G1a,
+                                    format!("{} read {name}={w}, written by {writer}, which aborted", t.id),
+                                    oi,
+                                ));
+                                drop_ops.push(oi);
+                            }
+                            Some(Known::Quarantined) => {
+                                self.unverifiable_reads += 1;
+                                drop_ops.push(oi);
+                            }
+                            _ => {}
+                        },
+                        o if is_initial(o) && judged => {
+                            if let Some(&b) = self.base.get(key) {
+                                let name = name();
+                                found.push((
+                                    AnomalyClass::StaleRead,
+                                    format!(
+                                        "{} read the initial version of {name}, but {b} had overwritten it in an \
+                                         epoch at least two older than the reader's (Cobra §4.2): a stale read",
+                                        t.id
+                                    ),
+                                    oi,
+                                ));
+                                drop_ops.push(oi);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                Op::Write { key, write, .. } => {
+                    let counts = t.outcome != Outcome::Indeterminate;
+                    if counts && let Some(k) = self.known.get(write) {
+                        let earlier = match k {
+                            Known::Tombstone { writer } | Known::Aborted { writer } => Some(*writer),
+                            _ => None,
+                        };
+                        if let Some(writer) = earlier {
+                            let name = crate::normalize::key_name(&self.work, *key);
+                            found.push((
+                                AnomalyClass::DuplicateWrite,
+                                format!(
+                                    "write id {write} of {name} is written twice: by {writer} and by {}",
+                                    t.id
+                                ),
+                                oi,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if !found.is_empty() {
+            self.admission_reject(&t, found)?;
+        }
+        if !drop_ops.is_empty() {
+            let mut i = 0;
+            t.ops.retain(|_| {
+                let keep = !drop_ops.contains(&i);
+                i += 1;
+                keep
+            });
+        }
+        for w in own {
+            self.known.insert(w, Known::Live);
+        }
+        self.work.transactions.push(t);
+        self.new_in_round += 1;
+        self.admitted += 1;
+        Ok(())
+    }
+
+    /// A reject found at admission: its report has the read as evidence and no cycle.
+    fn admission_reject(
+        &mut self,
+        t: &Transaction,
+        found: Vec<(AnomalyClass, String, usize)>,
+    ) -> Result<(), RoundsError> {
+        let mut report = verify(&History::default(), &self.options.verify)?;
+        report.verdict = Verdict::Reject;
+        for (class, summary, op) in found {
+            report.anomalies.push(Anomaly {
+                class,
+                summary,
+                ops: vec![OpRef::new(t.id, op)],
+                cycle: Vec::new(),
+                uses_real_time: false,
+                uses_session_order: true,
+                refutation: None,
+            });
+        }
+        let single = History {
+            keys: self.work.keys.clone(),
+            statements: self.work.statements.clone(),
+            transactions: vec![t.clone()],
+            ..History::default()
+        };
+        report.transactions = vec![txn_report(&single, 0)];
+        report.counts.transactions = 1;
+        self.record_reject(report)
+    }
+
+    /// Removes the transactions a reject names, so that verification can carry on past it.
+    pub(super) fn quarantine(&mut self, report: &Report) {
+        let mut ids: HashSet<TxnId> = report.transactions.iter().map(|t| t.id).collect();
+        for a in &report.anomalies {
+            ids.extend(a.ops.iter().map(|o| o.txn));
+            ids.extend(a.cycle.iter().map(|e| e.from));
+        }
+        let n = self.work.transactions.len();
+        if !self.work.transactions.iter().any(|t| ids.contains(&t.id)) {
+            // Nothing named is live: take out the whole round's new transactions.
+            ids.extend(self.work.transactions[n - self.new_in_round.min(n)..].iter().map(|t| t.id));
+        }
+        let mut gone: HashSet<WriteId> = HashSet::new();
+        let mut removed = 0;
+        self.work.transactions.retain(|t| {
+            if ids.contains(&t.id) {
+                for op in &t.ops {
+                    if let Op::Write { write, .. } = *op {
+                        gone.insert(write);
+                    }
+                }
+                removed += 1;
+                false
+            } else {
+                true
+            }
+        });
+        self.new_in_round = self.new_in_round.saturating_sub(removed);
+        for w in &gone {
+            self.known.insert(*w, Known::Quarantined);
+        }
+        for t in &mut self.work.transactions {
+            let before = t.ops.len();
+            t.ops.retain(
+                |op| !matches!(op, Op::Read { observed: Observed::Version(w), .. } if gone.contains(w)),
+            );
+            self.unverifiable_reads += (before - t.ops.len()) as u64;
+        }
+        self.epochs.forget(ids);
+    }
+}
