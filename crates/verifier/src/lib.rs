@@ -34,6 +34,7 @@ mod epochs;
 mod gc;
 mod known_graph;
 mod normalize;
+pub mod online;
 mod prune;
 mod realtime;
 pub mod report;

@@ -3,7 +3,7 @@
 //!
 //! Both targets run the same way: the real proxy starts in-process with TLS on (a throw-away self-signed
 //! certificate) and row-level tagging on, a few clients run a transfer workload through it over TLS, and the
-//! co-located verifier ([`super::serve::Tailer`]) tails the proxy's history log, exactly as `krait serve`
+//! co-located verifier ([`verifier::online::Tailer`]) tails the proxy's history log, exactly as `krait serve`
 //! does. What differs is the database behind the proxy:
 //! - **postgres**: the local PostgreSQL, at the chosen isolation level.
 //! - **embedded**: no database server. The reference store (`refstore`, Xiong et al., ECOOP'20) runs in
@@ -25,10 +25,9 @@ use anyhow::Context;
 use history::History;
 use indicatif::{ProgressBar, ProgressStyle};
 use refstore::{Model, RowKey, SharedStore, StoreConfig};
-use verifier::{AnomalyClass, Report, ReportStore};
+use verifier::online::{Status, Tailer};
+use verifier::{AnomalyClass, Report, ReportStore, RoundOptions, verify_in_rounds};
 use workloads::sql::Isolation;
-
-use super::serve::{Feeder, Status, Tailer, online_options};
 
 /// Where the demo runs its workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -231,26 +230,8 @@ fn embedded(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
 /// Whether the verifier accepts the store's own history of the run: what the clients did as the store
 /// itself recorded it, without the proxy. The proxy's recording of the same run must get the same verdict.
 fn store_verdict(h: &History) -> anyhow::Result<bool> {
-    let options = online_options(ROUND_SIZE, Duration::from_millis(200));
-    let mut feeder = Feeder::with_tables(h.keys.clone(), h.statements.clone(), options, None);
-    let sessions = h.sessions();
-    for &s in sessions.keys() {
-        feeder.verifier_mut().session_started(s);
-    }
-    // Session by session in turn, as collectors would deliver them.
-    let longest = sessions.values().map(Vec::len).max().unwrap_or(0);
-    for i in 0..longest {
-        for (&s, txns) in &sessions {
-            if let Some(t) = txns.get(i) {
-                feeder.push_txn((*t).clone())?;
-                if i + 1 == txns.len() {
-                    feeder.verifier_mut().session_ended(s);
-                }
-            }
-        }
-    }
-    feeder.finish()?;
-    Ok(feeder.rejects().is_empty())
+    let options = RoundOptions::online(ROUND_SIZE, Duration::from_millis(200));
+    Ok(verify_in_rounds(h, &options).context("cannot verify the store's own history")?.is_accept())
 }
 
 /// The in-process proxy's configuration: TLS required with the demo's certificate, the upstream database,
@@ -398,7 +379,7 @@ async fn run_through_proxy(
     let start = Instant::now();
     let tailer = Tailer::spawn(
         handle.log().clone(),
-        online_options(ROUND_SIZE, Duration::from_millis(300)),
+        RoundOptions::online(ROUND_SIZE, Duration::from_millis(300)),
         Some(ReportStore::open(tmp)?),
         |_, _| {},
     )?;
