@@ -36,6 +36,7 @@ mod error;
 mod gc;
 mod known_graph;
 mod normalize;
+pub mod online;
 mod options;
 mod pipeline;
 mod prune;

@@ -229,7 +229,7 @@ const LINK_WRITE_BASE: u64 = 0xFFFF_0000_0000_0000;
 
 impl OnlineVerifier {
     /// A verifier for transactions whose keys and statements refer to `keys` and `statements`; intern new
-    /// keys through [`OnlineVerifier::keys_mut`] and add statements through
+    /// keys through [`OnlineVerifier::intern_key`] and add statements through
     /// [`OnlineVerifier::add_statement`].
     pub fn new(keys: KeyTable, statements: Vec<String>, options: RoundOptions) -> Self {
         let round_size = options.round_size.max(1);
@@ -300,9 +300,9 @@ impl OnlineVerifier {
         self
     }
 
-    /// The key table new transactions' keys refer to.
-    pub fn keys_mut(&mut self) -> &mut KeyTable {
-        &mut self.work.keys
+    /// The key for `name` in the table that pushed transactions' keys refer to, added if it is new.
+    pub fn intern_key(&mut self, name: KeyName) -> Key {
+        self.work.keys.intern(name)
     }
 
     /// Adds a statement text for ops to refer to.

@@ -10,6 +10,9 @@
 //!   [`history::History`]. Sessions interleave but execute one transaction at a time, so the history is
 //!   serializable by construction: verifier benchmarks of any size need no database.
 //!
+//! [`transfer`] stands apart: the small contended workload of `krait demo`, written straight against
+//! `tokio-postgres`.
+//!
 //! ```
 //! use workloads::{Workload, WorkloadName, Sizes, memory::{generate, GenerateOptions}};
 //!
@@ -24,6 +27,7 @@ pub mod rubis;
 pub mod schema;
 pub mod sql;
 pub mod tpcc;
+pub mod transfer;
 pub mod twitter;
 mod zipf;
 

@@ -104,7 +104,8 @@ pub enum Isolation {
 }
 
 impl Isolation {
-    fn begin_sql(self) -> &'static str {
+    /// The `BEGIN` that asks for this level.
+    pub(crate) fn begin_sql(self) -> &'static str {
         match self {
             Isolation::Serializable => "BEGIN ISOLATION LEVEL SERIALIZABLE",
             Isolation::RepeatableRead => "BEGIN ISOLATION LEVEL REPEATABLE READ",

@@ -94,7 +94,7 @@ use thiserror::Error;
 
 pub use group_commit::{DurabilityTicket, DurableFuture, FSYNC_BUCKETS_US, LogStats};
 pub use record::{BadStatementIndex, FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError};
-pub use replay::Replayer;
+pub use replay::{Replayed, ReplayedTxn, Replayer};
 pub use sled_log::SledLog;
 
 /// The bytes of every file under a log directory (0 for what cannot be read): what the log costs on disk,
@@ -289,14 +289,9 @@ pub trait HistoryLog: Send + Sync {
     /// return records not yet fsynced.
     fn tail(&self, from_seq: u64) -> Tail<'_>;
 
-    /// The whole log as a history (see [`Replayer`]).
+    /// The whole log as a history (see [`replay::replay`]).
     fn replay(&self) -> Result<History, LogError> {
-        let mut replayer = Replayer::new();
-        for item in self.tail(0) {
-            let (seq, record) = item?;
-            replayer.apply(seq, record)?;
-        }
-        Ok(replayer.finish())
+        replay::replay(self.tail(0))
     }
 
     /// Blocks until everything appended so far is fsynced, whatever the durability setting.

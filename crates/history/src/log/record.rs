@@ -122,8 +122,8 @@ impl LoggedTxn {
 
     /// The transaction in the verifier's model, with the statements it could not map. Keys are interned in
     /// `keys`; a statement text is interned through `intern_statement` once per transaction, the first time
-    /// one of its ops cites it. Log replay and the online verifier's feeder both use this, so that a
-    /// transaction reads the same offline and online.
+    /// one of its ops cites it. The log's one reader, [`super::Replayer`], uses this, offline and online
+    /// alike.
     pub fn into_transaction(
         self,
         outcome: Outcome,

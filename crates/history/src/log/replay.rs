@@ -1,43 +1,109 @@
-//! Replay: turns a stream of log records back into a [`History`], interning key names and statement texts.
+//! Replay: turns log records back into transactions, interning key names and statement texts.
 //!
-//! Replay is strict. A record that contradicts the ones before it (a second intent for one transaction, an
-//! outcome with no intent, an op pointing at a statement that is not there) is an error that names the
-//! record's sequence number, never a skipped record.
+//! A [`Replayer`] is the one reader of the log. It takes records in sequence order and says what each one
+//! finished, as [`Replayed`] events: a transaction whose outcome is now known, a session that will log
+//! nothing more, a place where transactions may be missing. The one-shot [`replay`] folds those events into a
+//! [`History`]; the online verifier feeds them to its rounds as they arrive. So a transaction reads the same
+//! offline and online.
 //!
-//! An intent with no outcome replays as Indeterminate. That covers both the intents a [`LogRecord::Recovery`]
-//! record lists (the previous run crashed before their outcome) and, when replaying a log that is still
-//! being written, intents whose COMMIT is in flight right now.
+//! **When a transaction is finished.** A [`LogRecord::Finished`] record finishes its transaction at once.
+//! An intent waits for its [`LogRecord::Outcome`]; it finishes as Indeterminate instead when no outcome can
+//! come any more:
+//! - at its session's [`LogRecord::SessionEnded`]: the proxy logs a session's end after the records of all
+//!   its transactions, so an outcome that was not logged by then never will be (its append failed);
+//! - at a [`LogRecord::Recovery`] record that lists it: the run of the proxy that logged it ended first;
+//! - at [`Replayer::end_of_log`], when replaying a log that is still being written: its COMMIT is in flight.
+//!
+//! A session cannot begin its next transaction before its COMMIT reply, so the transactions of one session
+//! finish in session order.
+//!
+//! **When a session ends.** At its `SessionEnded` record, or at the next `Recovery` record: a Recovery
+//! record marks where a run of the proxy ended (it is appended when the log is reopened after a crash, or at
+//! a close with intents in flight), and no session of that run logs anything after it. A session that was
+//! open at a crash never got its `SessionEnded` record; without this rule it would stay open for ever.
+//!
+//! **Strictness.** A record that contradicts the ones before it (a second record for one transaction, an
+//! outcome or late ops with no pending intent, an op pointing at a statement that is not there) is an error
+//! that names the record's sequence number, never a skipped record: the proxy wrote the log, so a
+//! contradiction in it is a bug to surface, and skipping it would verify a history the clients did not see.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::LogError;
 use super::record::{LogRecord, LoggedTxn};
-use crate::{History, LogGap, Outcome, StmtRef, Transaction, TxnId};
+use crate::{History, KeyTable, LogGap, Outcome, SessionId, StmtRef, Transaction, TxnId, UncheckedStatement};
 
-/// Builds a [`History`] from log records fed in sequence order. Usable incrementally: a verifier that
-/// tails the log can feed records as they arrive and look at [`Replayer::history`] between rounds.
+/// What a log record finished, in the order it finished it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Replayed {
+    /// A transaction whose outcome is now known (Indeterminate when none will ever come).
+    Transaction(ReplayedTxn),
+    /// A session that will log no more transactions; every transaction of it came before.
+    SessionEnded(SessionId),
+    /// Acknowledged transactions may be missing here: the run of the proxy that ended at this point
+    /// crashed under `group` or `none` durability.
+    Gap(LogGap),
+}
+
+/// A finished transaction, as [`Replayed::Transaction`] carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayedTxn {
+    /// The transaction. Its keys and statements refer to the replayer's tables ([`Replayer::keys`] and
+    /// [`Replayer::statements`]).
+    pub txn: Transaction,
+    /// Its statements that the proxy could not map to reads and writes of rows.
+    pub unchecked: Vec<UncheckedStatement>,
+    /// Its place in log order: how many transactions had their first record (intent or finished) before
+    /// its own. The one-shot [`replay`] lists transactions in this order.
+    pub position: u64,
+}
+
+/// Turns log records, fed in sequence order, into [`Replayed`] events; see the module documentation.
 #[derive(Debug, Default)]
 pub struct Replayer {
-    history: History,
-    /// Where each transaction seen so far sits in `history.transactions`.
-    index: HashMap<TxnId, usize>,
+    /// The key names interned so far.
+    keys: KeyTable,
+    /// The statement texts added so far, each once.
+    statements: Vec<String>,
+    /// Where each text sits in `statements`.
+    statement_refs: HashMap<String, StmtRef>,
+    /// Every transaction that had a record so far, to refuse a second record for one.
+    seen: IdRanges,
     /// Intents still waiting for an outcome.
-    pending: HashMap<TxnId, usize>,
-    /// Statement texts already added, so a statement repeated by many transactions is stored once.
-    statements: HashMap<String, StmtRef>,
+    pending: HashMap<TxnId, ReplayedTxn>,
+    /// Intents finished as Indeterminate at their session's end. The Recovery record that ends their run may
+    /// still list them; no other record may mention them.
+    abandoned: HashSet<TxnId>,
+    /// Sessions that logged a transaction and have not ended.
+    open_sessions: HashSet<SessionId>,
+    /// The position the next new transaction takes.
+    next_position: u64,
     /// The sequence number the next record must have, once one was seen.
     next_seq: Option<u64>,
+    /// The first recording horizon the log holds ([`LogRecord::Horizon`]).
+    horizon: Option<u64>,
 }
 
 impl Replayer {
-    /// An empty replayer.
+    /// A replayer for a log read from its first record.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The history assembled so far. Pending intents show as Indeterminate.
-    pub fn history(&self) -> &History {
-        &self.history
+    /// The key names interned so far; the keys of every replayed transaction refer to this table.
+    pub fn keys(&self) -> &KeyTable {
+        &self.keys
+    }
+
+    /// The statement texts added so far; the statements of every replayed transaction refer to this list.
+    pub fn statements(&self) -> &[String] {
+        &self.statements
+    }
+
+    /// The recording horizon: the first one the log holds, once read. A later run's horizon is not when
+    /// recording began, so it is ignored.
+    pub fn horizon(&self) -> Option<u64> {
+        self.horizon
     }
 
     /// Transactions whose intent has no outcome yet.
@@ -45,130 +111,228 @@ impl Replayer {
         self.pending.keys().copied()
     }
 
-    /// Consumes the replayer; pending intents stay Indeterminate.
-    pub fn finish(self) -> History {
-        self.history
+    /// The key table and the statement list, once replay is over.
+    pub fn into_tables(self) -> (KeyTable, Vec<String>) {
+        (self.keys, self.statements)
     }
 
-    /// Applies one record. Records must come in increasing sequence order; a hole in the sequence numbers is
-    /// reported, since appends never leave one.
-    pub fn apply(&mut self, seq: u64, record: LogRecord) -> Result<(), LogError> {
+    /// Applies one record and returns what it finished, in order. Records must come in increasing sequence
+    /// order; a hole in the sequence numbers is reported, since appends never leave one.
+    pub fn apply(&mut self, seq: u64, record: LogRecord) -> Result<Vec<Replayed>, LogError> {
         if let Some(expected) = self.next_seq
             && seq != expected
         {
             return Err(inconsistent(seq, format!("expected record {expected} next; the log has a hole")));
         }
         self.next_seq = Some(seq.saturating_add(1));
+        let mut finished = Vec::new();
         match record {
             LogRecord::Intent(txn) => {
-                let at = self.add_txn(seq, txn, Outcome::Indeterminate, None)?;
-                if let Some(&id) = self.history.transactions.get(at).map(|t| &t.id) {
-                    self.pending.insert(id, at);
-                }
+                let intent = self.start(seq, txn, Outcome::Indeterminate, None)?;
+                self.pending.insert(intent.txn.id, intent);
             }
             LogRecord::Finished { txn, outcome, commit_ns } => {
-                self.add_txn(seq, txn, outcome, commit_ns)?;
+                let txn = self.start(seq, txn, outcome, commit_ns)?;
+                finished.push(Replayed::Transaction(txn));
             }
             LogRecord::Outcome { txn, outcome, commit_ns } => {
-                let at = self.pending.remove(&txn).ok_or_else(|| {
-                    let why = if self.index.contains_key(&txn) {
-                        format!("outcome for {txn}, which already has one")
-                    } else {
-                        format!("outcome for {txn}, which has no intent")
-                    };
-                    inconsistent(seq, why)
-                })?;
-                if let Some(t) = self.history.transactions.get_mut(at) {
-                    t.outcome = outcome;
-                    t.commit_ns = commit_ns;
-                }
+                let Some(mut intent) = self.pending.remove(&txn) else {
+                    return Err(inconsistent(seq, self.not_pending(txn, "an outcome")));
+                };
+                intent.txn.outcome = outcome;
+                intent.txn.commit_ns = commit_ns;
+                finished.push(Replayed::Transaction(intent));
             }
             LogRecord::LateOps { txn, ops, statements } => {
-                let &at = self.pending.get(&txn).ok_or_else(|| {
-                    inconsistent(seq, format!("late ops for {txn}, which has no pending intent"))
-                })?;
-                let Some(t) = self.history.transactions.get(at) else {
-                    return Err(inconsistent(
-                        seq,
-                        format!("late ops for {txn}, which is not in the history"),
-                    ));
+                let Some(intent) = self.pending.get(&txn) else {
+                    return Err(inconsistent(seq, self.not_pending(txn, "late ops")));
                 };
-                let mut late = LoggedTxn::new(txn, t.session, t.seq);
+                let mut late = LoggedTxn::new(txn, intent.txn.session, intent.txn.seq);
                 (late.ops, late.statements) = (ops, statements);
-                let late = self.convert(seq, late, Outcome::Indeterminate, None)?;
-                if let Some(t) = self.history.transactions.get_mut(at) {
-                    t.ops.extend(late.ops);
+                let (late, unchecked) = self.convert(seq, late, Outcome::Indeterminate, None)?;
+                if let Some(intent) = self.pending.get_mut(&txn) {
+                    intent.txn.ops.extend(late.ops);
+                    intent.unchecked.extend(unchecked);
                 }
             }
-            // The history has no place for session ends; session order is already in the transactions.
-            LogRecord::SessionEnded { .. } => {}
-            // The first horizon is when recording began; a later run's is not.
+            LogRecord::SessionEnded { session, .. } => {
+                // An intent of the session still pending will get no outcome: it finishes first, so that
+                // every transaction of the session comes before its end.
+                let mut orphans: Vec<(u64, TxnId)> = self
+                    .pending
+                    .values()
+                    .filter(|p| p.txn.session == session)
+                    .map(|p| (p.txn.seq, p.txn.id))
+                    .collect();
+                orphans.sort_unstable();
+                for (_, id) in orphans {
+                    if let Some(orphan) = self.pending.remove(&id) {
+                        self.abandoned.insert(id);
+                        finished.push(Replayed::Transaction(orphan));
+                    }
+                }
+                self.open_sessions.remove(&session);
+                finished.push(Replayed::SessionEnded(session));
+            }
             LogRecord::Horizon { xid } => {
-                self.history.horizon.get_or_insert(xid);
+                self.horizon.get_or_insert(xid);
             }
             LogRecord::Recovery { indeterminate, gap, previous: _ } => {
                 for txn in indeterminate {
-                    // Already Indeterminate in the history; the record only promises no outcome will come.
-                    if self.pending.remove(&txn).is_none() {
-                        return Err(inconsistent(
-                            seq,
-                            format!("recovery lists {txn} as pending, but it has no pending intent"),
-                        ));
+                    // Already Indeterminate; the record promises that no outcome will come.
+                    match self.pending.remove(&txn) {
+                        Some(intent) => finished.push(Replayed::Transaction(intent)),
+                        None if self.abandoned.contains(&txn) => {}
+                        None => {
+                            let why =
+                                format!("recovery lists {txn} as pending, but it has no pending intent");
+                            return Err(inconsistent(seq, why));
+                        }
                     }
                 }
+                // The run ended here: nothing more comes from its sessions or its transactions.
+                self.abandoned.clear();
+                let mut open: Vec<SessionId> = self.open_sessions.drain().collect();
+                open.sort_unstable();
+                finished.extend(open.into_iter().map(Replayed::SessionEnded));
                 if gap {
-                    let after_txns = self.history.transactions.len() as u64;
-                    self.history.gaps.push(LogGap { after_txns });
+                    finished.push(Replayed::Gap(LogGap { after_txns: self.next_position }));
                 }
             }
         }
-        Ok(())
+        Ok(finished)
     }
 
-    fn add_txn(
+    /// The records ran out (a log that is still being written): every intent still pending finishes as
+    /// Indeterminate, in log order, since its COMMIT may be in flight. Records applied after this cannot
+    /// refer to those intents any more.
+    pub fn end_of_log(&mut self) -> Vec<Replayed> {
+        let mut rest: Vec<ReplayedTxn> = self.pending.drain().map(|(_, intent)| intent).collect();
+        rest.sort_unstable_by_key(|intent| intent.position);
+        rest.into_iter().map(Replayed::Transaction).collect()
+    }
+
+    /// Why a record about `txn` finds no pending intent.
+    fn not_pending(&self, txn: TxnId, what: &str) -> String {
+        if self.abandoned.contains(&txn) {
+            format!("{what} for {txn}, whose session already ended")
+        } else if self.seen.contains(txn) {
+            format!("{what} for {txn}, which already has an outcome")
+        } else {
+            format!("{what} for {txn}, which has no intent")
+        }
+    }
+
+    /// A transaction's first record: its place in log order, its session open.
+    fn start(
         &mut self,
         seq: u64,
         logged: LoggedTxn,
         outcome: Outcome,
         commit_ns: Option<u64>,
-    ) -> Result<usize, LogError> {
-        if self.index.contains_key(&logged.id) {
+    ) -> Result<ReplayedTxn, LogError> {
+        if !self.seen.insert(logged.id) {
             return Err(inconsistent(seq, format!("a second record for {}", logged.id)));
         }
-        let txn = self.convert(seq, logged, outcome, commit_ns)?;
-        let at = self.history.transactions.len();
-        self.index.insert(txn.id, at);
-        self.history.transactions.push(txn);
-        Ok(at)
+        let (txn, unchecked) = self.convert(seq, logged, outcome, commit_ns)?;
+        self.open_sessions.insert(txn.session);
+        let position = self.next_position;
+        self.next_position += 1;
+        Ok(ReplayedTxn { txn, unchecked, position })
     }
 
-    /// The transaction in the model, its keys and statements interned into the history, and its unchecked
-    /// statements added to the history's list.
+    /// The transaction in the model, its keys and statements interned into the replayer's tables.
     fn convert(
         &mut self,
         seq: u64,
         logged: LoggedTxn,
         outcome: Outcome,
         commit_ns: Option<u64>,
-    ) -> Result<Transaction, LogError> {
-        // The key table moves out while statements are interned into the same history.
-        let mut keys = std::mem::take(&mut self.history.keys);
-        let converted =
-            logged.into_transaction(outcome, commit_ns, &mut keys, |text| self.intern_statement(text));
-        self.history.keys = keys;
-        let (txn, unchecked) = converted.map_err(|e| inconsistent(seq, e.to_string()))?;
-        self.history.unchecked.extend(unchecked);
-        Ok(txn)
+    ) -> Result<(Transaction, Vec<UncheckedStatement>), LogError> {
+        let (statements, refs) = (&mut self.statements, &mut self.statement_refs);
+        let intern_statement = |text: &str| match refs.get(text) {
+            Some(&r) => r,
+            None => {
+                let r = StmtRef(u32::try_from(statements.len()).expect("more than 2^32 statements"));
+                statements.push(text.to_owned());
+                refs.insert(text.to_owned(), r);
+                r
+            }
+        };
+        logged
+            .into_transaction(outcome, commit_ns, &mut self.keys, intern_statement)
+            .map_err(|e| inconsistent(seq, e.to_string()))
+    }
+}
+
+/// A set of transaction ids kept as ranges. The proxy allocates a run's ids from a counter, so the ids seen
+/// are a few long ranges (one per run, split only where an id was allocated and never logged, and briefly
+/// where records arrive out of id order): an online verifier remembers every id without growing with them.
+#[derive(Debug, Default)]
+struct IdRanges {
+    /// The first id of each range and its last (inclusive); ranges neither overlap nor touch.
+    ranges: BTreeMap<u64, u64>,
+}
+
+impl IdRanges {
+    fn contains(&self, id: TxnId) -> bool {
+        self.ranges.range(..=id.0).next_back().is_some_and(|(_, &last)| id.0 <= last)
     }
 
-    fn intern_statement(&mut self, text: &str) -> StmtRef {
-        if let Some(&r) = self.statements.get(text) {
-            return r;
+    /// Adds `id`; false if it was there already.
+    fn insert(&mut self, id: TxnId) -> bool {
+        let id = id.0;
+        let below = self.ranges.range(..=id).next_back().map(|(&first, &last)| (first, last));
+        if below.is_some_and(|(_, last)| id <= last) {
+            return false;
         }
-        let r = self.history.add_statement(text);
-        self.statements.insert(text.to_owned(), r);
-        r
+        // `last < id` here, so `last + 1` cannot overflow.
+        let joins_below = below.filter(|&(_, last)| last + 1 == id).map(|(first, _)| first);
+        let joins_above = id.checked_add(1).and_then(|next| self.ranges.get(&next).map(|&last| (next, last)));
+        if let Some((next, _)) = joins_above {
+            self.ranges.remove(&next);
+        }
+        let first = joins_below.unwrap_or(id);
+        let last = joins_above.map_or(id, |(_, last)| last);
+        self.ranges.insert(first, last);
+        true
     }
+}
+
+/// Replays records given in sequence order into a [`History`]: the one-shot use of a [`Replayer`].
+/// Transactions are listed in log order ([`ReplayedTxn::position`]), each with its unchecked statements;
+/// an intent with no outcome is Indeterminate; session ends leave no trace (session order is already in the
+/// transactions).
+pub fn replay(
+    records: impl IntoIterator<Item = Result<(u64, LogRecord), LogError>>,
+) -> Result<History, LogError> {
+    let mut replayer = Replayer::new();
+    let mut slots: Vec<Option<ReplayedTxn>> = Vec::new();
+    let mut gaps = Vec::new();
+    let mut fold = |event: Replayed| match event {
+        Replayed::Transaction(t) => {
+            let at = usize::try_from(t.position).unwrap_or(usize::MAX);
+            if slots.len() <= at {
+                slots.resize(at.saturating_add(1), None);
+            }
+            slots[at] = Some(t);
+        }
+        Replayed::SessionEnded(_) => {}
+        Replayed::Gap(gap) => gaps.push(gap),
+    };
+    for item in records {
+        let (seq, record) = item?;
+        replayer.apply(seq, record)?.into_iter().for_each(&mut fold);
+    }
+    replayer.end_of_log().into_iter().for_each(&mut fold);
+    let horizon = replayer.horizon();
+    let (keys, statements) = replayer.into_tables();
+    let mut history = History { keys, statements, gaps, horizon, ..History::default() };
+    for t in slots.into_iter().flatten() {
+        history.transactions.push(t.txn);
+        history.unchecked.extend(t.unchecked);
+    }
+    Ok(history)
 }
 
 fn inconsistent(seq: u64, reason: String) -> LogError {

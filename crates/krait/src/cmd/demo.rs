@@ -2,9 +2,9 @@
 //! in rounds, as it runs, then prints the verdict and any reject report in words.
 //!
 //! Both targets run the same way: the real proxy starts in-process with TLS on (a throw-away self-signed
-//! certificate) and row-level tagging on, a few clients run a transfer workload through it over TLS, and the
-//! co-located verifier ([`super::serve::Tailer`]) tails the proxy's history log, exactly as `krait serve`
-//! does. What differs is the database behind the proxy:
+//! certificate) and row-level tagging on, a few clients run the transfer workload ([`workloads::transfer`])
+//! through it over TLS, and the co-located verifier ([`verifier::online::Tailer`]) tails the proxy's history
+//! log, exactly as `krait serve` does. What differs is the database behind the proxy:
 //! - **postgres**: the local PostgreSQL, at the chosen isolation level.
 //! - **embedded**: no database server. The reference store (`refstore`, Xiong et al., ECOOP'20) runs in
 //!   process under a chosen consistency model behind its PostgreSQL-wire front ([`refstore::pg`]) on a free
@@ -18,17 +18,17 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use history::History;
 use indicatif::{ProgressBar, ProgressStyle};
 use refstore::{Model, RowKey, SharedStore, StoreConfig};
-use verifier::{AnomalyClass, Report, ReportStore};
-use workloads::sql::Isolation;
-
-use super::serve::{Feeder, Status, Tailer, online_options};
+use verifier::online::{Status, Tailer};
+use verifier::{AnomalyClass, Report, ReportStore, RoundOptions, verify_in_rounds};
+use workloads::sql::{Isolation, SchemaName};
+use workloads::transfer::{self, START_BALANCE, Table, Transfers};
 
 /// Where the demo runs its workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -86,9 +86,6 @@ pub struct DemoArgs {
     history_out: Option<PathBuf>,
 }
 
-/// Attempts of one transaction before a serialization failure counts as an error.
-const MAX_ATTEMPTS: u32 = 100;
-
 /// Transactions per round: small, so that a short demo shows several rounds.
 const ROUND_SIZE: usize = 100;
 
@@ -99,9 +96,6 @@ const FRESH_VIEW_SHARE: f64 = 0.5;
 /// Embedded target: a fence every this many committed transactions per connection. The store is private
 /// to this run, so no other proxy shares the fence row (with PostgreSQL, fences stay off for that reason).
 const EMBEDDED_FENCE_EVERY: u64 = 20;
-
-/// The balance every row starts with.
-const START_BALANCE: i64 = 100;
 
 /// Runs `krait demo`.
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
@@ -199,7 +193,7 @@ fn embedded(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
                 args.clients
             );
             let what = format!("embedded reference store through the proxy, model {}", args.model.name());
-            run_through_proxy(args, config, tagging, connector, &Tables::Kv, tmp, banner, what).await
+            run_through_proxy(args, config, tagging, connector, Table::Kv, tmp, banner, what).await
         }
         .await;
         let _ = stop.send(());
@@ -231,26 +225,8 @@ fn embedded(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
 /// Whether the verifier accepts the store's own history of the run: what the clients did as the store
 /// itself recorded it, without the proxy. The proxy's recording of the same run must get the same verdict.
 fn store_verdict(h: &History) -> anyhow::Result<bool> {
-    let options = online_options(ROUND_SIZE, Duration::from_millis(200));
-    let mut feeder = Feeder::with_tables(h.keys.clone(), h.statements.clone(), options, None);
-    let sessions = h.sessions();
-    for &s in sessions.keys() {
-        feeder.verifier_mut().session_started(s);
-    }
-    // Session by session in turn, as collectors would deliver them.
-    let longest = sessions.values().map(Vec::len).max().unwrap_or(0);
-    for i in 0..longest {
-        for (&s, txns) in &sessions {
-            if let Some(t) = txns.get(i) {
-                feeder.push_txn((*t).clone())?;
-                if i + 1 == txns.len() {
-                    feeder.verifier_mut().session_ended(s);
-                }
-            }
-        }
-    }
-    feeder.finish()?;
-    Ok(feeder.rejects().is_empty())
+    let options = RoundOptions::online(ROUND_SIZE, Duration::from_millis(200));
+    Ok(verify_in_rounds(h, &options).context("cannot verify the store's own history")?.is_accept())
 }
 
 /// The in-process proxy's configuration: TLS required with the demo's certificate, the upstream database,
@@ -305,16 +281,6 @@ fn tls_connector(der: Vec<u8>) -> anyhow::Result<tokio_postgres_rustls::MakeRust
     Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
 }
 
-/// Counters the clients update.
-#[derive(Default)]
-struct Counts {
-    committed: AtomicU64,
-    rolled_back: AtomicU64,
-    retries: AtomicU64,
-    errors: AtomicU64,
-    issued: AtomicU64,
-}
-
 /// The PostgreSQL target.
 fn postgres(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
     let (cert, key, der) = self_signed(tmp)?;
@@ -326,7 +292,9 @@ fn postgres(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
     let (config, tagging) = proxy_config(tmp, &cert, &key, args.pg_addr, 0)?;
     let connector = tls_connector(der)?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let schema = format!("krait_demo_{}_{}", std::process::id(), args.seed);
+    let schema: SchemaName = format!("krait_demo_{}_{}", std::process::id(), args.seed)
+        .parse()
+        .context("the demo's schema name")?;
     let direct = format!(
         "host={} port={} user={} dbname={} connect_timeout=5",
         args.pg_addr.ip(),
@@ -341,12 +309,7 @@ fn postgres(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
             .with_context(|| format!("cannot connect to PostgreSQL ({direct})"))?;
         let conn_task = tokio::spawn(conn);
         admin
-            .batch_execute(&format!(
-                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}; \
-                 CREATE TABLE {schema}.accounts (id INT PRIMARY KEY, balance INT NOT NULL); \
-                 INSERT INTO {schema}.accounts SELECT g, 100 FROM generate_series(0, {}) g",
-                args.keys - 1
-            ))
+            .batch_execute(&transfer::accounts_setup_sql(&schema, args.keys))
             .await
             .context("cannot create the demo's table")?;
         let banner = format!(
@@ -356,8 +319,8 @@ fn postgres(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
             args.pg_addr, args.clients, args.isolation
         );
         let what = format!("PostgreSQL through the proxy, isolation {}", args.isolation);
-        let tables = Tables::Accounts { schema: schema.clone() };
-        let result = run_through_proxy(args, config, tagging, connector, &tables, tmp, banner, what).await;
+        let table = Table::Accounts { schema: schema.clone() };
+        let result = run_through_proxy(args, config, tagging, connector, table, tmp, banner, what).await;
         let dropped = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
         drop(admin);
         let _ = conn_task.await;
@@ -365,17 +328,6 @@ fn postgres(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
         dropped.context("cannot drop the demo's schema")?;
         Ok(outcome)
     })
-}
-
-/// The tables the clients work on, and so the SQL they send.
-enum Tables {
-    /// PostgreSQL: `SCHEMA.accounts(id int4 primary key, balance int4)`, both rows read in one statement.
-    Accounts {
-        /// The demo's own schema.
-        schema: String,
-    },
-    /// The reference store's front: `kv(k int8 primary key, v int8)`, which takes point statements only.
-    Kv,
 }
 
 /// Starts the proxy, runs the clients through it over TLS with the verifier tailing its log, stops both,
@@ -387,7 +339,7 @@ async fn run_through_proxy(
     config: proxy::Config,
     tagging: bool,
     connector: tokio_postgres_rustls::MakeRustlsConnect,
-    tables: &Tables,
+    table: Table,
     tmp: &Path,
     banner: String,
     what: String,
@@ -398,7 +350,7 @@ async fn run_through_proxy(
     let start = Instant::now();
     let tailer = Tailer::spawn(
         handle.log().clone(),
-        online_options(ROUND_SIZE, Duration::from_millis(300)),
+        RoundOptions::online(ROUND_SIZE, Duration::from_millis(300)),
         Some(ReportStore::open(tmp)?),
         |_, _| {},
     )?;
@@ -410,7 +362,14 @@ async fn run_through_proxy(
             "NOT AVAILABLE in this build of the proxy: transactions are recorded as statement text only"
         }
     );
-    let counts = Arc::new(Counts::default());
+    let run = Arc::new(Transfers {
+        txns: args.txns,
+        keys: args.keys,
+        isolation: args.isolation,
+        table,
+        seed: args.seed,
+        counts: Default::default(),
+    });
     let url = format!(
         "host=localhost port={} user={} dbname={} sslmode=require connect_timeout=5",
         addr.port(),
@@ -418,7 +377,7 @@ async fn run_through_proxy(
         args.pg_database
     );
     let pb = bar(args.txns);
-    let clients = drive_clients(args, &url, connector, tables, &counts, &tailer, &pb).await;
+    let clients = drive_clients(&run, args.clients, &url, connector, &tailer, &pb).await;
     // Whatever the clients did, stop the proxy and the verifier. First let the verifier catch up with
     // everything the proxy logged, then stop the proxy (closing the log) and let it read the rest.
     // Only durable records are read, and the last ones may wait for the next fsync; the proxy's clean
@@ -433,7 +392,8 @@ async fn run_through_proxy(
     let recorded = log.replay().context("cannot replay the proxy's history log")?;
     clients?;
     stopped.context("the proxy stopped with an error")?;
-    pb.set_position(counts.committed.load(Ordering::Relaxed) + counts.rolled_back.load(Ordering::Relaxed));
+    let counts = &run.counts;
+    pb.set_position(counts.finished());
     pb.finish_with_message(verdict_so_far(&status));
     println!(
         "krait demo: clients: {} committed, {} rolled back by the workload, {} serialization-failure retries \
@@ -460,190 +420,33 @@ async fn run_through_proxy(
     })
 }
 
-/// Connects the clients through the proxy over TLS and runs them to the end, showing progress.
+/// Connects the run's clients through the proxy over TLS and runs them to the end, showing progress.
 async fn drive_clients(
-    args: &DemoArgs,
+    run: &Arc<Transfers>,
+    clients: u32,
     url: &str,
     connector: tokio_postgres_rustls::MakeRustlsConnect,
-    tables: &Tables,
-    counts: &Arc<Counts>,
     tailer: &Tailer,
     pb: &ProgressBar,
 ) -> anyhow::Result<()> {
     let mut tasks = Vec::new();
-    for c in 0..args.clients {
+    for c in 0..clients {
         let (client, conn) = tokio_postgres::connect(url, connector.clone())
             .await
             .context("cannot connect through the proxy")?;
         tokio::spawn(conn);
-        let ctx = ClientCtx {
-            client,
-            counts: counts.clone(),
-            total: args.txns,
-            keys: args.keys,
-            isolation: args.isolation,
-            kv: matches!(tables, Tables::Kv),
-            schema: match tables {
-                Tables::Accounts { schema } => schema.clone(),
-                Tables::Kv => String::new(),
-            },
-            seed: args.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(c)),
-        };
-        tasks.push(tokio::spawn(client_loop(ctx)));
+        tasks.push(tokio::spawn(transfer::run_client(run.clone(), c, client)));
     }
     let mut ticker = tokio::time::interval(Duration::from_millis(200));
     while !tasks.iter().all(|t| t.is_finished()) {
         ticker.tick().await;
-        let s = tailer.status();
-        pb.set_position(
-            counts.committed.load(Ordering::Relaxed) + counts.rolled_back.load(Ordering::Relaxed),
-        );
-        pb.set_message(verdict_so_far(&s));
+        pb.set_position(run.counts.finished());
+        pb.set_message(verdict_so_far(&tailer.status()));
     }
     for t in tasks {
         t.await.context("a client task failed")?;
     }
     Ok(())
-}
-
-struct ClientCtx {
-    client: tokio_postgres::Client,
-    counts: Arc<Counts>,
-    total: u64,
-    keys: u32,
-    isolation: Isolation,
-    /// The reference store's `kv` table (else PostgreSQL's `schema.accounts`).
-    kv: bool,
-    schema: String,
-    seed: u64,
-}
-
-/// A tiny xorshift generator: the demo's key choices need no quality, only determinism per seed.
-fn next(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
-}
-
-/// The SQL one client sends.
-struct Sql {
-    begin: &'static str,
-    /// Reads rows: both ids as `$1` and `$2` (accounts), or one key as `$1` (kv, run once per key).
-    select: String,
-    /// Sets the balance `$1` of the row `$2`.
-    update: String,
-}
-
-impl Sql {
-    fn new(ctx: &ClientCtx) -> Sql {
-        if ctx.kv {
-            // The store runs its model whatever the isolation level asked for.
-            return Sql {
-                begin: "BEGIN",
-                select: "SELECT k, v FROM kv WHERE k = $1".to_owned(),
-                update: "UPDATE kv SET v = $1 WHERE k = $2".to_owned(),
-            };
-        }
-        Sql {
-            begin: match ctx.isolation {
-                Isolation::Serializable => "BEGIN ISOLATION LEVEL SERIALIZABLE",
-                Isolation::RepeatableRead => "BEGIN ISOLATION LEVEL REPEATABLE READ",
-                Isolation::ReadCommitted => "BEGIN ISOLATION LEVEL READ COMMITTED",
-            },
-            select: format!("SELECT id, balance FROM {}.accounts WHERE id = $1 OR id = $2", ctx.schema),
-            update: format!("UPDATE {}.accounts SET balance = $1 WHERE id = $2", ctx.schema),
-        }
-    }
-}
-
-/// Reads rows `a` and `b` in the open transaction: (id, balance) pairs.
-async fn read_rows(
-    ctx: &ClientCtx,
-    sql: &Sql,
-    a: i64,
-    b: i64,
-) -> Result<Vec<(i64, i64)>, tokio_postgres::Error> {
-    if ctx.kv {
-        let mut out = Vec::new();
-        for k in [a, b] {
-            for r in ctx.client.query(&sql.select, &[&k]).await? {
-                out.push((r.get::<_, i64>(0), r.get::<_, i64>(1)));
-            }
-        }
-        return Ok(out);
-    }
-    // The ids are below --keys, a u32, and the balances start at 100 and only go down by 1 a commit.
-    let (a, b) = (a as i32, b as i32);
-    let rows = ctx.client.query(&sql.select, &[&a, &b]).await?;
-    Ok(rows.iter().map(|r| (i64::from(r.get::<_, i32>(0)), i64::from(r.get::<_, i32>(1)))).collect())
-}
-
-/// Sets row `a`'s balance in the open transaction.
-async fn write_row(ctx: &ClientCtx, sql: &Sql, a: i64, balance: i64) -> Result<u64, tokio_postgres::Error> {
-    if ctx.kv {
-        return ctx.client.execute(&sql.update, &[&balance, &a]).await;
-    }
-    ctx.client.execute(&sql.update, &[&(balance as i32), &(a as i32)]).await
-}
-
-/// One client: transfers between two random rows. Each transaction reads both balances and updates one of
-/// them from what it read, the shape that allows write skew below serializable.
-async fn client_loop(ctx: ClientCtx) {
-    let sql = Sql::new(&ctx);
-    let mut rng = ctx.seed | 1;
-    while ctx.counts.issued.fetch_add(1, Ordering::Relaxed) < ctx.total {
-        let a = (next(&mut rng) % u64::from(ctx.keys)) as i64;
-        let b = ((a as u64 + 1 + next(&mut rng) % u64::from(ctx.keys - 1)) % u64::from(ctx.keys)) as i64;
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let result: Result<bool, tokio_postgres::Error> = async {
-                ctx.client.batch_execute(sql.begin).await?;
-                let rows = read_rows(&ctx, &sql, a, b).await?;
-                let total: i64 = rows.iter().map(|r| r.1).sum();
-                if total < 2 {
-                    ctx.client.batch_execute("ROLLBACK").await?;
-                    return Ok(false);
-                }
-                let from_balance = rows.iter().find(|r| r.0 == a).map_or(0, |r| r.1);
-                write_row(&ctx, &sql, a, from_balance - 1).await?;
-                ctx.client.batch_execute("COMMIT").await?;
-                Ok(true)
-            }
-            .await;
-            match result {
-                Ok(true) => {
-                    ctx.counts.committed.fetch_add(1, Ordering::Relaxed);
-                    break;
-                }
-                Ok(false) => {
-                    ctx.counts.rolled_back.fetch_add(1, Ordering::Relaxed);
-                    break;
-                }
-                Err(e) => {
-                    let _ = ctx.client.batch_execute("ROLLBACK").await;
-                    let retryable = e.code().is_some_and(|c| {
-                        *c == tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
-                            || *c == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
-                    });
-                    if retryable && attempts < MAX_ATTEMPTS {
-                        ctx.counts.retries.fetch_add(1, Ordering::Relaxed);
-                        // A short random back-off, so that the same transactions do not collide again.
-                        let pause = 1 + next(&mut rng) % (2 * u64::from(attempts.min(10)));
-                        tokio::time::sleep(Duration::from_millis(pause)).await;
-                        continue;
-                    }
-                    let why = e
-                        .as_db_error()
-                        .map_or_else(|| e.to_string(), |d| format!("{}: {}", d.code().code(), d.message()));
-                    tracing::warn!("demo transaction failed after {attempts} attempts: {why}");
-                    ctx.counts.errors.fetch_add(1, Ordering::Relaxed);
-                    break;
-                }
-            }
-        }
-    }
 }
 
 /// What an anomaly class means, in plain words.

@@ -1,14 +1,15 @@
 //! A bare protocol-3 client for the tagging tests, and a tagged connection that puts the proxy's
 //! [`Tagger`] between that client and the real PostgreSQL on 127.0.0.1:5432 (trust auth for `postgres`),
 //! recording each transaction as the proxy's recorder does (ops from the tagger, outcome from the server's
-//! replies) and replaying the records into a history with the log's own [`Replayer`].
+//! replies) and replaying the records into a history with the log's own [`replay`].
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
-use history::log::{LogRecord, LoggedTxn, Replayer};
+use history::log::replay::replay;
+use history::log::{LogRecord, LoggedTxn};
 use history::{History, Outcome, SessionId, TxnId};
 use proxy::interpret::fence::{FenceCounter, Injected, InjectedReplies, Injection, Step, fence_statements};
 use proxy::interpret::tagger::{Outgoing, Tagger, TaggingShared};
@@ -149,12 +150,9 @@ impl Recording {
 
     /// The history recorded so far, through the log's replay path.
     pub fn history(&self) -> History {
-        let mut r = Replayer::new();
         let records = self.records.lock().map(|r| r.clone()).unwrap_or_default();
-        for (seq, rec) in records.into_iter().enumerate() {
-            r.apply(seq as u64, rec).unwrap_or_else(|e| panic!("replay: {e}"));
-        }
-        r.finish()
+        let numbered = records.into_iter().enumerate().map(|(seq, rec)| Ok((seq as u64, rec)));
+        replay(numbered).unwrap_or_else(|e| panic!("replay: {e}"))
     }
 }
 

@@ -1,0 +1,183 @@
+//! The log's one reader, record by record: what each record finishes (transactions, session ends, gaps),
+//! and the one-shot replay as a fold over it.
+
+use history::log::{Replayed, ReplayedTxn, Replayer, replay::replay};
+use history::{
+    KeyName, LogError, LogGap, LogRecord, LoggedOp, LoggedTxn, Op, Outcome, SessionId, TxnId, WriteId,
+};
+
+fn key(name: &str) -> KeyName {
+    KeyName { namespace: "accounts".into(), bytes: name.as_bytes().to_vec() }
+}
+
+/// A transaction of `session` at position `seq` that writes `k` with one statement.
+fn writes(id: u64, session: u64, seq: u64, k: &str) -> LoggedTxn {
+    let mut t = LoggedTxn::new(TxnId(id), SessionId(session), seq);
+    t.statements = vec![format!("UPDATE accounts SET v = {id} WHERE k = '{k}'")];
+    t.ops = vec![LoggedOp::Write { key: key(k), write: WriteId(id), stmt: Some(0) }];
+    t
+}
+
+fn intent(t: LoggedTxn) -> LogRecord {
+    LogRecord::Intent(t)
+}
+
+fn finished(t: LoggedTxn) -> LogRecord {
+    LogRecord::Finished { txn: t, outcome: Outcome::Committed, commit_ns: None }
+}
+
+fn outcome(id: u64, outcome: Outcome) -> LogRecord {
+    LogRecord::Outcome { txn: TxnId(id), outcome, commit_ns: None }
+}
+
+fn session_ended(session: u64) -> LogRecord {
+    LogRecord::SessionEnded { session: SessionId(session), last_seq: None }
+}
+
+fn recovery(indeterminate: &[u64], gap: bool) -> LogRecord {
+    LogRecord::Recovery {
+        indeterminate: indeterminate.iter().map(|&i| TxnId(i)).collect(),
+        gap,
+        previous: None,
+    }
+}
+
+/// What each record finished, the records numbered from 0: `T<id> <outcome> @<position>`, `end S<session>`,
+/// `gap after <n>`.
+fn events(replayer: &mut Replayer, records: Vec<LogRecord>) -> Vec<Vec<String>> {
+    records
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let finished = replayer.apply(i as u64, r).expect("a consistent record");
+            finished.iter().map(describe).collect()
+        })
+        .collect()
+}
+
+fn describe(event: &Replayed) -> String {
+    match event {
+        Replayed::Transaction(ReplayedTxn { txn, position, .. }) => {
+            format!("T{} {:?} @{position}", txn.id.0, txn.outcome)
+        }
+        Replayed::SessionEnded(s) => format!("end S{}", s.0),
+        Replayed::Gap(LogGap { after_txns }) => format!("gap after {after_txns}"),
+    }
+}
+
+#[test]
+fn each_transaction_comes_out_when_its_outcome_is_known_and_replay_keeps_log_order() {
+    let records = vec![
+        intent(writes(1, 1, 0, "a")),
+        finished(writes(2, 2, 0, "b")),
+        outcome(1, Outcome::Committed),
+        intent(writes(3, 2, 1, "a")),
+    ];
+    let mut replayer = Replayer::new();
+    let got = events(&mut replayer, records.clone());
+    assert_eq!(got, [vec![], vec!["T2 Committed @1"], vec!["T1 Committed @0"], vec![]]);
+    assert_eq!(replayer.pending().collect::<Vec<_>>(), [TxnId(3)]);
+    assert_eq!(replayer.end_of_log().iter().map(describe).collect::<Vec<_>>(), ["T3 Indeterminate @2"]);
+    // Keys and statements are interned once, in the replayer's own tables.
+    assert_eq!(replayer.keys().len(), 2);
+    assert_eq!(replayer.statements().len(), 3);
+
+    // The one-shot replay lists transactions by their first record, not by when they finished.
+    let h = replay(records.into_iter().enumerate().map(|(i, r)| Ok((i as u64, r)))).expect("replays");
+    let order: Vec<(u64, Outcome)> = h.transactions.iter().map(|t| (t.id.0, t.outcome)).collect();
+    assert_eq!(order, [(1, Outcome::Committed), (2, Outcome::Committed), (3, Outcome::Indeterminate)]);
+    let Op::Write { key: a, .. } = h.transactions[2].ops[0] else { panic!("T3 writes") };
+    assert_eq!(h.keys.name(a), Some(&key("a")));
+}
+
+#[test]
+fn an_intent_left_pending_at_its_session_end_finishes_indeterminate_before_the_end() {
+    let mut replayer = Replayer::new();
+    // T1's outcome append failed; the session ended; the clean close then lists T1 as pending.
+    let got = events(
+        &mut replayer,
+        vec![
+            intent(writes(1, 1, 0, "a")),
+            finished(writes(2, 2, 0, "b")),
+            session_ended(1),
+            recovery(&[1], false),
+        ],
+    );
+    assert_eq!(got, [vec![], vec!["T2 Committed @1"], vec!["T1 Indeterminate @0", "end S1"], vec!["end S2"]]);
+
+    // No outcome may follow the session's end.
+    let mut replayer = Replayer::new();
+    events(&mut replayer, vec![intent(writes(1, 1, 0, "a")), session_ended(1)]);
+    let err = replayer.apply(2, outcome(1, Outcome::Committed)).unwrap_err();
+    assert!(matches!(err, LogError::Inconsistent { seq: 2, .. }), "{err}");
+    assert!(err.to_string().contains("session already ended"), "{err}");
+}
+
+#[test]
+fn a_recovery_record_finishes_its_pending_intents_ends_the_sessions_of_its_run_and_marks_a_gap() {
+    let mut replayer = Replayer::new();
+    let got = events(
+        &mut replayer,
+        vec![
+            finished(writes(1, 3, 0, "a")),
+            finished(writes(2, 4, 0, "b")),
+            session_ended(4),
+            intent(writes(3, 5, 0, "c")),
+            recovery(&[3], true),
+            finished(writes(4, 6, 0, "a")),
+        ],
+    );
+    assert_eq!(
+        got,
+        [
+            vec!["T1 Committed @0"],
+            vec!["T2 Committed @1"],
+            vec!["end S4"],
+            vec![],
+            vec!["T3 Indeterminate @2", "end S3", "end S5", "gap after 3"],
+            vec!["T4 Committed @3"],
+        ]
+    );
+}
+
+#[test]
+fn an_outcome_or_a_recovery_listing_with_no_pending_intent_is_an_error_naming_the_record() {
+    let after = |record: LogRecord| {
+        let mut replayer = Replayer::new();
+        events(&mut replayer, vec![finished(writes(1, 1, 0, "a"))]);
+        replayer.apply(1, record).unwrap_err()
+    };
+    let err = after(outcome(1, Outcome::Committed));
+    assert!(matches!(err, LogError::Inconsistent { seq: 1, .. }), "{err}");
+    assert!(err.to_string().contains("already has an outcome"), "{err}");
+    let err = after(outcome(7, Outcome::Aborted));
+    assert!(matches!(err, LogError::Inconsistent { seq: 1, .. }), "{err}");
+    assert!(err.to_string().contains("has no intent"), "{err}");
+    let err = after(recovery(&[7], false));
+    assert!(matches!(err, LogError::Inconsistent { seq: 1, .. }), "{err}");
+}
+
+#[test]
+fn a_second_record_for_a_transaction_is_an_error_whatever_order_the_ids_come_in() {
+    let ids = [5, 3, 4, 7, 1, 6, 2];
+    let records = |extra: u64| {
+        let mut r: Vec<LogRecord> = ids.iter().map(|&id| finished(writes(id, id, 0, "a"))).collect();
+        r.push(intent(writes(extra, 99, 0, "a")));
+        r
+    };
+    for fresh in [8, 0, u64::MAX] {
+        let mut replayer = Replayer::new();
+        events(&mut replayer, records(fresh));
+        assert_eq!(replayer.pending().collect::<Vec<_>>(), [TxnId(fresh)]);
+    }
+    for reused in ids {
+        let mut replayer = Replayer::new();
+        let err = records(reused)
+            .into_iter()
+            .enumerate()
+            .find_map(|(seq, r)| replayer.apply(seq as u64, r).err())
+            .expect("the reused id is refused");
+        assert!(matches!(err, LogError::Inconsistent { seq: 7, .. }), "T{reused}: {err}");
+        assert!(err.to_string().contains("a second record"), "{err}");
+    }
+}

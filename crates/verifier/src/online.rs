@@ -1,0 +1,435 @@
+//! The online verifier's side of the history log (DESIGN.md §2): it follows a log that the proxy is still
+//! writing and verifies what it records, round by round (Cobra §4, §6.2).
+//!
+//! - [`Feeder`] reads the records the log has made durable, through the log's one reader
+//!   ([`history::log::Replayer`]), pushes each finished transaction into an [`OnlineVerifier`] and tells it
+//!   when a session ends (at its `SessionEnded` record, or at the `Recovery` record that ends the proxy run
+//!   it belonged to, so that a session open at a crash does not hold `epoch_agree` and garbage collection
+//!   back for ever). A transaction is pushed once its outcome is known; a session cannot begin its next
+//!   transaction before its COMMIT reply, so this keeps session order. [`Status`] is what it has done.
+//! - [`Tailer`] runs a feeder on its own OS thread, never on the proxy's async runtime: every [`POLL`] it
+//!   reads the records made durable since the last one it saw, at most [`MAX_RECORDS_PER_TICK`] of them so
+//!   that rounds and status keep running through a burst. The proxy only appends to the log and never waits
+//!   for the verifier, so a slow round delays verification (the lag grows), not clients.
+//!
+//! This module reads `history::log` and never a socket: `krait serve` and `krait demo` wire it to the proxy
+//! and format what it reports.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use history::log::{HistoryLog, LogError, Replayed, ReplayedTxn, Replayer};
+use history::{Durability, Key, Op, StmtRef, Transaction, TxnId};
+use thiserror::Error;
+
+use crate::{OnlineVerifier, Report, ReportStore, RoundOptions, RoundsError};
+
+/// How often the verifier thread looks at the log.
+pub const POLL: Duration = Duration::from_millis(100);
+/// The most log records one tick reads, so a burst cannot starve rounds and status updates.
+pub const MAX_RECORDS_PER_TICK: usize = 20_000;
+
+/// Why the online verifier stopped.
+#[derive(Debug, Error)]
+pub enum OnlineError {
+    /// A record could not be read, or contradicts the records before it.
+    #[error("cannot read the history log")]
+    Log(#[source] LogError),
+    /// A round could not run or its report could not be stored.
+    #[error("online verification failed")]
+    Rounds(#[source] RoundsError),
+    /// A transaction cites a key or statement that the log's reader never interned (a bug in this module).
+    #[error("{txn} cites a key or statement that the history log never named")]
+    UnknownName {
+        /// The transaction.
+        txn: TxnId,
+    },
+    /// The verifier thread could not be started.
+    #[error("cannot start the verifier thread")]
+    Spawn(#[source] std::io::Error),
+    /// The verifier thread panicked.
+    #[error("the verifier thread panicked")]
+    Panicked,
+}
+
+impl RoundOptions {
+    /// For verifying while the proxy records (`krait serve`, `krait demo`): a round every `round_size`
+    /// transactions or every `interval`, whichever comes first, carrying on after a reject.
+    pub fn online(round_size: usize, interval: Duration) -> Self {
+        RoundOptions {
+            round_size,
+            round_interval: Some(interval),
+            stop_at_first_reject: false,
+            ..RoundOptions::default()
+        }
+    }
+}
+
+/// What the online verifier has done so far, as status lines, `/metrics` and the demo show it.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    /// Log records read so far.
+    pub records_read: u64,
+    /// The log's next sequence number when last looked at (records appended so far).
+    pub log_records: u64,
+    /// Finished transactions read from the log (committed, aborted, indeterminate).
+    pub txns_read: u64,
+    /// Reads and writes (row-level ops) in those transactions.
+    pub ops_read: u64,
+    /// Statements in those transactions that the proxy could not map to row ops, so were not checked.
+    pub unchecked: u64,
+    /// Transactions verified by a completed round.
+    pub verified: u64,
+    /// Rounds run.
+    pub rounds: u64,
+    /// Reject reports found.
+    pub rejects: u64,
+    /// Ids of the stored reports, in order found.
+    pub report_ids: Vec<String>,
+    /// The verdict line of each reject.
+    pub reject_lines: Vec<String>,
+    /// Transactions read but not yet verified, plus log records not yet read.
+    pub lag_txns: u64,
+    /// How long the oldest transaction not yet verified has been waiting since it was read.
+    pub lag: Duration,
+    /// When the oldest transaction not yet verified was read, so that the lag can be told between ticks
+    /// (a long round publishes nothing while it runs).
+    pub oldest_unverified: Option<Instant>,
+    /// Transactions held after the last garbage collection.
+    pub live: u64,
+    /// Why the verifier stopped, if it failed.
+    pub error: Option<String>,
+}
+
+impl Status {
+    /// One line for a person.
+    pub fn line(&self) -> String {
+        format!(
+            "recorded {} txns ({} row ops, {} statements not checked), verified {}, lag {} txns / {:.1} s, \
+             {} rounds, {} rejects",
+            self.txns_read,
+            self.ops_read,
+            self.unchecked,
+            self.verified,
+            self.lag_txns,
+            self.lag.as_secs_f64(),
+            self.rounds,
+            self.rejects
+        )
+    }
+}
+
+/// Feeds an [`OnlineVerifier`] from a history log; see the module documentation.
+pub struct Feeder {
+    replayer: Replayer,
+    verifier: OnlineVerifier,
+    ids: VerifierIds,
+    /// The sequence number of the next record to read.
+    next_seq: u64,
+    status: Status,
+    /// `(cumulative transactions pushed, when)` for each read that pushed some, to measure the lag.
+    pushed_at: VecDeque<(u64, Instant)>,
+    seen_rounds: usize,
+    seen_rejects: usize,
+}
+
+impl Feeder {
+    /// A feeder that reads the log from its first record, writing reject reports into `store` if given.
+    pub fn new(options: RoundOptions, store: Option<ReportStore>) -> Self {
+        let mut verifier = OnlineVerifier::new(Default::default(), Vec::new(), options);
+        if let Some(store) = store {
+            verifier = verifier.with_report_store(store);
+        }
+        Feeder {
+            replayer: Replayer::new(),
+            verifier,
+            ids: VerifierIds::default(),
+            next_seq: 0,
+            status: Status::default(),
+            pushed_at: VecDeque::new(),
+            seen_rounds: 0,
+            seen_rejects: 0,
+        }
+    }
+
+    /// Reads what the log has made durable since the last call (at most `max` records); returns how many.
+    pub fn read_log(&mut self, log: &dyn HistoryLog, max: usize) -> Result<usize, OnlineError> {
+        // Act only on records a crash cannot take back; under `none` nothing is durable until close.
+        let limit = match log.durability() {
+            Durability::None => log.next_seq(),
+            _ => log.durable_below(),
+        };
+        let mut n = 0;
+        let pushed_before = self.status.txns_read;
+        for item in log.tail(self.next_seq) {
+            if n >= max {
+                break;
+            }
+            let (seq, record) = item.map_err(OnlineError::Log)?;
+            if seq >= limit {
+                break;
+            }
+            self.next_seq = seq + 1;
+            n += 1;
+            for event in self.replayer.apply(seq, record).map_err(OnlineError::Log)? {
+                self.feed(event)?;
+            }
+        }
+        self.status.records_read = self.next_seq;
+        self.status.log_records = log.next_seq();
+        if self.status.txns_read > pushed_before {
+            self.pushed_at.push_back((self.status.txns_read, Instant::now()));
+        }
+        Ok(n)
+    }
+
+    fn feed(&mut self, event: Replayed) -> Result<(), OnlineError> {
+        match event {
+            Replayed::Transaction(txn) => self.push(txn),
+            // A quiet session no longer holds `epoch_agree` (and so collection) back (Cobra §4.2).
+            Replayed::SessionEnded(session) => {
+                self.verifier.session_ended(session);
+                Ok(())
+            }
+            // Not acted on online: rounds verify on as if the log were whole (one-shot verification of the
+            // replayed history is where a gap counts).
+            Replayed::Gap(_) => Ok(()),
+        }
+    }
+
+    fn push(&mut self, replayed: ReplayedTxn) -> Result<(), OnlineError> {
+        let ReplayedTxn { mut txn, unchecked, position: _ } = replayed;
+        self.ids.translate(&mut txn, &self.replayer, &mut self.verifier)?;
+        self.status.txns_read += 1;
+        self.status.ops_read += txn.ops.len() as u64;
+        self.status.unchecked += unchecked.len() as u64;
+        self.verifier.note_unchecked(&unchecked);
+        self.verifier.push(txn).map_err(OnlineError::Rounds)?;
+        self.after_push();
+        Ok(())
+    }
+
+    /// Runs a round if the round interval has passed.
+    pub fn poll(&mut self) -> Result<(), OnlineError> {
+        self.verifier.poll().map_err(OnlineError::Rounds)?;
+        self.after_push();
+        Ok(())
+    }
+
+    /// Admits everything still waiting and runs a last round.
+    pub fn finish(&mut self) -> Result<(), OnlineError> {
+        self.verifier.finish().map_err(OnlineError::Rounds)?;
+        self.after_push();
+        Ok(())
+    }
+
+    /// New reject verdict lines (with their report ids) since the last call.
+    pub fn new_rejects(&mut self) -> Vec<(Option<String>, String)> {
+        let rejects = self.verifier.rejects();
+        let ids = self.verifier.report_ids();
+        let out = (self.seen_rejects..rejects.len())
+            .filter_map(|i| Some((ids.get(i).cloned(), rejects.get(i)?.verdict_line())))
+            .collect();
+        self.seen_rejects = rejects.len();
+        out
+    }
+
+    /// The reject reports found so far.
+    pub fn rejects(&self) -> &[Report] {
+        self.verifier.rejects()
+    }
+
+    /// The verifier it feeds, to look at (epochs, collection).
+    pub fn verifier(&self) -> &OnlineVerifier {
+        &self.verifier
+    }
+
+    /// The log's reader, to look at (intents still pending).
+    pub fn replayer(&self) -> &Replayer {
+        &self.replayer
+    }
+
+    fn after_push(&mut self) {
+        let rounds = self.verifier.rounds();
+        for r in rounds.get(self.seen_rounds..).unwrap_or_default() {
+            self.status.verified += r.admitted as u64;
+        }
+        self.seen_rounds = rounds.len();
+        self.status.rounds = rounds.len() as u64;
+        self.status.rejects = self.verifier.rejects().len() as u64;
+        self.status.report_ids = self.verifier.report_ids().to_vec();
+        self.status.reject_lines = self.verifier.rejects().iter().map(|r| r.verdict_line()).collect();
+        while self.pushed_at.front().is_some_and(|&(n, _)| n <= self.status.verified) {
+            self.pushed_at.pop_front();
+        }
+        self.status.oldest_unverified = self.pushed_at.front().map(|&(_, at)| at);
+        self.status.lag = self.pushed_at.front().map_or(Duration::ZERO, |&(_, at)| at.elapsed());
+        self.status.live = self.verifier.live_transactions() as u64;
+        let unread = self.status.log_records.saturating_sub(self.status.records_read);
+        self.status.lag_txns = self.status.txns_read.saturating_sub(self.status.verified) + unread;
+    }
+
+    /// The state now.
+    pub fn status(&mut self) -> Status {
+        self.after_push();
+        self.status.clone()
+    }
+}
+
+/// The verifier's own ids for the keys and statements of the replayer's tables. The verifier keeps its own
+/// key table, since garbage collection adds keys of its own to it (links, `gc` rule 6), so a transaction's
+/// keys and statements are translated as it is pushed, each interned the first time a pushed transaction
+/// cites it.
+#[derive(Default)]
+struct VerifierIds {
+    keys: Vec<Option<Key>>,
+    statements: Vec<Option<StmtRef>>,
+}
+
+impl VerifierIds {
+    fn translate(
+        &mut self,
+        txn: &mut Transaction,
+        replayer: &Replayer,
+        verifier: &mut OnlineVerifier,
+    ) -> Result<(), OnlineError> {
+        let id = txn.id;
+        for op in &mut txn.ops {
+            let (Op::Read { key, stmt, .. } | Op::Write { key, stmt, .. }) = op;
+            let at = key.0 as usize;
+            *key = match self.keys.get(at).copied().flatten() {
+                Some(local) => local,
+                None => {
+                    let name = replayer.keys().name(*key).ok_or(OnlineError::UnknownName { txn: id })?;
+                    let local = verifier.intern_key(name.clone());
+                    set(&mut self.keys, at, local);
+                    local
+                }
+            };
+            let Some(stmt) = stmt else { continue };
+            let at = stmt.0 as usize;
+            *stmt = match self.statements.get(at).copied().flatten() {
+                Some(local) => local,
+                None => {
+                    let text = replayer.statements().get(at).ok_or(OnlineError::UnknownName { txn: id })?;
+                    let local = verifier.add_statement(text.clone());
+                    set(&mut self.statements, at, local);
+                    local
+                }
+            };
+        }
+        Ok(())
+    }
+}
+
+/// `table[at] = Some(value)`, growing the table as needed.
+fn set<T: Copy>(table: &mut Vec<Option<T>>, at: usize, value: T) {
+    if table.len() <= at {
+        table.resize(at + 1, None);
+    }
+    table[at] = Some(value);
+}
+
+/// A [`Feeder`] on its own thread, tailing a live log until told to stop.
+pub struct Tailer {
+    stop: Arc<AtomicBool>,
+    status: Arc<Mutex<Status>>,
+    thread: Option<JoinHandle<Result<Status, OnlineError>>>,
+}
+
+impl Tailer {
+    /// Starts tailing `log` on a new thread. `on_reject` is called (on that thread) once per reject with the
+    /// report id and the verdict line.
+    pub fn spawn(
+        log: Arc<dyn HistoryLog>,
+        options: RoundOptions,
+        store: Option<ReportStore>,
+        on_reject: impl Fn(Option<&str>, &str) + Send + 'static,
+    ) -> Result<Tailer, OnlineError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let status = Arc::new(Mutex::new(Status::default()));
+        let (stop2, status2) = (stop.clone(), status.clone());
+        let thread = std::thread::Builder::new()
+            .name("krait-verifier".into())
+            .spawn(move || {
+                let mut feeder = Feeder::new(options, store);
+                let publish = |feeder: &mut Feeder| {
+                    let s = feeder.status();
+                    if let Ok(mut g) = status2.lock() {
+                        *g = s.clone();
+                    }
+                    s
+                };
+                let result = (|| -> Result<(), OnlineError> {
+                    loop {
+                        let stopping = stop2.load(Ordering::Acquire);
+                        // Once stopping, the proxy has closed the log: read everything that is left.
+                        let max = if stopping { usize::MAX } else { MAX_RECORDS_PER_TICK };
+                        let n = feeder.read_log(log.as_ref(), max)?;
+                        if stopping {
+                            feeder.finish()?;
+                        } else {
+                            feeder.poll()?;
+                        }
+                        for (id, line) in feeder.new_rejects() {
+                            on_reject(id.as_deref(), &line);
+                        }
+                        publish(&mut feeder);
+                        if stopping {
+                            return Ok(());
+                        }
+                        if n < MAX_RECORDS_PER_TICK {
+                            std::thread::sleep(POLL);
+                        }
+                    }
+                })();
+                let mut s = publish(&mut feeder);
+                if let Err(e) = &result {
+                    s.error = Some(with_causes(e));
+                    if let Ok(mut g) = status2.lock() {
+                        g.error = s.error.clone();
+                    }
+                }
+                result.map(|()| s)
+            })
+            .map_err(OnlineError::Spawn)?;
+        Ok(Tailer { stop, status, thread: Some(thread) })
+    }
+
+    /// The state at the last tick.
+    pub fn status(&self) -> Status {
+        self.status.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// Tells the thread to read the rest of the log, run a last round and exit; returns the final state.
+    /// Call after the proxy has shut down (so the log is closed and everything in it is durable).
+    pub fn finish(mut self) -> Result<Status, OnlineError> {
+        self.stop.store(true, Ordering::Release);
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(OnlineError::Panicked),
+            None => Ok(self.status()),
+        }
+    }
+}
+
+impl Drop for Tailer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// An error and its causes on one line, outermost first.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        line.push_str(": ");
+        line.push_str(&c.to_string());
+        cause = c.source();
+    }
+    line
+}

@@ -1,0 +1,216 @@
+//! The online verifier on a history log: transactions are verified once their outcome is durable, reads
+//! are bounded per call, and sessions end at their SessionEnded record or at the Recovery record of their
+//! run, so that garbage collection can advance.
+
+use std::time::Duration;
+
+use history::log::{HistoryLog, LoggedOp, LoggedTxn};
+use history::{Durability, KeyName, Observed, Outcome, SessionId, SledLog, TxnId, WriteId};
+use verifier::online::Feeder;
+use verifier::{ReportStore, RoundOptions};
+
+fn key(name: &str) -> KeyName {
+    KeyName { namespace: "accounts".into(), bytes: name.as_bytes().to_vec() }
+}
+
+/// A transaction that reads `x` and `y` at their initial versions and writes `writes`.
+fn skewed(id: u64, session: u64, writes: &str, write: u64) -> LoggedTxn {
+    let mut t = LoggedTxn::new(TxnId(id), SessionId(session), 0);
+    t.statements.push(format!("UPDATE accounts SET v = v - 1 WHERE k = '{writes}'"));
+    for k in ["x", "y"] {
+        t.ops.push(LoggedOp::Read { key: key(k), observed: Observed::PreHistory(0), stmt: Some(0) });
+    }
+    t.ops.push(LoggedOp::Write { key: key(writes), write: WriteId(write), stmt: Some(0) });
+    t
+}
+
+#[test]
+fn a_write_skew_in_the_log_is_rejected_and_its_report_stored() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let _durable_with_the_outcome = log.append_intent(skewed(1, 1, "x", 11)).expect("intent");
+    let _durable_with_the_outcome = log.append_intent(skewed(2, 2, "y", 12)).expect("intent");
+    // Only T1's outcome is logged so far: T2 must wait for its outcome, not be verified as it stands.
+    log.append_outcome(TxnId(1), Outcome::Committed, Some(10)).expect("outcome").wait().expect("durable");
+    let store = ReportStore::open(dir.path()).expect("a report store");
+    let mut feeder = Feeder::new(RoundOptions::online(1_000, Duration::from_secs(3600)), Some(store.clone()));
+    assert_eq!(feeder.read_log(&log, usize::MAX).expect("reads"), 3);
+    let s = feeder.status();
+    assert_eq!((s.txns_read, s.ops_read, s.verified), (1, 3, 0));
+    assert_eq!(s.lag_txns, 1);
+
+    log.append_outcome(TxnId(2), Outcome::Committed, Some(20)).expect("outcome").wait().expect("durable");
+    assert_eq!(feeder.read_log(&log, usize::MAX).expect("reads"), 1);
+    feeder.finish().expect("a last round");
+    let s = feeder.status();
+    assert_eq!((s.txns_read, s.verified, s.rejects, s.lag_txns), (2, 2, 1, 0));
+    let rejects = feeder.new_rejects();
+    assert_eq!(rejects.len(), 1);
+    assert!(rejects[0].1.starts_with("REJECT"), "{}", rejects[0].1);
+    let id = rejects[0].0.clone().expect("the report was stored");
+    assert!(!store.load(&id).expect("the stored report loads").is_accept());
+    assert!(feeder.new_rejects().is_empty(), "each reject is announced once");
+}
+
+#[test]
+fn serial_transactions_are_accepted_and_a_recovery_record_releases_pending_intents() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    // T1 writes x; T2 (same session, later) reads T1's x and writes y: serial, accepted.
+    let mut t1 = LoggedTxn::new(TxnId(1), SessionId(1), 0);
+    t1.ops.push(LoggedOp::Write { key: key("x"), write: WriteId(11), stmt: None });
+    log.append_finished(t1, Outcome::Committed, Some(10)).expect("finished").wait().expect("durable");
+    let mut t2 = LoggedTxn::new(TxnId(2), SessionId(1), 1);
+    t2.ops.push(LoggedOp::Read { key: key("x"), observed: Observed::Version(WriteId(11)), stmt: None });
+    t2.ops.push(LoggedOp::Write { key: key("y"), write: WriteId(12), stmt: None });
+    let _durable_with_the_outcome = log.append_intent(t2).expect("intent");
+    // The proxy closes with T2's COMMIT in flight: the log lists it as indeterminate.
+    log.close().expect("a clean close");
+    let mut feeder = Feeder::new(RoundOptions::online(1, Duration::from_secs(3600)), None);
+    feeder.read_log(&log, usize::MAX).expect("reads");
+    feeder.finish().expect("a last round");
+    let s = feeder.status();
+    assert_eq!((s.txns_read, s.verified, s.rejects), (2, 2, 0), "{s:?}");
+    assert!(s.rounds >= 2, "one round per transaction at round size 1: {s:?}");
+}
+
+#[test]
+fn reading_is_bounded_per_call() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    for i in 0..10 {
+        let t = LoggedTxn::new(TxnId(i + 1), SessionId(1), i);
+        log.append_finished(t, Outcome::Committed, None).expect("finished").wait().expect("durable");
+    }
+    let mut feeder = Feeder::new(RoundOptions::online(1_000, Duration::from_secs(3600)), None);
+    assert_eq!(feeder.read_log(&log, 4).expect("reads"), 4);
+    assert_eq!(feeder.status().lag_txns, 10, "4 read but unverified, 6 not read yet");
+    assert_eq!(feeder.read_log(&log, 100).expect("reads"), 6);
+    assert_eq!(feeder.read_log(&log, 100).expect("reads"), 0);
+}
+
+/// A logged transaction of `session` at position `seq` with the given ops.
+fn logged(id: u64, session: u64, seq: u64, ops: Vec<LoggedOp>, fence: bool) -> LoggedTxn {
+    let mut t = LoggedTxn::new(TxnId(id), SessionId(session), seq);
+    t.ops = ops;
+    t.fence = fence;
+    t
+}
+
+fn read(k: &str, observed: Observed) -> LoggedOp {
+    LoggedOp::Read { key: key(k), observed, stmt: None }
+}
+
+fn write(k: &str, w: u64) -> LoggedOp {
+    LoggedOp::Write { key: key(k), write: WriteId(w), stmt: None }
+}
+
+/// Session 3 runs one transaction (left as an intent with no outcome when `orphan`) and goes quiet;
+/// session 1 writes x twice; then ten fences alternate between sessions 1 and 2. Returns the feeder
+/// after a last round.
+fn quiet_session(end: bool, orphan: bool) -> Feeder {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let quiet = logged(1, 3, 0, vec![write("s", 7)], false);
+    if orphan {
+        let _ = log.append_intent(quiet).expect("intent");
+    } else {
+        let _ = log.append_finished(quiet, Outcome::Committed, Some(1)).expect("finished");
+    }
+    if end {
+        let _ = log.append_session_ended(SessionId(3), Some(0)).expect("session ended");
+    }
+    let t2 = logged(2, 1, 0, vec![write("x", 1)], false);
+    let _ = log.append_finished(t2, Outcome::Committed, Some(2)).expect("finished");
+    let t3 = logged(3, 1, 1, vec![read("x", Observed::Version(WriteId(1))), write("x", 2)], false);
+    let _ = log.append_finished(t3, Outcome::Committed, Some(3)).expect("finished");
+    append_fence_chain(&log, [(1, 2), (2, 0)]);
+    let options = RoundOptions { round_size: 2, round_interval: None, ..RoundOptions::default() };
+    let mut feeder = Feeder::new(options, None);
+    feeder.read_log(&log, usize::MAX).expect("reads");
+    feeder.finish().expect("a last round");
+    feeder
+}
+
+/// Ten committed fences (transactions 10–19), alternating between two sessions given as (session, seq
+/// of its first fence), each reading the fence row the one before wrote; then waits until durable.
+fn append_fence_chain(log: &SledLog, sessions: [(u64, u64); 2]) {
+    let mut next_seq = sessions.map(|(_, seq)| seq);
+    for i in 0..10u64 {
+        let s = (i % 2) as usize;
+        let prev = if i == 0 { Observed::PreHistory(0) } else { Observed::Version(WriteId(1000 + i - 1)) };
+        let ops = vec![read("F", prev), write("F", 1000 + i)];
+        let fence = logged(10 + i, sessions[s].0, next_seq[s], ops, true);
+        next_seq[s] += 1;
+        let _ = log.append_finished(fence, Outcome::Committed, Some(10 + i)).expect("finished");
+    }
+    log.sync().expect("durable");
+}
+
+/// Session 3 runs one transaction and the proxy crashes before the session ends (no SessionEnded
+/// record); after the restart (a Recovery record) sessions 4 and 5 run ten fences. Without the restart
+/// rule session 3 would hold `epoch_agree` at 0 for ever.
+#[test]
+fn sessions_open_at_a_crash_end_at_the_recovery_record() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("log");
+    let log = SledLog::open(&path, Durability::Strict).expect("the log opens");
+    let quiet = logged(1, 3, 0, vec![write("s", 7)], false);
+    log.append_finished(quiet, Outcome::Committed, Some(1)).expect("finished").wait().expect("durable");
+    log.drop_as_if_crashed();
+    let log = SledLog::open(&path, Durability::Strict).expect("the log reopens after the crash");
+    let t2 = logged(2, 4, 0, vec![write("x", 1)], false);
+    let _ = log.append_finished(t2, Outcome::Committed, Some(2)).expect("finished");
+    let t3 = logged(3, 4, 1, vec![read("x", Observed::Version(WriteId(1))), write("x", 2)], false);
+    let _ = log.append_finished(t3, Outcome::Committed, Some(3)).expect("finished");
+    append_fence_chain(&log, [(4, 2), (5, 0)]);
+    let options = RoundOptions { round_size: 2, round_interval: None, ..RoundOptions::default() };
+    let mut feeder = Feeder::new(options, None);
+    feeder.read_log(&log, usize::MAX).expect("reads");
+    feeder.finish().expect("a last round");
+    let (agree, deleted) = (feeder.verifier().epoch_agree(), feeder.verifier().deleted());
+    assert!(agree >= 8 && deleted > 0, "epoch_agree {agree}, deleted {deleted}");
+    assert_eq!(feeder.status().txns_read, 13);
+    assert!(feeder.new_rejects().is_empty());
+}
+
+#[test]
+fn a_session_ended_record_lets_collection_advance_past_a_quiet_session() {
+    let stalled = quiet_session(false, false);
+    assert_eq!((stalled.verifier().epoch_agree(), stalled.verifier().deleted()), (0, 0), "no end: stalled");
+    for orphan in [false, true] {
+        let mut ended = quiet_session(true, orphan);
+        let (agree, deleted) = (ended.verifier().epoch_agree(), ended.verifier().deleted());
+        assert!(agree >= 8 && deleted > 0, "orphan {orphan}: epoch_agree {agree}, deleted {deleted}");
+        // The quiet session's transaction was fed (as Indeterminate when its outcome never came).
+        assert_eq!(ended.status().txns_read, 13, "orphan {orphan}");
+        assert_eq!(ended.replayer().pending().count(), 0, "orphan {orphan}");
+        assert!(ended.new_rejects().is_empty(), "orphan {orphan}");
+    }
+}
+
+/// The verifier numbers keys and statements in the order transactions reach it, the log's reader in the
+/// order their first records come; a report must still name what each transaction read and wrote.
+#[test]
+fn a_report_names_the_keys_and_statements_of_the_log_whatever_order_they_were_first_seen() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let _durable_with_the_outcome = log.append_intent(skewed(1, 1, "x", 11)).expect("intent");
+    // T3, finished in between, is the first to reach the verifier: its key and statement come first there.
+    let mut other = LoggedTxn::new(TxnId(3), SessionId(3), 0);
+    other.statements.push("UPDATE accounts SET v = 0 WHERE k = 'z'".into());
+    other.ops.push(LoggedOp::Write { key: key("z"), write: WriteId(13), stmt: Some(0) });
+    let _ = log.append_finished(other, Outcome::Committed, Some(5)).expect("finished");
+    let _durable_with_the_outcome = log.append_intent(skewed(2, 2, "y", 12)).expect("intent");
+    log.append_outcome(TxnId(1), Outcome::Committed, Some(10)).expect("outcome").wait().expect("durable");
+    log.append_outcome(TxnId(2), Outcome::Committed, Some(20)).expect("outcome").wait().expect("durable");
+    let mut feeder = Feeder::new(RoundOptions::online(1_000, Duration::from_secs(3600)), None);
+    feeder.read_log(&log, usize::MAX).expect("reads");
+    feeder.finish().expect("a last round");
+    let [report] = feeder.rejects() else { panic!("one reject: {:?}", feeder.status()) };
+    let t1 = report.transactions.iter().find(|t| t.id == TxnId(1)).expect("T1 is in the report");
+    let ops: Vec<&str> = t1.ops.iter().map(|op| op.text.as_str()).collect();
+    assert_eq!(ops, ["r(accounts:x) = init", "r(accounts:y) = init", "w(accounts:x) = w11"]);
+    let sql = t1.ops[2].sql.as_deref();
+    assert_eq!(sql, Some("UPDATE accounts SET v = v - 1 WHERE k = 'x'"));
+}
