@@ -5,49 +5,13 @@ mod proxy_support;
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use history::Outcome;
 use proxy_support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use wire::pg::StartupPacket;
 use wire::pg::backend::BackendMessage;
-use wire::pg::{StartupPacket, split_frame};
-
-/// Opens a raw connection and completes startup as `postgres`, up to the first ReadyForQuery.
-async fn raw_session(p: &TestProxy) -> (TcpStream, BytesMut) {
-    let mut s = TcpStream::connect(p.handle.listen_addr()).await.unwrap();
-    let mut buf = BytesMut::new();
-    StartupPacket::Startup {
-        major: 3,
-        minor: 0,
-        params: vec![
-            (Bytes::from("user"), Bytes::from(PG_USER)),
-            (Bytes::from("database"), Bytes::from(PG_DB)),
-        ],
-    }
-    .encode(&mut buf);
-    s.write_all(&buf).await.unwrap();
-    let mut rbuf = BytesMut::new();
-    loop {
-        let m = read_backend(&mut s, &mut rbuf).await.expect("startup reply");
-        if matches!(m, BackendMessage::ReadyForQuery(_)) {
-            return (s, rbuf);
-        }
-    }
-}
-
-/// Reads one backend message, or `None` at EOF. Bounded in time.
-async fn read_backend(s: &mut TcpStream, buf: &mut BytesMut) -> Option<BackendMessage> {
-    loop {
-        if let Some(f) = split_frame(buf, 1 << 20).unwrap() {
-            return Some(BackendMessage::decode(&f).unwrap());
-        }
-        let n = tokio::time::timeout(Duration::from_secs(10), s.read_buf(buf)).await.expect("reply in time");
-        if n.unwrap_or(0) == 0 {
-            return None;
-        }
-    }
-}
 
 /// Reads until EOF and returns the FATAL error's message, if one came.
 async fn fatal_then_eof(s: &mut TcpStream, buf: &mut BytesMut) -> String {
