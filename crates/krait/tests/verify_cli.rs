@@ -81,3 +81,46 @@ fn verify_in_rounds_gives_the_labelled_verdicts() {
     let out = verify("cobra/one-shot-chengRW/chengRW-500", &["--rounds", "0"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn strict_serializability_without_any_timestamps_is_an_error_unless_explicitly_allowed() {
+    // Cobra's plain logs carry no timestamps: real-time order cannot be checked at all.
+    let out = verify("cobra/one-shot-chengRW/chengRW-500", &["--level", "strict-serializable"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}{stderr}", String::from_utf8_lossy(&out.stdout));
+    assert!(stderr.contains("has timestamps") && stderr.contains("--allow-missing-timestamps"), "{stderr}");
+
+    for extra in [&[][..], &["--rounds", "100"][..]] {
+        let mut args = vec!["--level", "strict-serializable", "--allow-missing-timestamps"];
+        args.extend_from_slice(extra);
+        let out = verify("cobra/one-shot-chengRW/chengRW-500", &args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.starts_with("ACCEPT: the history is serializable"), "{stdout}");
+        assert!(!stdout.contains("strict serializable ("), "{stdout}");
+        assert!(stdout.contains("real-time order was not checked"), "{stdout}");
+    }
+}
+
+#[test]
+fn strict_serializability_with_some_timestamps_missing_says_how_many_were_not_checked() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("h.jsonl");
+    let lines = [
+        r#"{"krait_history":{"version":1,"statements":0,"keys":1,"transactions":3,"gaps":0}}"#,
+        r#"{"key":{"name":"x","ns":"","utf8":"x"}}"#,
+        r#"{"txn":{"id":1,"session":1,"seq":0,"outcome":"committed","start_ns":5,"commit_ns":9,"ops":[{"w":"x","v":1}]}}"#,
+        r#"{"txn":{"id":2,"session":2,"seq":0,"outcome":"committed","ops":[{"r":"x","v":1}]}}"#,
+        r#"{"txn":{"id":3,"session":3,"seq":0,"outcome":"committed","ops":[{"r":"x","v":1}]}}"#,
+    ];
+    std::fs::write(&path, lines.join("\n") + "\n").expect("writes");
+    let path = path.to_str().expect("utf-8 path");
+    for extra in [&[][..], &["--rounds", "100"][..]] {
+        let mut args = vec!["verify", path, "--level", "strict-serializable"];
+        args.extend_from_slice(extra);
+        let out = krait(&args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("real-time order was not checked for the 2 without timestamps"), "{stdout}");
+    }
+}
