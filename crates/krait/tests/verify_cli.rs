@@ -124,3 +124,15 @@ fn strict_serializability_with_some_timestamps_missing_says_how_many_were_not_ch
         assert!(stdout.contains("real-time order was not checked for the 2 without timestamps"), "{stdout}");
     }
 }
+
+#[test]
+fn a_plain_cobra_log_read_as_timestamped_says_it_has_no_timestamps() {
+    let out = verify("cobra/one-shot-chengRW/chengRW-500", &["--format", "cobra-ts"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("appears to have no timestamps") && stderr.contains("--format cobra"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("tag byte"), "{stderr}");
+}
