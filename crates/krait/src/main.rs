@@ -76,8 +76,25 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("krait: error: {err:#}");
+            eprintln!("krait: error: {}", error_chain(&err));
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes on one line, each said once. Many error types print their cause inside their own
+/// message *and* return it as their `source()`; walking the chain as `{:#}` does would then say every cause
+/// twice, so a cause that its parent's message already ends with is left out.
+fn error_chain(err: &anyhow::Error) -> String {
+    let mut chain = err.chain().map(|cause| cause.to_string());
+    let mut line = chain.next().unwrap_or_default();
+    let mut parent = line.clone();
+    for cause in chain {
+        if !parent.ends_with(&cause) {
+            line.push_str(": ");
+            line.push_str(&cause);
+        }
+        parent = cause;
+    }
+    line
 }

@@ -136,3 +136,52 @@ fn a_plain_cobra_log_read_as_timestamped_says_it_has_no_timestamps() {
     );
     assert!(!stderr.contains("tag byte"), "{stderr}");
 }
+
+/// Asserts that a failed command exits 2 and that its error says each of `once` exactly once.
+fn assert_error_says_once(args: &[&str], once: &[&str]) {
+    let out = krait(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    for s in once {
+        assert_eq!(stderr.matches(s).count(), 1, "{args:?} should say {s:?} once: {stderr}");
+    }
+}
+
+#[test]
+fn errors_of_verify_history_and_config_check_name_the_file_and_position_once() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).expect("writes");
+        path.to_str().expect("utf-8 path").to_owned()
+    };
+    let polysi = file("bad.txt", b"r(1,2,3\n");
+    let jsonl = file("bad.jsonl", b"{\"x\":1}\n");
+    let native = file("bad.krait", b"not native at all");
+    let config = file("bad.toml", b"[proxy]\nlisten = 5\n");
+    let missing = dir.path().join("missing").to_str().expect("utf-8 path").to_owned();
+    let out = dir.path().join("out.krait").to_str().expect("utf-8 path").to_owned();
+    let cobra = dir.path().join("cobra");
+    std::fs::create_dir(&cobra).expect("creates");
+    std::fs::write(cobra.join("T1.log"), b"X").expect("writes");
+    let cobra = cobra.to_str().expect("utf-8 path").to_owned();
+
+    for command in [&["verify"][..], &["history", "stats"][..]] {
+        let cases: [(&[&str], &[&str]); 5] = [
+            (&[&polysi, "--format", "polysi"], &[&polysi, "line 1"]),
+            (&[&jsonl], &[&jsonl, "line 1"]),
+            (&[&native, "--format", "native"], &[&native, "byte offset"]),
+            (&[&cobra], &["T1.log", "byte offset"]),
+            (&[&missing], &[&missing, "No such file"]),
+        ];
+        for (rest, once) in cases {
+            assert_error_says_once(&[command, rest].concat(), once);
+        }
+    }
+    assert_error_says_once(
+        &["history", "convert", &polysi, &out, "--format", "polysi"],
+        &[&polysi, "line 1"],
+    );
+    assert_error_says_once(&["config", "check", &config], &[&config, "line 1"]);
+    assert_error_says_once(&["config", "check", &missing], &[&missing, "No such file"]);
+}
