@@ -185,3 +185,33 @@ fn errors_of_verify_history_and_config_check_name_the_file_and_position_once() {
     assert_error_says_once(&["config", "check", &config], &[&config, "line 1"]);
     assert_error_says_once(&["config", "check", &missing], &[&missing, "No such file"]);
 }
+
+#[test]
+fn commands_exit_quietly_when_the_reader_of_stdout_goes_away() {
+    use std::process::{Command, Stdio};
+    let reject = corpus().join("cobra/ser-violation/cock-G2");
+    let reject = reject.to_str().expect("utf-8 path");
+    let accept = corpus().join("cobra/one-shot-chengRW/chengRW-500");
+    let accept = accept.to_str().expect("utf-8 path");
+    for args in [
+        &["verify", reject, "--json"][..],
+        &["verify", reject],
+        &["verify", accept],
+        &["verify", accept, "--rounds", "100"],
+        &["history", "stats", accept],
+        &["history", "stats", accept, "--json"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_krait"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the krait binary runs");
+        // The reader goes away before krait has read the history, so every write to stdout fails.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("krait ends");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked") && !stderr.contains("error"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+    }
+}
