@@ -52,7 +52,11 @@ enum Command {
     Refstore(cmd::refstore::RefstoreArgs),
 }
 
+/// The exit status after stdout's reader went away: what a process killed by SIGPIPE reports to a shell.
+const BROKEN_PIPE_STATUS: i32 = 128 + 13;
+
 fn main() -> ExitCode {
+    exit_quietly_when_stdout_closes();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -75,9 +79,53 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(err) if is_broken_pipe(&err) => std::process::exit(BROKEN_PIPE_STATUS),
         Err(err) => {
-            eprintln!("krait: error: {err:#}");
+            eprintln!("krait: error: {}", error_chain(&err));
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes on one line, each said once. Many error types print their cause inside their own
+/// message *and* return it as their `source()`; walking the chain as `{:#}` does would then say every cause
+/// twice, so a cause that its parent's message already ends with is left out.
+fn error_chain(err: &anyhow::Error) -> String {
+    let mut chain = err.chain().map(|cause| cause.to_string());
+    let mut line = chain.next().unwrap_or_default();
+    let mut parent = line.clone();
+    for cause in chain {
+        if !parent.ends_with(&cause) {
+            line.push_str(": ");
+            line.push_str(&cause);
+        }
+        parent = cause;
+    }
+    line
+}
+
+/// Rust ignores SIGPIPE, so once the reader of stdout has gone (`krait verify H --json | head`) every
+/// `println!` panics. Nothing is left to tell that reader, so such a panic ends the process quietly, with the
+/// status a shell expects of a command whose pipe closed; every other panic is reported as before.
+fn exit_quietly_when_stdout_closes() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(BROKEN_PIPE_STATUS);
+        }
+        report(info);
+    }));
+}
+
+/// Whether an error is a write to a pipe whose reader has gone.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -249,3 +249,30 @@ fn the_history_the_proxy_records_from_the_store_agrees_with_the_stores_own() {
         );
     }
 }
+
+#[test]
+fn a_flag_for_one_target_is_an_error_with_the_other_and_implies_its_target_under_auto() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let data = dir.path().join("data");
+    let data = data.to_str().expect("utf-8 path");
+    for args in [
+        &["demo", "--target", "postgres", "--model", "si", "--data-dir", data][..],
+        &["demo", "--target", "embedded", "--isolation", "repeatable-read", "--data-dir", data],
+        &["demo", "--model", "si", "--isolation", "repeatable-read", "--data-dir", data],
+        &["demo", "--target", "postgres", "--history-out", data, "--data-dir", data],
+    ] {
+        let out = krait(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}{stderr}", stdout(&out));
+        assert!(stderr.contains("target"), "{args:?}: {stderr}");
+        assert!(!stdout(&out).contains("transactions recorded"), "{args:?}: nothing runs");
+    }
+
+    // Under --target auto, --model runs the embedded store whether or not PostgreSQL answers.
+    let out = krait(&["demo", "--model", "ser", "--txns", "100", "--data-dir", data]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("--model implies --target embedded"), "{text}");
+    assert!(!text.contains("PostgreSQL answers"), "{text}");
+    assert!(text.contains("target: the embedded reference store"), "{text}");
+}

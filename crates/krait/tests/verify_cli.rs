@@ -81,3 +81,137 @@ fn verify_in_rounds_gives_the_labelled_verdicts() {
     let out = verify("cobra/one-shot-chengRW/chengRW-500", &["--rounds", "0"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn strict_serializability_without_any_timestamps_is_an_error_unless_explicitly_allowed() {
+    // Cobra's plain logs carry no timestamps: real-time order cannot be checked at all.
+    let out = verify("cobra/one-shot-chengRW/chengRW-500", &["--level", "strict-serializable"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}{stderr}", String::from_utf8_lossy(&out.stdout));
+    assert!(stderr.contains("has timestamps") && stderr.contains("--allow-missing-timestamps"), "{stderr}");
+
+    for extra in [&[][..], &["--rounds", "100"][..]] {
+        let mut args = vec!["--level", "strict-serializable", "--allow-missing-timestamps"];
+        args.extend_from_slice(extra);
+        let out = verify("cobra/one-shot-chengRW/chengRW-500", &args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.starts_with("ACCEPT: the history is serializable"), "{stdout}");
+        assert!(!stdout.contains("strict serializable ("), "{stdout}");
+        assert!(stdout.contains("real-time order was not checked"), "{stdout}");
+    }
+}
+
+#[test]
+fn strict_serializability_with_some_timestamps_missing_says_how_many_were_not_checked() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("h.jsonl");
+    let lines = [
+        r#"{"krait_history":{"version":1,"statements":0,"keys":1,"transactions":3,"gaps":0}}"#,
+        r#"{"key":{"name":"x","ns":"","utf8":"x"}}"#,
+        r#"{"txn":{"id":1,"session":1,"seq":0,"outcome":"committed","start_ns":5,"commit_ns":9,"ops":[{"w":"x","v":1}]}}"#,
+        r#"{"txn":{"id":2,"session":2,"seq":0,"outcome":"committed","ops":[{"r":"x","v":1}]}}"#,
+        r#"{"txn":{"id":3,"session":3,"seq":0,"outcome":"committed","ops":[{"r":"x","v":1}]}}"#,
+    ];
+    std::fs::write(&path, lines.join("\n") + "\n").expect("writes");
+    let path = path.to_str().expect("utf-8 path");
+    for extra in [&[][..], &["--rounds", "100"][..]] {
+        let mut args = vec!["verify", path, "--level", "strict-serializable"];
+        args.extend_from_slice(extra);
+        let out = krait(&args);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("real-time order was not checked for the 2 without timestamps"), "{stdout}");
+    }
+}
+
+#[test]
+fn a_plain_cobra_log_read_as_timestamped_says_it_has_no_timestamps() {
+    let out = verify("cobra/one-shot-chengRW/chengRW-500", &["--format", "cobra-ts"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("appears to have no timestamps") && stderr.contains("--format cobra"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("tag byte"), "{stderr}");
+}
+
+/// Asserts that a failed command exits 2 and that its error says each of `once` exactly once.
+fn assert_error_says_once(args: &[&str], once: &[&str]) {
+    let out = krait(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    for s in once {
+        assert_eq!(stderr.matches(s).count(), 1, "{args:?} should say {s:?} once: {stderr}");
+    }
+}
+
+#[test]
+fn errors_of_verify_history_and_config_check_name_the_file_and_position_once() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).expect("writes");
+        path.to_str().expect("utf-8 path").to_owned()
+    };
+    let polysi = file("bad.txt", b"r(1,2,3\n");
+    let jsonl = file("bad.jsonl", b"{\"x\":1}\n");
+    let native = file("bad.krait", b"not native at all");
+    let config = file("bad.toml", b"[proxy]\nlisten = 5\n");
+    let missing = dir.path().join("missing").to_str().expect("utf-8 path").to_owned();
+    let out = dir.path().join("out.krait").to_str().expect("utf-8 path").to_owned();
+    let cobra = dir.path().join("cobra");
+    std::fs::create_dir(&cobra).expect("creates");
+    std::fs::write(cobra.join("T1.log"), b"X").expect("writes");
+    let cobra = cobra.to_str().expect("utf-8 path").to_owned();
+
+    for command in [&["verify"][..], &["history", "stats"][..]] {
+        let cases: [(&[&str], &[&str]); 5] = [
+            (&[&polysi, "--format", "polysi"], &[&polysi, "line 1"]),
+            (&[&jsonl], &[&jsonl, "line 1"]),
+            (&[&native, "--format", "native"], &[&native, "byte offset"]),
+            (&[&cobra], &["T1.log", "byte offset"]),
+            (&[&missing], &[&missing, "No such file"]),
+        ];
+        for (rest, once) in cases {
+            assert_error_says_once(&[command, rest].concat(), once);
+        }
+    }
+    assert_error_says_once(
+        &["history", "convert", &polysi, &out, "--format", "polysi"],
+        &[&polysi, "line 1"],
+    );
+    assert_error_says_once(&["config", "check", &config], &[&config, "line 1"]);
+    assert_error_says_once(&["config", "check", &missing], &[&missing, "No such file"]);
+}
+
+#[test]
+fn commands_exit_quietly_when_the_reader_of_stdout_goes_away() {
+    use std::process::{Command, Stdio};
+    let reject = corpus().join("cobra/ser-violation/cock-G2");
+    let reject = reject.to_str().expect("utf-8 path");
+    let accept = corpus().join("cobra/one-shot-chengRW/chengRW-500");
+    let accept = accept.to_str().expect("utf-8 path");
+    for args in [
+        &["verify", reject, "--json"][..],
+        &["verify", reject],
+        &["verify", accept],
+        &["verify", accept, "--rounds", "100"],
+        &["history", "stats", accept],
+        &["history", "stats", accept, "--json"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_krait"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the krait binary runs");
+        // The reader goes away before krait has read the history, so every write to stdout fails.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("krait ends");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked") && !stderr.contains("error"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+    }
+}

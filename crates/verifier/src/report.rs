@@ -553,9 +553,24 @@ impl Report {
             Level::StrictSerializable => "strict serializable",
         };
         match (self.verdict, self.anomalies.first()) {
-            (Verdict::Accept, _) => {
-                format!("ACCEPT: the history is {level} ({} transactions checked)", self.counts.vertices)
-            }
+            (Verdict::Accept, _) => match &self.real_time {
+                // Never claim real-time order for transactions it was not checked on.
+                Some(rt) if rt.without_timestamps > 0 && rt.without_timestamps >= self.counts.vertices => {
+                    format!(
+                        "ACCEPT: the history is serializable ({} transactions checked); real-time order was not \
+                     checked: none of them has timestamps, so strict serializability is not established",
+                        self.counts.vertices
+                    )
+                }
+                Some(rt) if rt.without_timestamps > 0 => format!(
+                    "ACCEPT: the history is serializable ({} transactions checked) and respects real time among \
+                     those with timestamps; real-time order was not checked for the {} without timestamps",
+                    self.counts.vertices, rt.without_timestamps
+                ),
+                _ => {
+                    format!("ACCEPT: the history is {level} ({} transactions checked)", self.counts.vertices)
+                }
+            },
             (Verdict::Reject, Some(a)) => {
                 let mut line = format!("REJECT: not {level}: {}: {}", a.class.name(), a.summary);
                 if a.uses_real_time

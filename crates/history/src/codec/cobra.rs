@@ -76,6 +76,12 @@ pub enum CobraErrorKind {
     /// The folder holds no `T<n>.log` file.
     #[error("no T<n>.log session files")]
     NoSessions,
+    /// Read as timestamped, the log fails, but it reads cleanly without timestamps.
+    #[error(
+        "the log appears to have no timestamps (it reads cleanly as a plain Cobra log); read it with \
+         --format cobra"
+    )]
+    NoTimestamps,
     /// A record starts with a byte that is not `S`, `W`, `R` or `C`.
     #[error("unknown record tag byte {0:#04x}")]
     UnknownTag(u8),

@@ -34,7 +34,7 @@ use thiserror::Error;
 
 use crate::model::History;
 
-pub use cobra::{CobraError, CobraOptions};
+pub use cobra::{CobraError, CobraErrorKind, CobraOptions};
 pub use jsonl::{JsonlError, JsonlWriteError};
 pub use native::{InvalidHistory, NativeError};
 pub use polysi::PolysiError;
@@ -220,7 +220,20 @@ pub fn read_history(path: &Path, format: Option<Format>) -> Result<History, Code
     let p = || path.to_owned();
     match format {
         Format::Cobra => Ok(cobra::import_dir(path, CobraOptions { timestamped: false })?),
-        Format::CobraTimestamped => Ok(cobra::import_dir(path, CobraOptions { timestamped: true })?),
+        Format::CobraTimestamped => match cobra::import_dir(path, CobraOptions { timestamped: true }) {
+            Ok(history) => Ok(history),
+            // A plain log read with the timestamped layout fails at some record that is not there (the byte
+            // after an `S` record's txn id is the next tag, not a timestamp): if it reads cleanly without
+            // timestamps, say that instead of the byte it tripped on.
+            Err(err)
+                if !matches!(err.kind, CobraErrorKind::Io(_) | CobraErrorKind::NoSessions)
+                    && cobra::import_dir(path, CobraOptions { timestamped: false }).is_ok() =>
+            {
+                Err(CobraError { file: path.to_owned(), offset: None, kind: CobraErrorKind::NoTimestamps }
+                    .into())
+            }
+            Err(err) => Err(err.into()),
+        },
         Format::Native => {
             let data = std::fs::read(path).map_err(io_error(path))?;
             native::decode(&data).map_err(|source| CodecError::Native { path: p(), source })

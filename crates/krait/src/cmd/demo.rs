@@ -43,19 +43,24 @@ pub enum Target {
 
 /// Arguments of `krait demo`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Exit status: 0 if the history is accepted, 1 if it is rejected, 2 on error.")]
+#[command(
+    after_help = "A flag for one target implies that target: --model and --history-out imply --target \
+embedded, --isolation implies --target postgres. Naming it with the other target is an error.
+
+Exit status: 0 if the history is accepted, 1 if it is rejected, 2 on error."
+)]
 pub struct DemoArgs {
     /// Where to run the workload.
     #[arg(long, value_enum, default_value_t = Target::Auto)]
     target: Target,
-    /// Embedded target: the consistency model the reference store runs under (ser, si, psi, cp, ua, cc,
-    /// sg, ra, rc).
-    #[arg(long, default_value = "ser")]
-    model: Model,
-    /// PostgreSQL target: the isolation level of every transaction (serializable, repeatable-read,
-    /// read-committed).
-    #[arg(long, default_value = "serializable")]
-    isolation: Isolation,
+    /// Embedded target (implies --target embedded): the consistency model the reference store runs under
+    /// (ser, si, psi, cp, ua, cc, sg, ra, rc) [default: ser].
+    #[arg(long)]
+    model: Option<Model>,
+    /// PostgreSQL target (implies --target postgres): the isolation level of every transaction
+    /// (serializable, repeatable-read, read-committed) [default: serializable].
+    #[arg(long)]
+    isolation: Option<Isolation>,
     /// Transactions to commit (aborted attempts and retries are recorded on top).
     #[arg(long, default_value_t = 400)]
     txns: u64,
@@ -80,7 +85,7 @@ pub struct DemoArgs {
     /// Where reject reports are kept (`DATA_DIR/reports/`); nothing is written there on accept.
     #[arg(long, default_value = "krait-demo")]
     data_dir: PathBuf,
-    /// Embedded target: also write the history the proxy recorded (`DIR/proxy.native`) and the reference
+    /// Embedded target (implies --target embedded): also write the history the proxy recorded (`DIR/proxy.native`) and the reference
     /// store's own history of the same run (`DIR/refstore.native`), to compare them with `krait verify`.
     #[arg(long, value_name = "DIR")]
     history_out: Option<PathBuf>,
@@ -102,8 +107,33 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     if args.txns == 0 || args.clients == 0 || args.keys < 2 {
         anyhow::bail!("--txns and --clients must be at least 1, --keys at least 2");
     }
-    let target = match args.target {
-        Target::Auto => {
+    let target = match (args.target, flags_for(&args, Target::Embedded), flags_for(&args, Target::Postgres)) {
+        (_, embedded, postgres) if !embedded.is_empty() && !postgres.is_empty() => anyhow::bail!(
+            "{} apply only to the embedded target and {} only to the postgres target; choose one",
+            embedded.join(" and "),
+            postgres.join(" and ")
+        ),
+        (Target::Auto, embedded, _) if !embedded.is_empty() => {
+            println!("krait demo: {} implies --target embedded.", embedded.join(" and "));
+            Target::Embedded
+        }
+        (Target::Auto, _, postgres) if !postgres.is_empty() => {
+            println!("krait demo: {} implies --target postgres.", postgres.join(" and "));
+            Target::Postgres
+        }
+        (Target::Postgres, embedded, _) if !embedded.is_empty() => {
+            anyhow::bail!(
+                "{} cannot apply to --target postgres: it is for the embedded target",
+                embedded.join(" and ")
+            )
+        }
+        (Target::Embedded, _, postgres) if !postgres.is_empty() => {
+            anyhow::bail!(
+                "{} cannot apply to --target embedded: it is for the postgres target",
+                postgres.join(" and ")
+            )
+        }
+        (Target::Auto, _, _) => {
             if TcpStream::connect_timeout(&args.pg_addr, Duration::from_millis(500)).is_ok() {
                 println!("krait demo: PostgreSQL answers at {}; using it.", args.pg_addr);
                 Target::Postgres
@@ -115,17 +145,36 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
                 Target::Embedded
             }
         }
-        t => t,
+        (t, _, _) => t,
     };
     let tmp = tempfile::Builder::new().prefix("krait-demo-").tempdir().context("cannot make a temp dir")?;
-    if target != Target::Embedded && args.history_out.is_some() {
-        println!("krait demo: --history-out is for the embedded target only; no history files are written.");
-    }
     let outcome = match target {
         Target::Embedded => embedded(&args, tmp.path()),
         _ => postgres(&args, tmp.path()),
     }?;
     summarize(&args, &outcome)
+}
+
+/// The flags given for one target only (they decide the target under `--target auto`).
+fn flags_for(args: &DemoArgs, target: Target) -> Vec<&'static str> {
+    let given: &[(&str, bool)] = match target {
+        Target::Embedded => {
+            &[("--model", args.model.is_some()), ("--history-out", args.history_out.is_some())]
+        }
+        Target::Postgres => &[("--isolation", args.isolation.is_some())],
+        Target::Auto => &[],
+    };
+    given.iter().filter(|(_, is_given)| *is_given).map(|(flag, _)| *flag).collect()
+}
+
+impl DemoArgs {
+    fn model(&self) -> Model {
+        self.model.unwrap_or(Model::Serializable)
+    }
+
+    fn isolation(&self) -> Isolation {
+        self.isolation.unwrap_or_default()
+    }
 }
 
 /// What a run produced.
@@ -161,7 +210,7 @@ fn verdict_so_far(s: &Status) -> String {
 /// front of it, the clients through the proxy, and the online verifier on the proxy's log.
 fn embedded(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
     let (cert, key, der) = self_signed(tmp)?;
-    let config = StoreConfig { model: args.model, seed: args.seed, fresh_view_share: FRESH_VIEW_SHARE };
+    let config = StoreConfig { model: args.model(), seed: args.seed, fresh_view_share: FRESH_VIEW_SHARE };
     let store = SharedStore::new(config).context("invalid reference store settings")?;
     // The rows go straight into the store, so the load stays out of the proxy's history (as the PostgreSQL
     // target's set-up does): the proxy sees them as versions written before recording began.
@@ -188,11 +237,11 @@ fn embedded(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
                 "krait demo: target: the embedded reference store (model {} = {:?}, at {upstream}, no database \
                  server) through the Krait proxy at {{proxy}} (TLS required, self-signed certificate), {} \
                  clients; the online verifier tails the proxy's history log.",
-                args.model.name(),
-                args.model,
+                args.model().name(),
+                args.model(),
                 args.clients
             );
-            let what = format!("embedded reference store through the proxy, model {}", args.model.name());
+            let what = format!("embedded reference store through the proxy, model {}", args.model().name());
             run_through_proxy(args, config, tagging, connector, Table::Kv, tmp, banner, what).await
         }
         .await;
@@ -316,9 +365,9 @@ fn postgres(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
             "krait demo: target: PostgreSQL at {} through the Krait proxy at {{proxy}} (TLS required, \
              self-signed certificate), {} clients, isolation {}; the online verifier tails the proxy's history \
              log.",
-            args.pg_addr, args.clients, args.isolation
+            args.pg_addr, args.clients, args.isolation()
         );
-        let what = format!("PostgreSQL through the proxy, isolation {}", args.isolation);
+        let what = format!("PostgreSQL through the proxy, isolation {}", args.isolation());
         let table = Table::Accounts { schema: schema.clone() };
         let result = run_through_proxy(args, config, tagging, connector, table, tmp, banner, what).await;
         let dropped = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
@@ -365,7 +414,7 @@ async fn run_through_proxy(
     let run = Arc::new(Transfers {
         txns: args.txns,
         keys: args.keys,
-        isolation: args.isolation,
+        isolation: args.isolation(),
         table,
         seed: args.seed,
         counts: Default::default(),

@@ -72,7 +72,8 @@ pub fn load(path: &Path, format: Option<Format>) -> anyhow::Result<History> {
         log.close().with_context(|| format!("cannot close history log {}", path.display()))?;
         return Ok(history);
     }
-    codec::read_history(path, format).with_context(|| format!("cannot read history {}", path.display()))
+    // Every codec error names the file (and the line or byte offset) itself.
+    codec::read_history(path, format).context("cannot read history")
 }
 
 /// Whether `path` is a history log directory written by the proxy (sled keeps `conf` and `db` there).

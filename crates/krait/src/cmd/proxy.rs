@@ -29,8 +29,7 @@ pub enum ConfigCommand {
 
 /// Runs `krait proxy` until Ctrl-C or SIGTERM.
 pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
-    let config = proxy::check_config(&args.config)
-        .with_context(|| format!("invalid configuration {}", args.config.display()))?;
+    let config = load_config(&args.config)?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async {
         eprintln!(
@@ -45,12 +44,20 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Loads and checks a configuration file. A configuration error names the file itself; a TLS error names
+/// only the certificate or key, so it is told which configuration named that file.
+pub(crate) fn load_config(file: &std::path::Path) -> anyhow::Result<proxy::Config> {
+    proxy::check_config(file).map_err(|err| match err {
+        proxy::ProxyError::Config(_) => anyhow::Error::new(err),
+        other => anyhow::Error::new(other).context(format!("invalid configuration {}", file.display())),
+    })
+}
+
 /// Runs `krait config`.
 pub fn config(command: ConfigCommand) -> anyhow::Result<ExitCode> {
     match command {
         ConfigCommand::Check { file } => {
-            proxy::check_config(&file)
-                .with_context(|| format!("invalid configuration {}", file.display()))?;
+            load_config(&file)?;
             println!("{}: OK", file.display());
             Ok(ExitCode::SUCCESS)
         }

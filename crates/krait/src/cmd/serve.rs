@@ -83,8 +83,7 @@ fn default_data_dir(log_path: &Path) -> PathBuf {
 /// Runs `krait serve` until Ctrl-C or SIGTERM. Exit 0 after a clean stop (whatever the verdicts: rejects are
 /// reported as they are found), 2 if the proxy or the verifier failed.
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let config = proxy::check_config(&args.config)
-        .with_context(|| format!("invalid configuration {}", args.config.display()))?;
+    let config = crate::cmd::proxy::load_config(&args.config)?;
     let data_dir = args.data_dir.clone().unwrap_or_else(|| default_data_dir(&config.log.path));
     let store = ReportStore::open(&data_dir)
         .with_context(|| format!("cannot open the reports directory in {}", data_dir.display()))?;

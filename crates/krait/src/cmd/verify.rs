@@ -23,6 +23,10 @@ pub struct VerifyArgs {
     /// inferred, so clock drift between collectors never produces a false real-time edge.
     #[arg(long, default_value_t = 100, value_name = "MS")]
     clock_drift_ms: u64,
+    /// For strict serializability of a history in which no transaction has timestamps (real-time order
+    /// cannot be checked): accept a serializability-only answer instead of failing with exit status 2.
+    #[arg(long)]
+    allow_missing_timestamps: bool,
     /// Print the report as JSON (the stable schema of crates/verifier/REPORT.md) instead of text.
     #[arg(long)]
     json: bool,
@@ -111,6 +115,27 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         };
     }
 
+    let without_timestamps = history
+        .transactions
+        .iter()
+        .filter(|t| {
+            t.outcome == history::Outcome::Committed && (t.start_ns.is_none() || t.commit_ns.is_none())
+        })
+        .count();
+    let committed = history.transactions.iter().filter(|t| t.outcome == history::Outcome::Committed).count();
+    if matches!(args.level, LevelArg::StrictSerializable)
+        && without_timestamps > 0
+        && without_timestamps == committed
+        && !args.allow_missing_timestamps
+    {
+        anyhow::bail!(
+            "none of the {committed} committed transactions of {} has timestamps, so real-time order cannot be \
+             checked and strict serializability cannot be decided; verify with --level serializable, or pass \
+             --allow-missing-timestamps to accept a serializability-only answer",
+            args.path.display()
+        );
+    }
+
     let options = Options {
         level: match args.level {
             LevelArg::Serializable => Level::Serializable,
@@ -130,7 +155,8 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let report = match args.rounds {
         None => verifier::verify(&history, &options)
             .with_context(|| format!("cannot verify {}", args.path.display()))?,
-        Some(round_size) => match verify_in_rounds(&args, &history, options, round_size)? {
+        Some(round_size) => match verify_in_rounds(&args, &history, options, round_size, without_timestamps)?
+        {
             Some(report) => report,
             None => return Ok(ExitCode::SUCCESS),
         },
@@ -153,6 +179,7 @@ fn verify_in_rounds(
     history: &history::History,
     options: Options,
     round_size: usize,
+    without_timestamps: usize,
 ) -> anyhow::Result<Option<Report>> {
     if round_size == 0 {
         anyhow::bail!("--rounds needs a positive number of transactions per round");
@@ -208,13 +235,15 @@ fn verify_in_rounds(
     match outcome.reports.into_iter().next() {
         Some(report) => Ok(Some(report)),
         None => {
-            println!(
-                "ACCEPT: the history is {} (checked in rounds of {round_size})",
-                match round_options.verify.level {
-                    Level::Serializable => "serializable",
-                    Level::StrictSerializable => "strict serializable",
-                }
-            );
+            let verdict = match round_options.verify.level {
+                Level::Serializable => "serializable".to_owned(),
+                Level::StrictSerializable if without_timestamps > 0 => format!(
+                    "serializable, and respects real time among the transactions with timestamps; real-time \
+                     order was not checked for the {without_timestamps} without timestamps"
+                ),
+                Level::StrictSerializable => "strict serializable".to_owned(),
+            };
+            println!("ACCEPT: the history is {verdict} (checked in rounds of {round_size})");
             Ok(None)
         }
     }
