@@ -106,6 +106,18 @@ async fn a_session_the_proxy_lost_track_of_writes_as_an_unrecorded_writer() {
         .and_then(|v| v.trim().parse().ok())
         .expect("the desync counter");
     assert!(desyncs >= 1, "the proxy lost track of the session:\n{metrics}");
+    // The lost session's recording ended in the log at once, while its client is still connected, so an
+    // online verifier does not wait for it; the reader's session has not ended.
+    let ended: Vec<_> = p
+        .handle
+        .log()
+        .tail(0)
+        .filter_map(|r| match r.expect("a readable record") {
+            (_, history::log::LogRecord::SessionEnded { session, .. }) => Some(session),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ended.len(), 1, "exactly the lost session ended: {ended:?}");
     drop((s, reader));
 
     let log = p.handle.log().clone();

@@ -59,7 +59,7 @@ impl Recorder {
     /// A recorder for one new session.
     pub fn session(self: &Arc<Self>) -> SessionRecorder {
         let id = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
-        SessionRecorder { rec: self.clone(), id, intents: HashMap::new(), last_seq: None }
+        SessionRecorder { rec: self.clone(), id, intents: HashMap::new(), last_seq: None, ended: false }
     }
 
     fn logged(&self, session: SessionId, id: TxnId, snap: TxnSnapshot) -> LoggedTxn {
@@ -80,6 +80,8 @@ pub struct SessionRecorder {
     intents: HashMap<u64, TxnId>,
     /// The session-order position of the latest transaction logged, for the session-ended record.
     last_seq: Option<u64>,
+    /// Whether the session-ended record is logged (at disconnect, or earlier when the session was lost).
+    ended: bool,
 }
 
 impl SessionRecorder {
@@ -175,6 +177,10 @@ impl SessionRecorder {
     /// verifier sees every transaction of the session before its end. The ticket is not waited on (a lost
     /// record only delays garbage collection), only asked for, so that the verifier gets to read it.
     pub fn ended(&mut self) -> Result<(), LogError> {
+        if self.ended {
+            return Ok(());
+        }
+        self.ended = true;
         let result = self.rec.log.append_session_ended(self.id, self.last_seq);
         if result.is_err() {
             Metrics::inc(&self.rec.metrics.log_errors);

@@ -726,12 +726,12 @@ async fn server_to_client(
                 if let Some(t) = tagging.as_mut() {
                     outgoing = t.backend(frame.tag(), &frame.body());
                 }
-                let ends = match machine.on_backend(frame.tag(), &frame.body(), now_ns()) {
-                    Ok(ends) => ends,
+                let (ends, lost) = match machine.on_backend(frame.tag(), &frame.body(), now_ns()) {
+                    Ok(ends) => (ends, false),
                     Err(desync) => {
                         Metrics::inc(&shared.metrics.desyncs);
                         warn!("{}; relaying unrecorded from now on", desync.reason);
-                        desync.ends
+                        (desync.ends, true)
                     }
                 };
                 for mut end in ends {
@@ -745,6 +745,12 @@ async fn server_to_client(
                     }
                     let ticket = recorder.end(end).map_err(|e| Failure::Other(SessionError::Log(e)))?;
                     tickets.extend(ticket);
+                }
+                if lost {
+                    // A lost session logs nothing more, so its recording ends here, in the log too: an online
+                    // verifier must not wait for it (and hold garbage collection back) until the client
+                    // disconnects. What it writes from now on is an unrecorded writer's (DESIGN.md §3).
+                    recorder.ended().map_err(|e| Failure::Other(SessionError::Log(e)))?;
                 }
             }
             if !tickets.is_empty() {
