@@ -429,6 +429,53 @@ fn polysi_errors_name_the_line() {
     assert_eq!(err("r(1,99999999999999999999,0,0)").line, 1);
 }
 
+/// IsoVista's `TextHistorySerializer` output: transactions sorted by id, txn 0 in session 0 writing 0 to
+/// every key the history touched (in hash-set order), then IsoVista's own sessions and txns, counted from 1.
+const ISOVISTA: &str = "w(2,0,0,0)\nw(1,0,0,0)\nw(3,0,0,0)\n\
+                        r(1,0,1,1)\nw(1,1,1,1)\n\
+                        r(1,1,1,2)\n\
+                        r(2,0,2,3)\nw(2,1,2,3)\nr(3,0,2,3)\n";
+
+#[test]
+fn isovista_initial_transaction_becomes_the_state_before_the_history() {
+    let h = polysi::import(ISOVISTA).unwrap();
+    let ids: Vec<(u64, u64, u64)> = h.transactions.iter().map(|t| (t.id.0, t.session.0, t.seq)).collect();
+    assert_eq!(ids, [(1, 1, 0), (2, 1, 1), (3, 2, 0)], "txn 0 is the initial state, not a transaction");
+    assert_eq!(h.keys.len(), 3);
+    let pre_history_reads = h
+        .transactions
+        .iter()
+        .flat_map(|t| &t.ops)
+        .filter(|op| matches!(op, Op::Read { observed: Observed::PreHistory(0), .. }))
+        .count();
+    assert_eq!(pre_history_reads, 3);
+    assert!(matches!(h.transactions[1].ops[0], Op::Read { observed: Observed::Version(WriteId(1)), .. }));
+}
+
+#[test]
+fn a_value_0_write_outside_isovista_initial_transaction_is_refused_with_the_reason() {
+    let err = |text: &str| polysi::import(text).unwrap_err();
+    // A later transaction writes 0: a read of it could not be told from a read of the initial state.
+    let e = err(&format!("{ISOVISTA}w(3,0,2,4)\n"));
+    assert_eq!(e.line, 10);
+    assert!(e.message.contains("value 0 is the initial value, which only the initial transaction"), "{e}");
+    // The file opens with another transaction, so there is no initial transaction.
+    let e = err("r(1,0,1,1)\nw(1,0,0,0)\n");
+    assert_eq!((e.line, e.message.contains("only the initial transaction")), (2, true), "{e}");
+    // The initial transaction reads, writes another value, comes back late, or shares its session.
+    let e = err("w(1,0,0,0)\nr(2,0,0,0)\n");
+    assert!(e.message.contains("may only write value 0, but this line reads value 0 of key 2"), "{e}");
+    let e = err("w(1,0,0,0)\nw(2,5,0,0)\n");
+    assert!(e.message.contains("but this line writes value 5 of key 2"), "{e}");
+    let e = err("w(1,0,0,0)\nw(1,1,1,1)\nw(2,0,0,0)\n");
+    assert_eq!(e.line, 3);
+    assert!(e.message.contains("must come before any other transaction's"), "{e}");
+    let e = err("w(1,0,0,0)\nw(1,1,0,1)\n");
+    assert!(e.message.contains("must be alone in its session"), "{e}");
+    let e = err("w(1,0,0,0)\nw(1,1,0,-1)\n");
+    assert!(e.message.contains("must be alone in its session"), "{e}");
+}
+
 #[test]
 fn formats_are_detected_from_first_bytes_and_named_for_the_command_line() {
     let native_bytes = native::encode(&sample()).unwrap();

@@ -356,7 +356,7 @@ impl UnverifiableCause {
     }
 }
 
-/// One kind of statement the verifier could not check (DESIGN.md §3: opaque ops), summarised.
+/// One kind of statement the verifier could not check in full (DESIGN.md §3: opaque ops), summarised.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NotChecked {
     /// Why the collector could not map it (`aggregate`, `predicate`, `ddl`, …).
@@ -367,9 +367,74 @@ pub struct NotChecked {
     pub transactions: u64,
     /// The first one's text, if logged.
     pub example: Option<String>,
+    /// What of these statements was checked, per [`NotChecked::coverage`]; `None` when nothing was (and in
+    /// reports written before this field existed).
+    #[serde(default)]
+    pub checked: Option<String>,
+    /// What of these statements was not checked, per [`NotChecked::coverage`]; `None` in reports written
+    /// before this field existed, which [`NotChecked::coverage`] then answers from the kind.
+    #[serde(default)]
+    pub unchecked: Option<String>,
+}
+
+/// What the verifier checked of one kind of statement, and what it did not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Coverage {
+    /// What was checked, or `None` when the statements were recorded without any row operation.
+    pub checked: Option<&'static str>,
+    /// What was not checked.
+    pub unchecked: &'static str,
+}
+
+impl Coverage {
+    /// What the verifier checked of statements of `kind`, as the proxy labels them. A `predicate` statement
+    /// is one whose rows were recorded (the rows a SELECT returned, the rows an INSERT, UPDATE or DELETE
+    /// wrote), with some part of what it depended on missing; every other kind, and any kind this version
+    /// does not know, was recorded without row operations, so nothing of it was checked.
+    pub fn of(kind: &str) -> Coverage {
+        match kind {
+            "predicate" => Coverage {
+                checked: Some("the rows it returned or wrote, as reads and writes of their versions"),
+                unchecked: "rows it did not return: ones a concurrent insert could have added (phantoms), a \
+                            row a point read found missing when its key could not be read from the \
+                            parameters, and rows read only to decide what to write (INSERT … SELECT, UPDATE … \
+                            FROM, DELETE … USING, the row an ON CONFLICT found)",
+            },
+            _ => Coverage {
+                checked: None,
+                unchecked: "could not be mapped to row reads and writes, so its effects were not verified",
+            },
+        }
+    }
 }
 
 impl NotChecked {
+    /// A summary of `statements` statements of `kind` in `transactions` transactions, with what of them
+    /// was checked.
+    pub fn new(kind: &str, statements: u64, transactions: u64, example: Option<String>) -> NotChecked {
+        let coverage = Coverage::of(kind);
+        NotChecked {
+            kind: kind.to_owned(),
+            statements,
+            transactions,
+            example,
+            checked: coverage.checked.map(str::to_owned),
+            unchecked: Some(coverage.unchecked.to_owned()),
+        }
+    }
+
+    /// What of these statements was checked and what was not: as the report says, or, for a report
+    /// written before it said so, from the kind.
+    pub fn coverage(&self) -> (Option<&str>, &str) {
+        match &self.unchecked {
+            Some(unchecked) => (self.checked.as_deref(), unchecked),
+            None => {
+                let c = Coverage::of(&self.kind);
+                (c.checked, c.unchecked)
+            }
+        }
+    }
+
     /// Groups a history's unchecked statements by kind, in the order each kind first appears.
     pub fn summarize(unchecked: &[history::UncheckedStatement]) -> Vec<NotChecked> {
         let mut out: Vec<(NotChecked, std::collections::HashSet<TxnId>)> = Vec::new();
@@ -377,12 +442,7 @@ impl NotChecked {
             let at = match out.iter().position(|(n, _)| n.kind == u.kind) {
                 Some(at) => at,
                 None => {
-                    let first = NotChecked {
-                        kind: u.kind.clone(),
-                        statements: 0,
-                        transactions: 0,
-                        example: u.statement.clone(),
-                    };
+                    let first = NotChecked::new(&u.kind, 0, 0, u.statement.clone());
                     out.push((first, Default::default()));
                     out.len() - 1
                 }
@@ -701,14 +761,21 @@ impl fmt::Display for Report {
             let total: u64 = self.not_checked.iter().map(|n| n.statements).sum();
             writeln!(
                 f,
-                "Not checked: {total} statement(s) could not be mapped to row reads and writes, so their \
-                 effects were not verified:"
+                "Not checked: {total} statement(s) were recorded in part or not at all; by kind, what was \
+                 and was not verified:"
             )?;
             for n in &self.not_checked {
                 write!(f, "  {}: {} in {} transaction(s)", n.kind, n.statements, n.transactions)?;
                 match &n.example {
                     Some(sql) => writeln!(f, ", e.g. {}", truncate(sql, 100))?,
                     None => writeln!(f)?,
+                }
+                match n.coverage() {
+                    (Some(checked), unchecked) => {
+                        writeln!(f, "    checked: {checked}")?;
+                        writeln!(f, "    not checked: {unchecked}")?;
+                    }
+                    (None, unchecked) => writeln!(f, "    {unchecked}")?,
                 }
             }
         }

@@ -277,12 +277,7 @@ impl OnlineVerifier {
                     }
                 }
                 None => {
-                    let first = NotChecked {
-                        kind: u.kind.clone(),
-                        statements: 1,
-                        transactions: 1,
-                        example: u.statement.clone(),
-                    };
+                    let first = NotChecked::new(&u.kind, 1, 1, u.statement.clone());
                     self.not_checked.push((first, u.txn));
                 }
             }

@@ -339,6 +339,54 @@ fn online_reject_reports_say_which_statements_were_not_checked() {
 }
 
 #[test]
+fn not_checked_says_per_kind_what_was_checked_and_what_was_not() {
+    // The demo's `WHERE id = $1 OR id = $2` is a predicate read: its rows were recorded and checked, only
+    // the rows a concurrent insert could have added were not. An aggregate was recorded with no rows.
+    let mut h = HistoryBuilder::new().txn(1, |t| t.read_init("x").read_init("y").write("x", 1)).build();
+    let txn = h.transactions[0].id;
+    for (kind, sql) in
+        [("predicate", "SELECT * FROM accounts WHERE id = $1 OR id = $2"), ("aggregate", "SELECT 2")]
+    {
+        h.unchecked.push(history::UncheckedStatement {
+            txn,
+            kind: kind.to_owned(),
+            statement: Some(sql.to_owned()),
+        });
+    }
+    let report = verify(&h, &Options::default()).unwrap();
+    let text = report.render_text();
+    let predicate = text.split("  predicate:").nth(1).expect(&text);
+    let predicate = predicate.split("  aggregate:").next().unwrap();
+    assert!(predicate.contains("checked: the rows it returned or wrote"), "{text}");
+    assert!(predicate.contains("not checked: rows it did not return"), "{text}");
+    assert!(predicate.contains("phantoms"), "{text}");
+    assert!(!predicate.contains("could not be mapped"), "{text}");
+    let aggregate = text.split("  aggregate:").nth(1).expect(&text);
+    assert!(
+        aggregate.contains("could not be mapped to row reads and writes, so its effects were not verified")
+    );
+    assert!(!aggregate.contains("checked: "), "{text}");
+    assert_eq!(
+        report.not_checked[0].checked.as_deref(),
+        Some("the rows it returned or wrote, as reads and writes of their versions")
+    );
+    assert_eq!(report.not_checked[1].checked, None);
+
+    // A report written before `checked` and `unchecked` existed still parses, and says the same from its kinds.
+    let mut old: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+    for n in old["not_checked"].as_array_mut().unwrap() {
+        let n = n.as_object_mut().unwrap();
+        n.remove("checked");
+        n.remove("unchecked");
+    }
+    let back = verifier::Report::from_json(&old.to_string()).unwrap();
+    assert_eq!(back.not_checked[0].unchecked, None);
+    let section =
+        |text: &str| text.split("Not checked").nth(1).unwrap().split("\nChecked ").next().unwrap().to_owned();
+    assert_eq!(section(&back.render_text()), section(&text));
+}
+
+#[test]
 fn a_session_that_ends_no_longer_holds_collection_back() {
     // Session 3 runs one transaction and goes quiet; until it ends, epoch_agree stays at 0.
     let b = HistoryBuilder::new().txn(3, |t| t.write("s", 7)).txn(1, |t| t.write("x", 1));

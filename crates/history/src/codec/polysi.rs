@@ -9,7 +9,15 @@
 //! - Key `k` becomes the key named by the decimal text of `k`, in namespace `""`.
 //! - Values are unique per key in these histories, so each `(key, value)` pair is interned to its own
 //!   [`WriteId`] (1, 2, … in order of first appearance). Value 0 is the initial value: a read of it
-//!   observed [`Observed::PreHistory`]`(0)`, and a write of it is an error.
+//!   observed [`Observed::PreHistory`]`(0)`.
+//! - IsoVista writes that initial value down as a transaction: its `TextHistorySerializer` sorts
+//!   transactions by id, and its collectors add txn 0 in session 0 (IsoVista's own sessions and txns
+//!   count from 1) writing 0 to every key, so the file opens with `w(k,0,0,0)` lines. When the first line
+//!   writes value 0, its transaction is taken for that *initial transaction*: its writes are the state
+//!   before the history, so it becomes no [`Transaction`], and reads of 0 stay pre-history reads. It may
+//!   only write value 0, its lines must all come before any other transaction's, and no other
+//!   transaction may share its session. A write of value 0 anywhere else is an error: nothing could tell
+//!   a read of it from a read of the initial state.
 //! - Txn number -1 marks an aborted transaction (IsoVista). Its lines carry no txn id, so each run of
 //!   adjacent -1 lines of one session becomes one Aborted transaction, with a fresh id above every id in
 //!   the file. Only its writes matter to a verifier (reads of them are aborted reads, G1a).
@@ -91,6 +99,10 @@ pub fn import(text: &str) -> Result<History, PolysiError> {
     // The aborted transaction the previous line went to, if the previous line was aborted.
     let mut open_aborted: Option<(u64, usize)> = None;
     let mut max_id: i64 = -1;
+    // IsoVista's initial transaction, (txn, session), once line 1 turned out to be one, and whether its
+    // lines are still the only ones seen.
+    let mut initial: Option<(i64, u64)> = None;
+    let mut initial_open = false;
     let mut lines = 0;
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
@@ -101,6 +113,42 @@ pub fn import(text: &str) -> Result<History, PolysiError> {
         let (is_read, k, value, session, txn) =
             parse_line(raw).map_err(|message| PolysiError { line, message })?;
         let key = *keys.entry(k).or_insert_with(|| history.keys.intern_str(&k.to_string()));
+        if line == 1 && !is_read && value == 0 && txn >= 0 {
+            initial = Some((txn, session));
+            initial_open = true;
+        }
+        if let Some((initial_txn, initial_session)) = initial {
+            let error = |message: String| PolysiError { line, message };
+            if txn == initial_txn {
+                if !initial_open {
+                    return Err(error(format!(
+                        "txn {txn} is the initial transaction (it writes value 0 on line 1), so all of its \
+                         lines must come before any other transaction's"
+                    )));
+                }
+                if session != initial_session {
+                    return Err(error(format!(
+                        "txn {txn} is in session {initial_session}, but this line puts it in session {session}"
+                    )));
+                }
+                if is_read || value != 0 {
+                    let op = if is_read { "reads" } else { "writes" };
+                    return Err(error(format!(
+                        "txn {txn} is the initial transaction (it writes value 0 on line 1), which may only \
+                         write value 0, but this line {op} value {value} of key {k}"
+                    )));
+                }
+                // The initial state: key `k` holds 0 before the history, which is what a read of 0 observes.
+                continue;
+            }
+            initial_open = false;
+            if session == initial_session {
+                return Err(error(format!(
+                    "session {session} holds the initial transaction (txn {initial_txn}, which writes value 0 \
+                     on line 1), and the initial transaction must be alone in its session"
+                )));
+            }
+        }
         let new_txn = |history: &mut History, next_seq: &mut HashMap<u64, u64>, id: u64| {
             let seq = next_seq.entry(session).or_insert(0);
             let mut t = Transaction::new(TxnId(id), SessionId(session), *seq);
@@ -156,7 +204,9 @@ pub fn import(text: &str) -> Result<History, PolysiError> {
                 return Err(PolysiError {
                     line,
                     message: format!(
-                        "a write of value 0 to key {k}; value 0 is reserved for the initial value"
+                        "a write of value 0 to key {k}; value 0 is the initial value, which only the initial \
+                         transaction may write: the file's first transaction, alone in its session, writing \
+                         only value 0 before any other transaction's line (as IsoVista writes it)"
                     ),
                 });
             }

@@ -13,7 +13,7 @@ use history::log::{Durability, HistoryLog, SledLog};
 pub enum HistoryCommand {
     /// Print counts: sessions, transactions (by outcome), reads, writes, distinct keys and fence ops.
     Stats {
-        /// The history: a native or JSON Lines file, a Cobra log folder, or a PolySI text file.
+        /// The history: a native or JSON Lines file, a Cobra log folder, or a PolySI or IsoVista text file.
         path: PathBuf,
         #[command(flatten)]
         input: InputFormat,
@@ -41,7 +41,8 @@ pub enum HistoryCommand {
 /// How to read an input history.
 #[derive(Debug, clap::Args)]
 pub struct InputFormat {
-    /// The input format: auto, native, jsonl, cobra, cobra-ts (Cobra logs with timestamps) or polysi.
+    /// The input format: auto, native, jsonl, cobra, cobra-ts (Cobra logs with timestamps) or polysi (also
+    /// IsoVista's text).
     #[arg(long = "format", value_parser = parse_input_format, default_value = "auto")]
     pub format: FormatChoice,
 }

@@ -12,7 +12,7 @@ use crate::cmd::history::{InputFormat, load};
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Exit status: 0 if the history is accepted, 1 if it is rejected, 2 on error.")]
 pub struct VerifyArgs {
-    /// The history: a native or JSON Lines file, a Cobra log folder, or a PolySI text file.
+    /// The history: a native or JSON Lines file, a Cobra log folder, or a PolySI or IsoVista text file.
     path: PathBuf,
     #[command(flatten)]
     input: InputFormat,
