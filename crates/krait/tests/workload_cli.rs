@@ -94,6 +94,82 @@ fn a_run_against_postgres_reports_throughput_and_no_errors() {
 }
 
 #[test]
+fn a_generated_chengrw_history_with_fences_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.krait");
+    let p = path.to_str().unwrap();
+    let out = krait(&[
+        "workload",
+        "generate",
+        "chengrw",
+        "--txns",
+        "2000",
+        "--keys",
+        "300",
+        "--reads",
+        "3",
+        "--writes",
+        "5",
+        "--sessions",
+        "24",
+        "--fence-every",
+        "20",
+        "--seed",
+        "8",
+        "--out",
+        p,
+    ]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("wrote ") && err.contains(" of chengrw"), "{err}");
+    assert!(err.contains("24 sessions"), "{err}");
+    // 2,000 transactions of 3 reads and 5 writes, and fences (a read and a write each) on top.
+    let fences =
+        err.split("wrote ").nth(1).unwrap().split(' ').next().unwrap().parse::<u64>().unwrap() - 2000;
+    assert!(fences >= 2000 / 20, "{err}");
+    assert!(err.contains(&format!("{} reads, {} writes", 3 * 2000 + fences, 5 * 2000 + fences)), "{err}");
+    let verified = krait(&["verify", p]);
+    assert_eq!(verified.status.code(), Some(0), "{}", text(&verified.stdout));
+}
+
+#[test]
+fn a_chengrw_run_against_postgres_reports_no_errors() {
+    let url = pg_url();
+    let out = krait(&[
+        "workload",
+        "run",
+        "chengrw",
+        "--target",
+        &url,
+        "--sessions",
+        "4",
+        "--txns",
+        "200",
+        "--keys",
+        "500",
+        "--reads",
+        "4",
+        "--writes",
+        "4",
+        "--schema",
+        "krait_wltest_cli_chengrw",
+        "--reset",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["workload"], "chengrw");
+    assert_eq!(summary["committed"], 200);
+    assert_eq!(summary["errors"], 0);
+    assert_eq!(summary["mix"]["read_write"], 200);
+    let drop = std::process::Command::new("psql")
+        .args(["-X", "-q", "-d", &url, "-c", "DROP SCHEMA IF EXISTS krait_wltest_cli_chengrw CASCADE"])
+        .status()
+        .unwrap();
+    assert!(drop.success());
+}
+
+#[test]
 fn run_needs_a_count_or_a_duration() {
     let out = krait(&["workload", "run", "twitter", "--target", &pg_url()]);
     assert_eq!(out.status.code(), Some(2));

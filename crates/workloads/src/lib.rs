@@ -1,5 +1,5 @@
 //! The four benchmark workloads of Cobra's evaluation (Cobra §6): TPC-C, C-Twitter, C-RUBiS and
-//! BlindW-RM/RW/WM.
+//! BlindW-RM/RW/WM, and chengRW, the uniform read-write shape of Cobra's chengRW history.
 //!
 //! Each workload's transaction logic is written once, against the small row-level [`Txn`] trait, and runs on
 //! two backends:
@@ -22,6 +22,7 @@
 //! ```
 
 pub mod blindw;
+pub mod chengrw;
 pub mod memory;
 pub mod rubis;
 pub mod schema;
@@ -160,17 +161,20 @@ pub enum WorkloadName {
     BlindWRw,
     /// BlindW, write mostly (90% write-only transactions).
     BlindWWm,
+    /// chengRW: every transaction reads and writes uniformly chosen keys.
+    ChengRw,
 }
 
 impl WorkloadName {
     /// Every workload, in the paper's order.
-    pub const ALL: [WorkloadName; 6] = [
+    pub const ALL: [WorkloadName; 7] = [
         WorkloadName::Tpcc,
         WorkloadName::Twitter,
         WorkloadName::Rubis,
         WorkloadName::BlindWRm,
         WorkloadName::BlindWRw,
         WorkloadName::BlindWWm,
+        WorkloadName::ChengRw,
     ];
 
     /// The command-line name.
@@ -182,6 +186,7 @@ impl WorkloadName {
             WorkloadName::BlindWRm => "blindw-rm",
             WorkloadName::BlindWRw => "blindw-rw",
             WorkloadName::BlindWWm => "blindw-wm",
+            WorkloadName::ChengRw => "chengrw",
         }
     }
 }
@@ -194,7 +199,9 @@ impl fmt::Display for WorkloadName {
 
 /// A workload name that is not one of [`WorkloadName::ALL`].
 #[derive(Debug, Error)]
-#[error("unknown workload {0:?} (expected one of: tpcc, twitter, rubis, blindw-rm, blindw-rw, blindw-wm)")]
+#[error(
+    "unknown workload {0:?} (expected one of: tpcc, twitter, rubis, blindw-rm, blindw-rw, blindw-wm, chengrw)"
+)]
 pub struct UnknownWorkload(pub String);
 
 impl FromStr for WorkloadName {
@@ -210,7 +217,7 @@ impl FromStr for WorkloadName {
     }
 }
 
-/// Sizes of the initial state; `None` takes the workload's default.
+/// Sizes of the initial state and of chengRW's transactions; `None` takes the workload's default.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sizes {
     /// C-Twitter and C-RUBiS: initial users (defaults: 1,000 and 2,000; Cobra's RUBiS used 20k).
@@ -220,8 +227,12 @@ pub struct Sizes {
     pub items: Option<u64>,
     /// TPC-C: customers per district (default 3,000, as the specification says).
     pub customers: Option<u64>,
-    /// BlindW: keys (default 10,000).
+    /// BlindW and chengRW: keys (default 10,000).
     pub keys: Option<u64>,
+    /// chengRW: reads per transaction (default 4).
+    pub reads: Option<u32>,
+    /// chengRW: writes per transaction (default 4).
+    pub writes: Option<u32>,
 }
 
 /// A configured workload.
@@ -235,6 +246,8 @@ pub enum Workload {
     Rubis(rubis::Rubis),
     /// BlindW, in one of its three mixes.
     BlindW(blindw::BlindW),
+    /// chengRW.
+    ChengRw(chengrw::ChengRw),
 }
 
 /// The parameters of one transaction, drawn before it runs so that a retry runs the same transaction.
@@ -248,6 +261,8 @@ pub enum Spec {
     Rubis(rubis::Spec),
     /// A BlindW transaction.
     BlindW(blindw::Spec),
+    /// A chengRW transaction.
+    ChengRw(chengrw::Spec),
 }
 
 impl Spec {
@@ -258,6 +273,7 @@ impl Spec {
             Spec::Twitter(s) => s.kind(),
             Spec::Rubis(s) => s.kind(),
             Spec::BlindW(s) => s.kind(),
+            Spec::ChengRw(s) => s.kind(),
         }
     }
 }
@@ -278,6 +294,9 @@ impl Workload {
             WorkloadName::BlindWWm => {
                 Workload::BlindW(blindw::BlindW::new(blindw::Mix::WriteMostly, sizes.keys))
             }
+            WorkloadName::ChengRw => {
+                Workload::ChengRw(chengrw::ChengRw::new(sizes.keys, sizes.reads, sizes.writes))
+            }
         }
     }
 
@@ -292,6 +311,7 @@ impl Workload {
                 blindw::Mix::ReadWrite => WorkloadName::BlindWRw,
                 blindw::Mix::WriteMostly => WorkloadName::BlindWWm,
             },
+            Workload::ChengRw(_) => WorkloadName::ChengRw,
         }
     }
 
@@ -302,6 +322,7 @@ impl Workload {
             Workload::Twitter(_) => "twitter",
             Workload::Rubis(_) => "rubis",
             Workload::BlindW(_) => "blindw",
+            Workload::ChengRw(_) => "chengrw",
         }
     }
 
@@ -312,6 +333,8 @@ impl Workload {
             Workload::Twitter(w) => format!("twitter v1 users={}", w.users),
             Workload::Rubis(w) => format!("rubis v1 users={} items={}", w.users, w.items),
             Workload::BlindW(w) => format!("blindw v1 keys={}", w.keys),
+            // Reads and writes per transaction do not change the initial state.
+            Workload::ChengRw(w) => format!("chengrw v1 keys={}", w.keys),
         }
     }
 
@@ -322,6 +345,7 @@ impl Workload {
             Workload::Twitter(_) => twitter::TABLES,
             Workload::Rubis(_) => rubis::TABLES,
             Workload::BlindW(_) => blindw::TABLES,
+            Workload::ChengRw(_) => chengrw::TABLES,
         }
     }
 
@@ -334,6 +358,7 @@ impl Workload {
             Workload::Twitter(w) => w.initial_row(table, pk),
             Workload::Rubis(w) => w.initial_row(table, pk),
             Workload::BlindW(w) => w.initial_row(table, pk),
+            Workload::ChengRw(w) => w.initial_row(table, pk),
         }
     }
 
@@ -344,6 +369,7 @@ impl Workload {
             Workload::Twitter(w) => w.initial_keys(table),
             Workload::Rubis(w) => w.initial_keys(table),
             Workload::BlindW(w) => w.initial_keys(table),
+            Workload::ChengRw(w) => w.initial_keys(table),
         }
     }
 
@@ -359,6 +385,7 @@ impl Workload {
             Workload::Twitter(w) => Spec::Twitter(w.next_txn(rng)),
             Workload::Rubis(w) => Spec::Rubis(w.next_txn(rng, client)),
             Workload::BlindW(w) => Spec::BlindW(w.next_txn(rng, client)),
+            Workload::ChengRw(w) => Spec::ChengRw(w.next_txn(rng, client)),
         }
     }
 
@@ -369,6 +396,7 @@ impl Workload {
             (Workload::Twitter(w), Spec::Twitter(s)) => w.execute(t, s).await,
             (Workload::Rubis(w), Spec::Rubis(s)) => w.execute(t, s).await,
             (Workload::BlindW(w), Spec::BlindW(s)) => w.execute(t, s).await,
+            (Workload::ChengRw(w), Spec::ChengRw(s)) => w.execute(t, s).await,
             _ => Err(StoreError::Data(format!(
                 "a {} transaction given to the {} workload",
                 spec.kind(),
@@ -387,6 +415,7 @@ impl Workload {
                 let ro = w.mix.read_only_percent() as f64 / 100.0;
                 [("read_only", ro), ("write_only", 1.0 - ro)].into_iter().collect()
             }
+            Workload::ChengRw(_) => [("read_write", 1.0)].into_iter().collect(),
         }
     }
 }
@@ -439,6 +468,7 @@ mod tests {
         }
         assert_eq!("C-Twitter".parse::<WorkloadName>().unwrap(), WorkloadName::Twitter);
         assert_eq!("TPC-C".parse::<WorkloadName>().unwrap(), WorkloadName::Tpcc);
+        assert_eq!("chengRW".parse::<WorkloadName>().unwrap(), WorkloadName::ChengRw);
         assert!("ycsb".parse::<WorkloadName>().is_err());
     }
 

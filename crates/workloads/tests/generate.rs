@@ -9,7 +9,16 @@ use workloads::{Sizes, Workload, WorkloadName};
 
 /// Small initial states, so that a few hundred transactions still touch shared rows.
 fn small(name: WorkloadName) -> Workload {
-    Workload::new(name, &Sizes { users: Some(200), items: Some(500), customers: Some(30), keys: Some(300) })
+    Workload::new(
+        name,
+        &Sizes {
+            users: Some(200),
+            items: Some(500),
+            customers: Some(30),
+            keys: Some(300),
+            ..Sizes::default()
+        },
+    )
 }
 
 fn gen_for(name: WorkloadName, txns: u64, seed: u64, interleave: Interleave) -> Generated {
@@ -175,4 +184,82 @@ fn fences_chain_through_every_session_and_keep_the_history_serializable() {
         last = Observed::Version(wrote);
     }
     assert!(verifier::verify(h, &verifier::Options::default()).unwrap().is_accept());
+}
+
+fn chengrw(keys: u64, reads: u32, writes: u32) -> Workload {
+    Workload::new(
+        WorkloadName::ChengRw,
+        &Sizes { keys: Some(keys), reads: Some(reads), writes: Some(writes), ..Sizes::default() },
+    )
+}
+
+fn gen_chengrw(w: &Workload, txns: u64, seed: u64, fence_every: Option<u32>) -> Generated {
+    let opts = GenerateOptions { txns, clients: 24, seed, interleave: Interleave::Random, fence_every };
+    generate(w, &opts).unwrap()
+}
+
+#[test]
+fn chengrw_reads_then_writes_the_asked_counts_of_distinct_keys_in_range() {
+    for (keys, reads, writes) in [(10_000, 4, 4), (50, 2, 6), (5, 8, 8)] {
+        let g = gen_chengrw(&chengrw(keys, reads, writes), 500, 7, None);
+        let h = &g.history;
+        assert_eq!(h.transactions.len(), 500);
+        assert_eq!(g.mix["read_write"], 500);
+        // Counts above the key space are capped at it.
+        let (reads, writes) = (reads.min(keys as u32) as usize, writes.min(keys as u32) as usize);
+        for t in &h.transactions {
+            let n_reads = t.ops.iter().take_while(|op| matches!(op, Op::Read { .. })).count();
+            assert_eq!(n_reads, reads, "{t:?}");
+            assert_eq!(t.ops.len() - n_reads, writes, "reads come first, then writes: {t:?}");
+            let (r, w) = t.ops.split_at(n_reads);
+            for part in [r, w] {
+                let mut ks: Vec<_> = part.iter().map(Op::key).collect();
+                ks.sort_unstable();
+                ks.dedup();
+                assert_eq!(ks.len(), part.len(), "keys repeat within the reads or the writes: {t:?}");
+                for k in ks {
+                    let name = h.keys.name(k).unwrap();
+                    assert_eq!(name.namespace, "chengrw_kv");
+                    let n: u64 = std::str::from_utf8(&name.bytes).unwrap().parse().unwrap();
+                    assert!(n < keys, "key {n} out of 0..{keys}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn chengrw_keys_are_spread_uniformly() {
+    let g = gen_chengrw(&chengrw(100, 4, 4), 5000, 1, None);
+    let mut hits: HashMap<history::Key, u64> = HashMap::new();
+    for op in g.history.transactions.iter().flat_map(|t| &t.ops) {
+        *hits.entry(op.key()).or_default() += 1;
+    }
+    // 40,000 ops over 100 keys: 400 each on average; a uniform draw stays well within ±25%.
+    assert_eq!(hits.len(), 100);
+    assert!(hits.values().all(|&n| (300..=500).contains(&n)), "{:?}", hits.values().collect::<Vec<_>>());
+}
+
+#[test]
+fn chengrw_is_reproducible_from_its_seed() {
+    let w = chengrw(1000, 4, 4);
+    let a = gen_chengrw(&w, 2000, 9, Some(20));
+    assert_eq!(a.history, gen_chengrw(&w, 2000, 9, Some(20)).history);
+    assert_ne!(a.history, gen_chengrw(&w, 2000, 10, Some(20)).history);
+}
+
+#[test]
+fn chengrw_with_fences_is_accepted_and_a_stale_read_in_it_is_rejected() {
+    let w = chengrw(200, 4, 4);
+    let g = gen_chengrw(&w, 3000, 4, Some(20));
+    let h = &g.history;
+    assert!(h.transactions.iter().filter(|t| t.fence).count() >= 3000 / 20);
+    assert!(verifier::verify(h, &verifier::Options::default()).unwrap().is_accept());
+    // A read-modify-write that reads the version an earlier one already overwrote: a lost update. Without
+    // fences, so that the stale read is of a chengRW key and not of the fence chain.
+    let mut tampered = gen_chengrw(&w, 3000, 4, None).history;
+    assert!(verifier::verify(&tampered, &verifier::Options::default()).unwrap().is_accept());
+    assert!(inject_lost_update(&mut tampered), "no read-modify-write pair to tamper with");
+    let report = verifier::verify(&tampered, &verifier::Options::default()).unwrap();
+    assert!(!report.is_accept(), "a stale read must be rejected");
 }

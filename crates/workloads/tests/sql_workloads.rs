@@ -14,7 +14,16 @@ fn url() -> String {
 }
 
 fn small(name: WorkloadName) -> Workload {
-    Workload::new(name, &Sizes { users: Some(200), items: Some(1000), customers: Some(30), keys: Some(1000) })
+    Workload::new(
+        name,
+        &Sizes {
+            users: Some(200),
+            items: Some(1000),
+            customers: Some(30),
+            keys: Some(1000),
+            ..Sizes::default()
+        },
+    )
 }
 
 fn schema_for(name: WorkloadName, test: &str) -> SchemaName {
@@ -145,6 +154,12 @@ fn blindw_mixes_run_serializable_with_only_retried_conflicts() {
     for name in [WorkloadName::BlindWRm, WorkloadName::BlindWRw, WorkloadName::BlindWWm] {
         run_count(name);
     }
+}
+
+#[test]
+fn chengrw_runs_serializable_with_only_retried_conflicts() {
+    // 1,000 keys and four clients reading and writing four each: conflicts happen, and are retried.
+    run_count(WorkloadName::ChengRw);
 }
 
 #[test]

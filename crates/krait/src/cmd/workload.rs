@@ -1,5 +1,5 @@
-//! `krait workload`: run Cobra's benchmark workloads (Cobra §6) against a PostgreSQL endpoint, or generate
-//! their histories offline.
+//! `krait workload`: run Cobra's benchmark workloads (Cobra §6), and chengRW, against a PostgreSQL endpoint,
+//! or generate their histories offline.
 //!
 //! - `setup` creates and loads a workload's schema (idempotent; `run` does it too unless `--no-setup`).
 //! - `run` drives concurrent clients through an endpoint (Krait's proxy, or the database directly) with a
@@ -26,13 +26,13 @@ pub enum WorkloadCommand {
     /// Run a workload's clients concurrently against a PostgreSQL endpoint and print a summary. Exits 0 if
     /// no transaction failed for good (retried serialization failures are fine), 1 otherwise.
     Run {
-        /// The workload: tpcc, twitter, rubis, blindw-rm, blindw-rw or blindw-wm.
+        /// The workload: tpcc, twitter, rubis, blindw-rm, blindw-rw, blindw-wm or chengrw.
         name: WorkloadName,
         /// The endpoint: a PostgreSQL URL or key=value string, for Krait's proxy or the database itself.
         #[arg(long)]
         target: String,
         /// Concurrent clients, one session each.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, visible_alias = "sessions", default_value_t = 4)]
         clients: u32,
         /// Stop after this many transactions (all clients together).
         #[arg(long)]
@@ -85,7 +85,7 @@ pub enum WorkloadCommand {
     /// Generate a serializable history offline, by running the workload's transaction logic on a serial
     /// in-memory store, and write it in Krait's native format (or JSON Lines).
     Generate {
-        /// The workload.
+        /// The workload: tpcc, twitter, rubis, blindw-rm, blindw-rw, blindw-wm or chengrw.
         name: WorkloadName,
         /// Transactions in the history.
         #[arg(long)]
@@ -94,7 +94,7 @@ pub enum WorkloadCommand {
         #[arg(long)]
         out: PathBuf,
         /// Sessions (Cobra §6.1 used 24).
-        #[arg(long, default_value_t = 24)]
+        #[arg(long, visible_alias = "sessions", default_value_t = 24)]
         clients: u32,
         /// Seed: the same seed gives the same history.
         #[arg(long, default_value_t = 0)]
@@ -137,15 +137,27 @@ pub struct SizeArgs {
     /// TPC-C: customers per district (default 3,000).
     #[arg(long)]
     customers: Option<u64>,
-    /// BlindW: keys (default 10,000).
+    /// BlindW and chengRW: keys (default 10,000).
     #[arg(long)]
     keys: Option<u64>,
+    /// chengRW: distinct keys each transaction reads, chosen uniformly (default 4).
+    #[arg(long)]
+    reads: Option<u32>,
+    /// chengRW: distinct keys each transaction writes after its reads, chosen uniformly (default 4).
+    #[arg(long)]
+    writes: Option<u32>,
 }
 
 impl SizeArgs {
     pub(crate) fn workload(&self, name: WorkloadName) -> Workload {
-        let sizes =
-            Sizes { users: self.users, items: self.items, customers: self.customers, keys: self.keys };
+        let sizes = Sizes {
+            users: self.users,
+            items: self.items,
+            customers: self.customers,
+            keys: self.keys,
+            reads: self.reads,
+            writes: self.writes,
+        };
         Workload::new(name, &sizes)
     }
 }
