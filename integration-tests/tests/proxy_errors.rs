@@ -213,3 +213,60 @@ async fn admin_endpoints_report_health_metrics_and_status() {
     assert!(status["log"]["fsyncs"].as_u64().unwrap() >= 1, "strict durability fsyncs: {status}");
     p.handle.shutdown().await.unwrap();
 }
+
+/// A database that lets anyone in (AuthenticationOk, BackendKeyData, ReadyForQuery), then hangs up on the
+/// first query it is sent. Returns its address.
+async fn upstream_that_hangs_up_after_login() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut len = [0u8; 4];
+                s.read_exact(&mut len).await?;
+                let mut startup = vec![0u8; (i32::from_be_bytes(len) as usize).saturating_sub(4)];
+                s.read_exact(&mut startup).await?;
+                let mut reply = Vec::new();
+                reply.extend_from_slice(&[b'R', 0, 0, 0, 8, 0, 0, 0, 0]);
+                reply.extend_from_slice(&[b'K', 0, 0, 0, 12, 0, 0, 0x10, 0x92, 0, 0, 0, 7]);
+                reply.extend_from_slice(&[b'Z', 0, 0, 0, 5, b'I']);
+                s.write_all(&reply).await?;
+                let mut first = [0u8; 1];
+                s.read_exact(&mut first).await?;
+                std::io::Result::Ok(())
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_catalog_load_fails_leaves_no_cancel_key_behind() {
+    let upstream = upstream_that_hangs_up_after_login().await;
+    let p =
+        start_proxy_with(Opts { upstream: Some(upstream), tagging: Some("xmin"), ..Opts::default() }).await;
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(p.handle.listen_addr()).await.unwrap();
+        let mut buf = BytesMut::new();
+        StartupPacket::Startup {
+            major: 3,
+            minor: 0,
+            params: vec![(Bytes::from("user"), Bytes::from(PG_USER))],
+        }
+        .encode(&mut buf);
+        s.write_all(&buf).await.unwrap();
+        // The session ends when the catalog query finds the database gone.
+        let mut rbuf = BytesMut::new();
+        while read_backend(&mut s, &mut rbuf).await.is_some() {}
+    }
+    let mut held = p.handle.cancel_keys_held();
+    for _ in 0..100 {
+        if held == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        held = p.handle.cancel_keys_held();
+    }
+    assert_eq!(held, 0, "cancel keys of ended sessions are still held");
+    p.handle.shutdown().await.unwrap();
+}

@@ -545,3 +545,42 @@ fn late_ops_join_their_pending_intent_through_the_log_and_replay() {
         .unwrap_err();
     assert!(matches!(err, LogError::Inconsistent { seq: 0, .. }), "{err}");
 }
+
+/// The log holds statement texts and values: its directory is its owner's alone (0700), and so are the files
+/// sled makes in it (0600), even where the directory existed before with looser bits.
+#[cfg(unix)]
+#[test]
+fn the_log_directory_and_its_files_are_private_to_their_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    fn mode(p: &std::path::Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+    fn check(dir: &std::path::Path) {
+        assert_eq!(mode(dir), 0o700, "{}", dir.display());
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                check(&path);
+            } else {
+                assert_eq!(mode(&path), 0o600, "{}", path.display());
+            }
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let fresh = tmp.path().join("fresh").join("log");
+    let log = SledLog::open(&fresh, Durability::Strict).unwrap();
+    log.append_finished(rmw(1, 1, 0, "a", Observed::Absent, 1), Outcome::Committed, Some(5))
+        .unwrap()
+        .wait()
+        .unwrap();
+    log.close().unwrap();
+    check(&fresh);
+    // An existing directory, and files left 0644 by a run before this one, are narrowed at open.
+    let old = tmp.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o755)).unwrap();
+    SledLog::open(&old, Durability::Strict).unwrap().close().unwrap();
+    std::fs::set_permissions(old.join("db"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    SledLog::open(&old, Durability::Strict).unwrap().close().unwrap();
+    check(&old);
+}

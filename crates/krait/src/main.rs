@@ -58,12 +58,18 @@ const BROKEN_PIPE_STATUS: i32 = 128 + 13;
 fn main() -> ExitCode {
     exit_quietly_when_stdout_closes();
     let cli = Cli::parse();
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("KRAIT_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        .finish()
+        // sqlparser logs every SQL text it parses (at debug, through the `log` bridge), and SQL text may hold
+        // passwords and values: its records never reach the output, whatever KRAIT_LOG asks for.
+        .with(tracing_subscriber::filter::filter_fn(|meta| !meta.target().starts_with("sqlparser")))
         .init();
     let result = match cli.command {
         Command::Verify(args) => cmd::verify::run(args),

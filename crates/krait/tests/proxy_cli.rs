@@ -86,3 +86,64 @@ fn proxy_records_psql_transactions_and_stops_cleanly_on_sigterm() {
     assert!(stats["committed"].as_u64().expect("a count") >= 2, "{stats}");
     assert_eq!(stats["indeterminate"], 0, "{stats}");
 }
+
+/// At the most verbose KRAIT_LOG, no SQL text reaches the proxy's output (sqlparser logs every text it parses
+/// at debug), and a password set through the proxy reaches neither its output nor its log's files.
+#[test]
+fn proxy_output_at_trace_and_its_log_hold_no_sql_text_or_password() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let port = free_port();
+    let config = write_config(dir.path(), port);
+    let child = Command::new(env!("CARGO_BIN_EXE_krait"))
+        .args(["proxy", "--config", config.to_str().expect("utf-8 path")])
+        .env("KRAIT_LOG", "trace")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts krait proxy");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "krait proxy did not start listening");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = std::process::id();
+    let role = format!("krait_cli_role_{pid}");
+    let password = format!("krait_cli_pw_{pid}");
+    let marker = format!("krait_cli_marker_{pid}");
+    let table = format!("krait_cli_trace_{pid}");
+    let sql = format!(
+        "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN PASSWORD '{password}';\n\
+         ALTER ROLE {role} PASSWORD '{password}'; DROP ROLE {role};\n\
+         DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int primary key, v text);\n\
+         BEGIN; INSERT INTO {table} VALUES (1, '{marker}'); COMMIT;\n\
+         SELECT v FROM {table} WHERE v = '{marker}';\nDROP TABLE {table};\n"
+    );
+    let psql = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "test", "-X", "-q"])
+        .args(["-v", "ON_ERROR_STOP=1", "-t", "-A", "-c", &sql])
+        .output()
+        .expect("runs psql");
+    assert!(psql.status.success(), "psql through krait: {}", String::from_utf8_lossy(&psql.stderr));
+    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("runs kill");
+    assert!(killed.success());
+    let out = child.wait_with_output().expect("krait proxy exits");
+    assert!(out.status.success(), "krait proxy exited with {}", out.status);
+
+    let output = [out.stdout, out.stderr].concat();
+    let text = String::from_utf8_lossy(&output);
+    assert!(text.contains("TRACE") || text.contains("DEBUG"), "KRAIT_LOG=trace was in force: {text}");
+    for secret in [&password, &marker, &table] {
+        assert!(!text.contains(secret.as_str()), "the proxy's output holds {secret}: {text}");
+    }
+    let log = dir.path().join("log");
+    let mut stack = vec![log];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            stack.extend(std::fs::read_dir(&path).expect("lists").map(|e| e.expect("an entry").path()));
+        } else {
+            let bytes = std::fs::read(&path).expect("reads a log file");
+            let found = bytes.windows(password.len()).any(|w| w == password.as_bytes());
+            assert!(!found, "{} holds the password", path.display());
+        }
+    }
+}

@@ -103,6 +103,12 @@ impl ProxyHandle {
         &self.metrics
     }
 
+    /// How many client cancel keys the proxy holds: one per authenticated session still open, so a number
+    /// that outlives its sessions is a leak.
+    pub fn cancel_keys_held(&self) -> usize {
+        self.shared.cancel_keys.lock().map_or(0, |k| k.len())
+    }
+
     /// Re-reads the client TLS certificate and key (what SIGHUP does).
     pub fn reload_tls(&self) -> Result<(), tls::TlsError> {
         match &self.shared.tls {

@@ -44,7 +44,7 @@ use history::Outcome;
 use wire::pg::backend::tag as btag;
 use wire::pg::{FrontendMessage, Target, TxnStatus};
 
-use crate::sql::{StmtKind, classify, classify_one};
+use crate::sql::{StmtKind, classify, classify_one, redact_secrets};
 
 /// How many prepared statement or portal names a session tracks before it forgets them in bulk. An Execute of
 /// a forgotten name is still matched; only its SQL text is missing from the record.
@@ -63,8 +63,9 @@ impl Prepared {
     }
 }
 
-/// A request whose replies are still to come.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A request whose replies are still to come. Its `Debug` leaves out a query's text, which may hold a secret
+/// and is written into desync warnings.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Expect {
     /// Parse: ParseComplete.
     Parse,
@@ -94,6 +95,28 @@ pub enum Expect {
     },
     /// FunctionCall: FunctionCallResponse, then ReadyForQuery.
     FunctionCall,
+}
+
+impl std::fmt::Debug for Expect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Expect::Parse => f.write_str("Parse"),
+            Expect::Bind => f.write_str("Bind"),
+            Expect::Describe(target) => f.debug_tuple("Describe").field(target).finish(),
+            Expect::Execute { portal, kind } => {
+                f.debug_struct("Execute").field("portal", portal).field("kind", kind).finish()
+            }
+            Expect::Close => f.write_str("Close"),
+            Expect::Sync => f.write_str("Sync"),
+            Expect::Query { sql, kinds, done } => f
+                .debug_struct("Query")
+                .field("sql_bytes", &sql.len())
+                .field("kinds", kinds)
+                .field("done", done)
+                .finish(),
+            Expect::FunctionCall => f.write_str("FunctionCall"),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -503,8 +526,10 @@ impl SessionMachine {
     }
 
     /// Adds a statement to the open transaction, or opens one as if `opened_tick` requests had been pushed.
+    ///
+    /// This is the one way a statement's text enters what is recorded, so passwords are redacted here.
     fn add_statement_at(&mut self, sql: &[u8], now_ns: u64, opened_tick: u64) {
-        let text = wire::pg::text(sql).into_owned();
+        let text = redact_secrets(&wire::pg::text(sql)).into_owned();
         match &mut self.txn {
             Some(t) => t.snap.statements.push(text),
             None => {

@@ -595,3 +595,27 @@ fn a_statement_after_commit_in_one_query_string_ends_at_its_ready_for_query() {
     assert_eq!(outcomes[1].0, Outcome::Committed);
     assert!(!h.m.in_transaction());
 }
+
+#[test]
+fn passwords_are_redacted_before_a_statement_is_recorded_or_a_desync_is_told() {
+    let mut h = Harness::new();
+    h.query("ALTER ROLE alice PASSWORD 'pw-secret'");
+    h.replies([cc("ALTER ROLE"), rfq(TxnStatus::Idle)]);
+    h.extended("CREATE USER bob ENCRYPTED PASSWORD 'pw-secret'");
+    h.send(FrontendMessage::Sync);
+    h.replies([
+        BackendMessage::ParseComplete,
+        BackendMessage::BindComplete,
+        cc("CREATE ROLE"),
+        rfq(TxnStatus::Idle),
+    ]);
+    let statements: Vec<String> = h.ended.iter().flat_map(|e| e.txn.statements.clone()).collect();
+    assert_eq!(
+        statements,
+        vec!["ALTER ROLE alice PASSWORD '<redacted>'", "CREATE USER bob ENCRYPTED PASSWORD '<redacted>'"]
+    );
+    // A desync's reason names what was expected, never the query's text.
+    h.query("ALTER ROLE alice PASSWORD 'pw-secret'");
+    let desync = h.reply(BackendMessage::BindComplete).expect_err("BindComplete does not answer a Query");
+    assert!(!desync.reason.contains("pw-secret"), "{}", desync.reason);
+}

@@ -152,24 +152,27 @@ async fn run_session(
     };
     // With tagging on, the first session (and any after a table the cache did not know) loads the primary
     // keys before the client's first message; a failure leaves the cache stale, to be retried between
-    // transactions.
-    if let (Ok(true), Some(t)) = (&authenticated, &shared.tagging)
-        && t.catalog_stale.load(std::sync::atomic::Ordering::Relaxed)
-        && let Err(e) = run_at_startup(&mut upstream, &mut sbuf, t, Injection::Catalog).await
-    {
-        warn!("cannot load the primary-key catalog: {e}");
-        return Err(SessionError::UpstreamIo(e));
+    // transactions. Every way out of this block, these failures included, reaches the cancel key's removal.
+    let result = async {
+        let authenticated = authenticated?;
+        if let (true, Some(t)) = (authenticated, &shared.tagging) {
+            if t.catalog_stale.load(std::sync::atomic::Ordering::Relaxed)
+                && let Err(e) = run_at_startup(&mut upstream, &mut sbuf, t, Injection::Catalog).await
+            {
+                warn!("cannot load the primary-key catalog: {e}");
+                return Err(SessionError::UpstreamIo(e));
+            }
+            // Likewise the recording horizon, until some session has learnt it: every read this session
+            // records is then classified against it (DESIGN.md §3).
+            learn_horizon(shared, t, &mut upstream, &mut sbuf).await?;
+        }
+        if authenticated {
+            message_loop(shared, client, cbuf, upstream, sbuf, recorder, shutdown).await
+        } else {
+            Ok(())
+        }
     }
-    // Likewise the recording horizon, until some session has learnt it: every read this session records
-    // is then classified against it (DESIGN.md §3).
-    if let (Ok(true), Some(t)) = (&authenticated, &shared.tagging) {
-        learn_horizon(shared, t, &mut upstream, &mut sbuf).await?;
-    }
-    let result = match authenticated {
-        Ok(true) => message_loop(shared, client, cbuf, upstream, sbuf, recorder, shutdown).await,
-        Ok(false) => Ok(()),
-        Err(e) => Err(e),
-    };
+    .await;
     if let Some(key) = cancel_key
         && let Ok(mut keys) = shared.cancel_keys.lock()
     {

@@ -76,7 +76,14 @@ impl SledLog {
     }
 
     /// Opens (or creates) the log with explicit options.
+    ///
+    /// The directory is made readable by its owner only (0700), and what sled created in it 0600 (folders
+    /// 0700): the records hold statement texts and the values clients read and wrote.
     pub fn open_with(dir: impl AsRef<Path>, options: LogOptions) -> Result<Self, LogError> {
+        let private = |e: std::io::Error| {
+            LogError::Storage(format!("cannot make {} private to its owner: {e}", dir.as_ref().display()))
+        };
+        create_private_dir(dir.as_ref()).map_err(private)?;
         let config = sled::Config::new()
             .path(dir.as_ref())
             .cache_capacity(options.cache_bytes)
@@ -86,6 +93,9 @@ impl SledLog {
         let db = open_waiting_for_lock(&config)?;
         let records = db.open_tree(Self::RECORDS_TREE)?;
         let meta = db.open_tree(Self::META_TREE)?;
+        // sled creates its files with the process's umask (0644 by the usual one); files it makes later
+        // (snapshots, blobs) sit in the 0700 directory.
+        make_private(dir.as_ref()).map_err(private)?;
 
         match meta.get(FORMAT_KEY)? {
             Some(tag) if tag.as_ref() == FORMAT_TAG => {}
@@ -460,6 +470,41 @@ fn scan_run(records: &sled::Tree, run_start: u64) -> Result<RunScan, LogError> {
     let mut pending: Vec<(u64, TxnId)> = pending.into_iter().map(|(t, s)| (s, t)).collect();
     pending.sort_unstable();
     Ok(RunScan { pending: pending.into_iter().map(|(_, t)| t).collect(), txn_floor })
+}
+
+/// Creates `dir` (and any missing parent) with mode 0700, or narrows an existing one to 0700.
+#[cfg(unix)]
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+#[cfg(not(unix))]
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)
+}
+
+/// Narrows everything under `dir` to its owner: files 0600, folders 0700. Symbolic links are left alone.
+#[cfg(unix)]
+fn make_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700))?;
+            make_private(&entry.path())?;
+        } else if kind.is_file() {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn make_private(_dir: &Path) -> std::io::Result<()> {
+    Ok(())
 }
 
 /// How long `open` waits for a directory lock that a just-closed log may still hold.
