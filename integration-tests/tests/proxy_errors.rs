@@ -5,7 +5,7 @@ mod proxy_support;
 
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use history::Outcome;
 use proxy_support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
