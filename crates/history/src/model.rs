@@ -277,12 +277,63 @@ pub struct History {
     /// Statements the collector could not map to reads and writes, so the verifier cannot check them. Only
     /// the proxy's log carries them; the exchange formats (native, JSON Lines, Cobra, PolySI) do not.
     pub unchecked: Vec<UncheckedStatement>,
-    /// The recording horizon, when the collector noted one: the database's oldest transaction id still
-    /// running when recording began (PostgreSQL's `pg_snapshot_xmin(pg_current_snapshot())`). Versions
-    /// older than it are pre-history; any other version no recorded transaction wrote is
+    /// The recording horizon, when the collector noted one (see [`RecordingHorizon`]). Versions whose
+    /// writer had ended before it are pre-history; any other version no recorded transaction wrote is
     /// [`Observed::Unrecorded`]. With a horizon, pre-history is decided rather than guessed, so the verifier
     /// may trust it; without one (imported histories, logs of older proxies) it stays as it was.
-    pub horizon: Option<u64>,
+    pub horizon: Option<RecordingHorizon>,
+}
+
+/// The recording horizon (DESIGN.md §3, "every version has an owner"): the database's snapshot when
+/// recording began (PostgreSQL's `pg_current_snapshot()`), taken before the first client statement went
+/// through the proxy. A transaction that had ended by then is pre-history; any other one may have written
+/// after recording began.
+///
+/// The whole snapshot is kept, not only its `xmin`: one long-running transaction anywhere in the database
+/// holds `xmin` back, and every row written after it (before recording began) would then look as if an
+/// unrecorded writer made it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordingHorizon {
+    /// Every transaction id below it had ended (the snapshot's `xmin`).
+    pub xmin: u64,
+    /// No transaction id at or above it had started (the snapshot's `xmax`).
+    pub xmax: u64,
+    /// The ids between the two still running (the snapshot's `xip`); every other one had ended.
+    pub running: Vec<u64>,
+}
+
+/// A snapshot's text (`xmin:xmax:xip,…`) did not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not a PostgreSQL snapshot (xmin:xmax:xip,…): {0:?}")]
+pub struct SnapshotParseError(pub String);
+
+impl RecordingHorizon {
+    /// The horizon of a log written before whole snapshots were kept: only `xmin`, nothing known above it.
+    pub fn from_xmin(xmin: u64) -> Self {
+        RecordingHorizon { xmin, xmax: xmin, running: Vec::new() }
+    }
+
+    /// Parses `pg_current_snapshot()::text`, e.g. `748:752:748,750`.
+    pub fn parse_snapshot(text: &str) -> Result<Self, SnapshotParseError> {
+        let bad = || SnapshotParseError(text.to_owned());
+        let mut parts = text.trim().splitn(3, ':');
+        let id = |s: Option<&str>| s.and_then(|s| s.parse::<u64>().ok()).ok_or_else(bad);
+        let xmin = id(parts.next())?;
+        let xmax = id(parts.next())?;
+        let running = match parts.next().ok_or_else(bad)? {
+            "" => Vec::new(),
+            list => list.split(',').map(|s| s.parse::<u64>().map_err(|_| bad())).collect::<Result<_, _>>()?,
+        };
+        if xmin > xmax || running.iter().any(|&x| x < xmin || x >= xmax) {
+            return Err(bad());
+        }
+        Ok(RecordingHorizon { xmin, xmax, running })
+    }
+
+    /// Whether transaction `xid` (64-bit) had ended when recording began.
+    pub fn had_ended(&self, xid: u64) -> bool {
+        xid < self.xmin || (xid < self.xmax && !self.running.contains(&xid))
+    }
 }
 
 /// A statement recorded without row operations (an aggregate, a predicate read, DDL, COPY, …), kept so that

@@ -5,8 +5,8 @@ use history::codec::cobra::{self, CobraErrorKind, CobraOptions};
 use history::codec::native::{self, NativeErrorKind};
 use history::codec::{self, Format, jsonl, polysi};
 use history::{
-    CollectorId, History, HistoryBuilder, KeyName, LogGap, Observed, Op, Outcome, SessionId, StmtRef,
-    Transaction, TxnId, WriteId,
+    CollectorId, History, HistoryBuilder, KeyName, LogGap, Observed, Op, Outcome, RecordingHorizon,
+    SessionId, StmtRef, Transaction, TxnId, WriteId,
 };
 use proptest::prelude::*;
 
@@ -141,7 +141,10 @@ fn arb_history() -> impl Strategy<Value = History> {
                 }
             });
         let gaps = prop::collection::vec(any::<u64>().prop_map(|after_txns| LogGap { after_txns }), 0..3);
-        let horizon = prop::option::of(prop_oneof![Just(0u64), any::<u64>()]);
+        let horizon = prop::option::of(
+            (prop_oneof![Just(0u64), any::<u64>()], any::<u64>(), prop::collection::vec(any::<u64>(), 0..4))
+                .prop_map(|(xmin, xmax, running)| RecordingHorizon { xmin, xmax, running }),
+        );
         (Just(keys), Just(statements), prop::collection::vec(txn, 0..10), gaps, horizon).prop_map(
             |(keys, statements, transactions, gaps, horizon)| History {
                 keys,
@@ -517,4 +520,53 @@ fn files_roundtrip_through_read_and_write_with_detection() {
     assert!(err.contains("a Cobra history is the folder"), "{err}");
     let err = codec::read_history(&dir.path().join("missing"), None).unwrap_err();
     assert!(matches!(err, codec::CodecError::Io { .. }));
+}
+
+/// Horizons written before whole snapshots were kept (native version 2, a bare number in JSON Lines) still
+/// read, as an xmin with nothing known above it.
+#[test]
+fn horizons_of_older_files_read_as_an_xmin() {
+    // Version 2's checksums do not cover the version byte: tag + payload only.
+    let chunk = |tag: u8, payload: &[u8]| {
+        let mut out = vec![tag, payload.len() as u8];
+        out.extend_from_slice(payload);
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&out[..1]);
+        crc.update(payload);
+        out.extend_from_slice(&crc.finalize().to_le_bytes());
+        out
+    };
+    let mut v2 = native::MAGIC.to_vec();
+    v2.push(2);
+    v2.extend(chunk(b'H', &[0, 0, 0, 0, 0, 1, 100]));
+    v2.extend(chunk(b'E', &[]));
+    assert_eq!(native::decode(&v2).expect("v2 decodes").horizon, Some(RecordingHorizon::from_xmin(100)));
+
+    let header_v3: &[u8] = &[0, 0, 0, 0, 0, 1, 100, 110, 1, 105];
+    let v3 = native::decode(&native::frame_chunks(&[(b'H', header_v3)])).expect("v3 decodes");
+    assert_eq!(v3.horizon, Some(RecordingHorizon { xmin: 100, xmax: 110, running: vec![105] }));
+    // A running count the chunk cannot hold is corrupt, not an allocation.
+    let corrupt: &[u8] = &[0, 0, 0, 0, 0, 1, 100, 110, 0x7f];
+    assert!(native::decode(&native::frame_chunks(&[(b'H', corrupt)])).is_err());
+
+    let h = History {
+        horizon: Some(RecordingHorizon { xmin: 7, xmax: 9, running: vec![8] }),
+        ..History::default()
+    };
+    let text = String::from_utf8(jsonl::encode_to_vec(&h).unwrap()).unwrap();
+    assert!(text.contains(r#""horizon":{"xmin":7,"xmax":9,"running":[8]}"#), "{text}");
+    let old = text.replace(r#""horizon":{"xmin":7,"xmax":9,"running":[8]}"#, r#""horizon":7"#);
+    assert_eq!(jsonl::decode(&old).expect("old header").horizon, Some(RecordingHorizon::from_xmin(7)));
+}
+
+#[test]
+fn snapshots_parse_as_postgresql_prints_them() {
+    let h = RecordingHorizon::parse_snapshot("748:752:748,750").unwrap();
+    assert_eq!(h, RecordingHorizon { xmin: 748, xmax: 752, running: vec![748, 750] });
+    assert!(h.had_ended(747) && h.had_ended(749) && h.had_ended(751));
+    assert!(!h.had_ended(748) && !h.had_ended(750) && !h.had_ended(752));
+    assert_eq!(RecordingHorizon::parse_snapshot("5:5:").unwrap().running, Vec::<u64>::new());
+    for bad in ["", "5", "5:4:", "5:9:3", "5:9:9", "a:b:", "5:9:6,x"] {
+        assert!(RecordingHorizon::parse_snapshot(bad).is_err(), "{bad:?}");
+    }
 }

@@ -212,12 +212,13 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
     }
     if let Some(t) = &state.tagging {
         out.push_str(&t.metrics.render());
-        if let Some(xid) = t.book.horizon() {
+        if let Some(horizon) = t.book.horizon() {
             let _ = writeln!(
                 out,
                 "# HELP krait_recording_horizon_xid The database's oldest running transaction id when recording \
-                 began: older versions are pre-history.\n# TYPE krait_recording_horizon_xid gauge\n\
-                 krait_recording_horizon_xid {xid}"
+                 began (its snapshot's xmin).\n# TYPE krait_recording_horizon_xid gauge\n\
+                 krait_recording_horizon_xid {}",
+                horizon.xmin
             );
         }
     }

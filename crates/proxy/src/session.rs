@@ -196,11 +196,16 @@ async fn learn_horizon(
         return Ok(());
     }
     match run_at_startup(upstream, sbuf, t, Injection::Horizon).await {
-        Ok(Injected::Horizon(Some(xid))) => {
-            let ticket = shared.recorder.log().append_horizon(xid).map_err(SessionError::Log)?;
+        Ok(Injected::Horizon(Some(horizon))) => {
+            let ticket = shared.recorder.log().append_horizon(&horizon).map_err(SessionError::Log)?;
             ticket.wait_async().await.map_err(SessionError::Log)?;
-            t.book.set_horizon(xid);
-            info!(xid, "recording horizon learnt");
+            info!(
+                xmin = horizon.xmin,
+                xmax = horizon.xmax,
+                running = horizon.running.len(),
+                "recording horizon learnt"
+            );
+            t.book.set_horizon(horizon);
         }
         Ok(_) => {
             t.horizon_unanswered.store(true, Ordering::Relaxed);

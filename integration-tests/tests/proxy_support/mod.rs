@@ -121,7 +121,10 @@ impl TestProxy {
                     out[i].txn.ops.extend(ops);
                     out[i].txn.statements = statements;
                 }
-                LogRecord::Recovery { .. } | LogRecord::SessionEnded { .. } | LogRecord::Horizon { .. } => {}
+                LogRecord::Recovery { .. }
+                | LogRecord::SessionEnded { .. }
+                | LogRecord::Horizon { .. }
+                | LogRecord::HorizonSnapshot(_) => {}
             }
         }
         out

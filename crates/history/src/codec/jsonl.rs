@@ -30,8 +30,8 @@ use thiserror::Error;
 
 use super::native::{InvalidHistory, check_references};
 use crate::model::{
-    CollectorId, History, Key, KeyName, KeyTable, LogGap, Observed, Op, Outcome, SessionId, StmtRef,
-    Transaction, TxnId, WriteId,
+    CollectorId, History, Key, KeyName, KeyTable, LogGap, Observed, Op, Outcome, RecordingHorizon, SessionId,
+    StmtRef, Transaction, TxnId, WriteId,
 };
 
 /// The version of the line format this build writes and reads.
@@ -90,7 +90,15 @@ struct Header {
     gaps: u64,
     /// The recording horizon, when the collector noted one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    horizon: Option<u64>,
+    horizon: Option<HorizonLine>,
+}
+
+/// The horizon in a header: an object with the whole snapshot, or (files written before it) a bare xmin.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum HorizonLine {
+    Xmin(u64),
+    Snapshot(RecordingHorizon),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -190,7 +198,7 @@ pub fn encode(history: &History, out: &mut impl Write) -> Result<(), JsonlWriteE
         keys: history.keys.len() as u64,
         transactions: history.transactions.len() as u64,
         gaps: history.gaps.len() as u64,
-        horizon: history.horizon,
+        horizon: history.horizon.clone().map(HorizonLine::Snapshot),
     };
     line(&Line::KraitHistory(header), &mut out)?;
     for s in &history.statements {
@@ -297,7 +305,11 @@ pub fn decode(text: &str) -> Result<History, JsonlError> {
             format!("unsupported version {}; this build reads version {VERSION}", header.version),
         ));
     }
-    let mut history = History { horizon: header.horizon, ..History::default() };
+    let horizon = header.horizon.map(|h| match h {
+        HorizonLine::Xmin(xmin) => RecordingHorizon::from_xmin(xmin),
+        HorizonLine::Snapshot(h) => h,
+    });
+    let mut history = History { horizon, ..History::default() };
     let mut labels: HashMap<String, Key> = HashMap::new();
     let mut stage = Stage::Statements;
     let mut last_line = first_no;

@@ -7,12 +7,15 @@
 //! chunk*  where chunk = tag (1 byte) · payload length (varint) · payload · CRC-32 of tag+payload (4 bytes, LE)
 //! ```
 //!
+//! From version 3 each chunk's CRC-32 covers the version byte first (version+tag+payload), so a flipped
+//! version byte that names another readable version is still caught.
+//!
 //! The chunks come in this order; a section with no items has no chunk, and a long section is split over
 //! several chunks of about 64 KiB, each holding whole items:
 //!
 //! | tag | payload |
 //! |---|---|
-//! | `H` | counts: statements, namespaces, keys, transactions, gaps (varints); from version 2, then 0 or 1 and the recording horizon if 1 |
+//! | `H` | counts: statements, namespaces, keys, transactions, gaps (varints); from version 2, then 0 or 1 and the recording horizon if 1 (version 2: its xmin; from 3: xmin, xmax, the count of running ids and the ids) |
 //! | `S` | statement texts: length + UTF-8 bytes each |
 //! | `N` | namespaces of the key table: length + UTF-8 bytes each |
 //! | `K` | the key table as runs: count, namespace index, key length, then `count × length` key bytes |
@@ -58,15 +61,16 @@ use thiserror::Error;
 
 use super::bytes::{Cursor, CursorError, put_varint, unzigzag, varint_len, zigzag};
 use crate::model::{
-    CollectorId, History, KeyName, KeyTable, LogGap, Observed, Op, Outcome, SessionId, StmtRef, Transaction,
-    TxnId, WriteId,
+    CollectorId, History, KeyName, KeyTable, LogGap, Observed, Op, Outcome, RecordingHorizon, SessionId,
+    StmtRef, Transaction, TxnId, WriteId,
 };
 
 /// The first bytes of every native history file. The leading NUL keeps it from ever looking like text.
 pub const MAGIC: [u8; 7] = *b"\0KRHIST";
 /// The format version this build writes. Version 2 added the recording horizon (a header field) and
-/// unrecorded-writer reads (a class byte after each pre-history tag).
-pub const VERSION: u8 = 2;
+/// unrecorded-writer reads (a class byte after each pre-history tag); version 3 made the horizon a whole
+/// snapshot (xmin, xmax, the running ids).
+pub const VERSION: u8 = 3;
 /// The oldest format version this build still reads.
 pub const OLDEST_VERSION: u8 = 1;
 /// After a pre-history tag (version 2 on): the version is pre-history.
@@ -297,15 +301,24 @@ struct ChunkWriter {
     buf: Vec<u8>,
 }
 
+/// The checksum of a chunk in a file of format `version`.
+fn chunk_checksum(version: u8, tag: u8, payload: &[u8]) -> u32 {
+    let mut crc = crc32fast::Hasher::new();
+    if version >= 3 {
+        crc.update(&[version]);
+    }
+    crc.update(&[tag]);
+    crc.update(payload);
+    crc.finalize()
+}
+
 impl ChunkWriter {
     fn flush(&mut self, tag: u8) {
         self.out.push(tag);
         put_varint(&mut self.out, self.buf.len() as u64);
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&[tag]);
-        crc.update(&self.buf);
+        let crc = chunk_checksum(VERSION, tag, &self.buf);
         self.out.extend_from_slice(&self.buf);
-        self.out.extend_from_slice(&crc.finalize().to_le_bytes());
+        self.out.extend_from_slice(&crc.to_le_bytes());
         self.buf.clear();
     }
     fn item_done(&mut self, tag: u8) {
@@ -351,10 +364,15 @@ pub fn encode(history: &History) -> Result<Vec<u8>, InvalidHistory> {
     ] {
         put_varint(&mut w.buf, n as u64);
     }
-    match history.horizon {
-        Some(xid) => {
+    match &history.horizon {
+        Some(horizon) => {
             put_varint(&mut w.buf, 1);
-            put_varint(&mut w.buf, xid);
+            put_varint(&mut w.buf, horizon.xmin);
+            put_varint(&mut w.buf, horizon.xmax);
+            put_varint(&mut w.buf, horizon.running.len() as u64);
+            for &xid in &horizon.running {
+                put_varint(&mut w.buf, xid);
+            }
         }
         None => put_varint(&mut w.buf, 0),
     }
@@ -549,6 +567,8 @@ fn encode_op(out: &mut Vec<u8>, d: &mut Delta, ord_of: &mut HashMap<u64, u32>, o
 struct Chunks<'a> {
     data: &'a [u8],
     pos: usize,
+    /// The file's format version, which the checksums cover from version 3.
+    version: u8,
 }
 
 impl<'a> Chunks<'a> {
@@ -574,10 +594,19 @@ impl<'a> Chunks<'a> {
         let payload = head.bytes(len, "the chunk starting here").map_err(at_start)?;
         let stored = head.bytes(4, "the chunk's checksum").map_err(at_start)?;
         let stored = u32::from_le_bytes([stored[0], stored[1], stored[2], stored[3]]);
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&[tag]);
-        crc.update(payload);
-        let computed = crc.finalize();
+        let computed = chunk_checksum(self.version, tag, payload);
+        if stored != computed && (OLDEST_VERSION..=VERSION).any(|v| chunk_checksum(v, tag, payload) == stored)
+        {
+            // The chunk is whole under another version's rule: the version byte is what changed.
+            return Err(NativeError::invalid(
+                MAGIC.len() as u64,
+                format!(
+                    "the format version byte says {}, but the chunks were written by another version: the file \
+                     is corrupt",
+                    self.version
+                ),
+            ));
+        }
         if stored != computed {
             return Err(NativeError::at(
                 start as u64,
@@ -642,7 +671,7 @@ pub fn decode(data: &[u8]) -> Result<History, NativeError> {
     if !(OLDEST_VERSION..=VERSION).contains(&version) {
         return Err(NativeError::at(MAGIC.len() as u64, NativeErrorKind::UnsupportedVersion(version)));
     }
-    let mut chunks = Chunks { data, pos: MAGIC.len() + 1 };
+    let mut chunks = Chunks { data, pos: MAGIC.len() + 1, version };
 
     let mut h = chunks.next(TAG_HEADER)?;
     let n_stmts = h.varint("the statement count")?;
@@ -654,7 +683,22 @@ pub fn decode(data: &[u8]) -> Result<History, NativeError> {
         1 => None,
         _ => match h.varint("the horizon flag")? {
             0 => None,
-            1 => Some(h.varint("the recording horizon")?),
+            1 if version == 2 => Some(RecordingHorizon::from_xmin(h.varint("the recording horizon")?)),
+            1 => {
+                let xmin = h.varint("the horizon's xmin")?;
+                let xmax = h.varint("the horizon's xmax")?;
+                let n = h.varint("the horizon's running count")?;
+                // Each id takes at least a byte: a count beyond the chunk is corrupt, not a reason to
+                // allocate.
+                if n > h.c.remaining() as u64 {
+                    return Err(NativeError::invalid(
+                        h.offset(),
+                        format!("{n} running ids in a shorter chunk"),
+                    ));
+                }
+                let running = (0..n).map(|_| h.varint("a running id")).collect::<Result<Vec<_>, _>>()?;
+                Some(RecordingHorizon { xmin, xmax, running })
+            }
             other => {
                 return Err(NativeError::invalid(h.offset(), format!("horizon flag {other}, not 0 or 1")));
             }

@@ -111,7 +111,7 @@ pub fn disk_bytes(dir: &std::path::Path) -> u64 {
         .sum()
 }
 
-use crate::{History, Outcome, SessionId, TxnId};
+use crate::{History, Outcome, RecordingHorizon, SessionId, TxnId};
 
 /// How hard the log works to keep acknowledged transactions across a crash (DESIGN.md §3).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -280,10 +280,10 @@ pub trait HistoryLog: Send + Sync {
         last_seq: Option<u64>,
     ) -> Result<DurabilityTicket, LogError>;
 
-    /// Appends the recording horizon (see [`LogRecord::Horizon`]). Only the first one in a log counts. The
+    /// Appends the recording horizon (see [`LogRecord::HorizonSnapshot`]). Only the first one in a log counts. The
     /// ticket need not be waited on: a horizon lost in a crash is learnt again by the next run, and versions
     /// are classified against it only after it is known.
-    fn append_horizon(&self, xid: u64) -> Result<DurabilityTicket, LogError>;
+    fn append_horizon(&self, horizon: &RecordingHorizon) -> Result<DurabilityTicket, LogError>;
 
     /// The records from sequence number `from_seq` on, in append order. Under `group` and `none` it may
     /// return records not yet fsynced.

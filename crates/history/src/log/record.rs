@@ -28,8 +28,8 @@ use thiserror::Error;
 
 use super::Durability;
 use crate::{
-    CollectorId, KeyName, KeyTable, Observed, Op, Outcome, SessionId, StmtRef, Transaction, TxnId,
-    UncheckedStatement, WriteId,
+    CollectorId, KeyName, KeyTable, Observed, Op, Outcome, RecordingHorizon, SessionId, StmtRef, Transaction,
+    TxnId, UncheckedStatement, WriteId,
 };
 
 /// The version byte written at the start of every record value.
@@ -253,14 +253,17 @@ pub enum LogRecord {
         /// statement indices refer to.
         statements: Vec<String>,
     },
-    /// The recording horizon (DESIGN.md §3): the database's oldest running transaction id when this log's
-    /// recording began. Written once, by the first run that learns it; later runs read it back, so that
-    /// versions written in a crash window stay unrecorded writers instead of becoming pre-history. Appended
-    /// last to the enum, so logs written before it existed still decode.
+    /// The recording horizon as proxies wrote it before [`LogRecord::HorizonSnapshot`]: only the
+    /// snapshot's `xmin`. Still read ([`RecordingHorizon::from_xmin`]); no longer written.
     Horizon {
         /// The 64-bit transaction id (PostgreSQL's `xid8`).
         xid: u64,
     },
+    /// The recording horizon (DESIGN.md §3): the database's snapshot when this log's recording began.
+    /// Written once, by the first run that learns it; later runs read it back, so that versions written in
+    /// a crash window stay unrecorded writers instead of becoming pre-history. Appended last to the enum,
+    /// so logs written before it existed still decode.
+    HorizonSnapshot(RecordingHorizon),
 }
 
 /// Why a record value could not be decoded.
@@ -358,7 +361,10 @@ impl LogRecord {
         match self {
             LogRecord::Intent(txn) | LogRecord::Finished { txn, .. } => Some(txn.id),
             LogRecord::Outcome { txn, .. } | LogRecord::LateOps { txn, .. } => Some(*txn),
-            LogRecord::Recovery { .. } | LogRecord::SessionEnded { .. } | LogRecord::Horizon { .. } => None,
+            LogRecord::Recovery { .. }
+            | LogRecord::SessionEnded { .. }
+            | LogRecord::Horizon { .. }
+            | LogRecord::HorizonSnapshot(_) => None,
         }
     }
 }

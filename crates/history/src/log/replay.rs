@@ -31,7 +31,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::LogError;
 use super::record::{LogRecord, LoggedTxn};
-use crate::{History, KeyTable, LogGap, Outcome, SessionId, StmtRef, Transaction, TxnId, UncheckedStatement};
+use crate::{
+    History, KeyTable, LogGap, Outcome, RecordingHorizon, SessionId, StmtRef, Transaction, TxnId,
+    UncheckedStatement,
+};
 
 /// What a log record finished, in the order it finished it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,8 +83,8 @@ pub struct Replayer {
     next_position: u64,
     /// The sequence number the next record must have, once one was seen.
     next_seq: Option<u64>,
-    /// The first recording horizon the log holds ([`LogRecord::Horizon`]).
-    horizon: Option<u64>,
+    /// The first recording horizon the log holds ([`LogRecord::HorizonSnapshot`]).
+    horizon: Option<RecordingHorizon>,
 }
 
 impl Replayer {
@@ -102,8 +105,8 @@ impl Replayer {
 
     /// The recording horizon: the first one the log holds, once read. A later run's horizon is not when
     /// recording began, so it is ignored.
-    pub fn horizon(&self) -> Option<u64> {
-        self.horizon
+    pub fn horizon(&self) -> Option<&RecordingHorizon> {
+        self.horizon.as_ref()
     }
 
     /// Transactions whose intent has no outcome yet.
@@ -175,7 +178,10 @@ impl Replayer {
                 finished.push(Replayed::SessionEnded(session));
             }
             LogRecord::Horizon { xid } => {
-                self.horizon.get_or_insert(xid);
+                self.horizon.get_or_insert(RecordingHorizon::from_xmin(xid));
+            }
+            LogRecord::HorizonSnapshot(horizon) => {
+                self.horizon.get_or_insert(horizon);
             }
             LogRecord::Recovery { indeterminate, gap, previous: _ } => {
                 for txn in indeterminate {
@@ -325,7 +331,7 @@ pub fn replay(
         replayer.apply(seq, record)?.into_iter().for_each(&mut fold);
     }
     replayer.end_of_log().into_iter().for_each(&mut fold);
-    let horizon = replayer.horizon();
+    let horizon = replayer.horizon().cloned();
     let (keys, statements) = replayer.into_tables();
     let mut history = History { keys, statements, gaps, horizon, ..History::default() };
     for t in slots.into_iter().flatten() {

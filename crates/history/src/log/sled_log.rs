@@ -13,7 +13,7 @@ use super::{
     Durability, DurabilityTicket, HistoryLog, LogError, LogOptions, LogRecord, LogStats, LoggedOp, LoggedTxn,
     Tail,
 };
-use crate::{Outcome, SessionId, TxnId};
+use crate::{Outcome, RecordingHorizon, SessionId, TxnId};
 
 const FORMAT_KEY: &str = "format";
 const FORMAT_TAG: &[u8] = b"krait-history-log 1";
@@ -287,8 +287,8 @@ impl HistoryLog for SledLog {
         self.append(&LogRecord::SessionEnded { session, last_seq }, |_| Ok(()), |_, _| {})
     }
 
-    fn append_horizon(&self, xid: u64) -> Result<DurabilityTicket, LogError> {
-        self.append(&LogRecord::Horizon { xid }, |_| Ok(()), |_, _| {})
+    fn append_horizon(&self, horizon: &RecordingHorizon) -> Result<DurabilityTicket, LogError> {
+        self.append(&LogRecord::HorizonSnapshot(horizon.clone()), |_| Ok(()), |_, _| {})
     }
 
     fn tail(&self, from_seq: u64) -> Tail<'_> {
@@ -459,7 +459,10 @@ fn scan_run(records: &sled::Tree, run_start: u64) -> Result<RunScan, LogError> {
             LogRecord::Outcome { txn, .. } => {
                 pending.remove(&txn);
             }
-            LogRecord::SessionEnded { .. } | LogRecord::LateOps { .. } | LogRecord::Horizon { .. } => {}
+            LogRecord::SessionEnded { .. }
+            | LogRecord::LateOps { .. }
+            | LogRecord::Horizon { .. }
+            | LogRecord::HorizonSnapshot(_) => {}
             LogRecord::Recovery { indeterminate, .. } => {
                 for txn in indeterminate {
                     pending.remove(&txn);

@@ -149,7 +149,7 @@ pub enum Injected {
     Catalog,
     /// The horizon query ran: the database's answer, if it could give one. The caller logs it and only
     /// then sets it (see `VersionBook::set_horizon`).
-    Horizon(Option<u64>),
+    Horizon(Option<history::RecordingHorizon>),
     /// A fence ran: its ops, and whether it committed.
     Fence {
         /// The fence's read and write (empty if it failed before returning rows).
@@ -246,15 +246,15 @@ impl InjectedReplies {
                 Injected::Catalog
             }
             Injection::Horizon => {
-                let xid = self
+                let horizon = self
                     .rows
                     .first()
                     .and_then(|r| r.first())
                     .and_then(|v| v.as_ref())
                     .and_then(|b| std::str::from_utf8(b).ok())
-                    .and_then(|s| s.parse::<u64>().ok())
+                    .and_then(|s| history::RecordingHorizon::parse_snapshot(s).ok())
                     .filter(|_| !self.error);
-                Injected::Horizon(xid)
+                Injected::Horizon(horizon)
             }
             Injection::Fence { .. } => {
                 let committed = self.committed && !self.error;

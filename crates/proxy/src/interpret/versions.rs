@@ -16,12 +16,13 @@
 //!   [`VersionBook`]). A writer's RETURNING reaches the proxy before its COMMIT is sent, so no reader can
 //!   see a recorded version before the book holds it.
 //! - Any other version has an owner Krait did not record, and the *recording horizon* decides which
-//!   (DESIGN.md §3, "every version has an owner"). The horizon is the database's oldest running
-//!   transaction id when recording began (`pg_snapshot_xmin(pg_current_snapshot())`, [`HORIZON_QUERY`]),
-//!   learnt by the first session and kept in the log, so later runs use the same one. Every transaction
-//!   below it had ended before the first client statement went through the proxy. So a version whose
-//!   `xmin` precedes the horizon (in PostgreSQL's circular order), or is one of the special ids 0–2
-//!   (invalid, bootstrap, frozen), is pre-history: `Observed::PreHistory(id)`, ordered before every
+//!   (DESIGN.md §3, "every version has an owner"). The horizon is the database's snapshot when recording
+//!   began (`pg_current_snapshot()`, [`HORIZON_QUERY`]), learnt by the first session before any client
+//!   statement goes through the proxy, and kept in the log, so later runs use the same one. A transaction
+//!   the snapshot shows as ended (below its `xmin`, or below its `xmax` and not running) had ended before
+//!   recording began. So a version whose `xmin` (widened to 64 bits in PostgreSQL's circular order) names
+//!   such a transaction, or is one of the special ids 0–2 (invalid, bootstrap, frozen), is pre-history:
+//!   `Observed::PreHistory(id)`, ordered before every
 //!   recorded transaction like Cobra's INIT. Any later one was written by an *unrecorded writer* (a
 //!   function, a trigger, a statement the interpreter could not map, a lost session, a crash window, a
 //!   client that bypassed Krait): `Observed::Unrecorded(id)`, which the verifier counts and never uses as
@@ -60,7 +61,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use history::log::LoggedOp;
-use history::{KeyName, Observed, WriteId};
+use history::{KeyName, Observed, RecordingHorizon, WriteId};
 
 use super::plan::{PkValue, RowKind, RowPlan};
 
@@ -113,9 +114,9 @@ pub fn key_name(namespace: &str, pk: &[&[u8]]) -> KeyName {
 /// as not checked (opaque kind `read_committed_update`).
 pub const READ_COMMITTED_MARK: &str = "read committed";
 
-/// The query that learns the recording horizon: the oldest transaction id still running, as a 64-bit
-/// `xid8`. It assigns no transaction id of its own.
-pub const HORIZON_QUERY: &str = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text";
+/// The query that learns the recording horizon: the database's snapshot (`xmin:xmax:xip,…`, 64-bit
+/// `xid8`s). It assigns no transaction id of its own.
+pub const HORIZON_QUERY: &str = "SELECT pg_current_snapshot()::text";
 
 /// The write ids this proxy recorded, shared by all sessions, and the recording horizon, so a read can
 /// tell a recorded version from a pre-history one and from one of an unrecorded writer.
@@ -129,14 +130,15 @@ pub struct VersionBook {
     /// DELETE is an unrecorded writer's delete, not the initial absence. A hash collision only makes a
     /// read unverifiable, never a verdict wrong.
     seen: Mutex<HashSet<u64>>,
-    /// The recording horizon (64-bit), once known.
-    horizon: std::sync::OnceLock<u64>,
+    /// The recording horizon, once known.
+    horizon: std::sync::OnceLock<RecordingHorizon>,
 }
 
-/// Whether 32-bit transaction id `a` precedes `b` in PostgreSQL's circular order (`TransactionIdPrecedes`:
-/// within 2^31 of each other).
-fn xid_precedes(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) < 0
+/// The 64-bit id of the 32-bit transaction id `xid` nearest to `near` (PostgreSQL's circular order:
+/// within 2^31 of it), as `TransactionIdPrecedes` would place it.
+fn widen_xid(xid: u32, near: u64) -> u64 {
+    let delta = xid.wrapping_sub(near as u32) as i32;
+    near.saturating_add_signed(i64::from(delta))
 }
 
 /// The first normal transaction id; 0–2 are invalid, bootstrap and frozen, all older than any other.
@@ -150,13 +152,13 @@ impl VersionBook {
 
     /// Sets the recording horizon, if it is not set yet (from the log at start, or once it is durable in
     /// the log); returns whether this call set it.
-    pub fn set_horizon(&self, xid: u64) -> bool {
-        self.horizon.set(xid).is_ok()
+    pub fn set_horizon(&self, horizon: RecordingHorizon) -> bool {
+        self.horizon.set(horizon).is_ok()
     }
 
     /// The recording horizon, once known.
-    pub fn horizon(&self) -> Option<u64> {
-        self.horizon.get().copied()
+    pub fn horizon(&self) -> Option<&RecordingHorizon> {
+        self.horizon.get()
     }
 
     fn saw(&self, key: &KeyName) {
@@ -195,8 +197,8 @@ impl VersionBook {
     /// Adds every write of a replayed history (a restart's earlier runs), the keys it saw and its recording
     /// horizon.
     pub fn seed_from(&self, h: &history::History) {
-        if let Some(xid) = h.horizon {
-            self.set_horizon(xid);
+        if let Some(horizon) = &h.horizon {
+            self.set_horizon(horizon.clone());
         }
         for t in &h.transactions {
             for op in &t.ops {
@@ -249,7 +251,7 @@ impl VersionBook {
         let Some(xid) = std::str::from_utf8(xmin).ok().and_then(|s| s.parse::<u32>().ok()) else {
             return Observed::Unrecorded(w.0);
         };
-        if xid < FIRST_NORMAL_XID || xid_precedes(xid, horizon as u32) {
+        if xid < FIRST_NORMAL_XID || horizon.had_ended(widen_xid(xid, horizon.xmax)) {
             Observed::PreHistory(w.0)
         } else {
             Observed::Unrecorded(w.0)
@@ -458,8 +460,9 @@ mod tests {
         let key = key_name("accounts", &[b"1"]);
         // Without a horizon, every version no recorded transaction wrote is taken as pre-history.
         assert!(matches!(book.observed(&key, b"5000"), Observed::PreHistory(_)));
-        assert!(book.set_horizon((7u64 << 32) | 1000));
-        assert!(!book.set_horizon(1), "the first horizon stays");
+        let epoch = 7u64 << 32;
+        assert!(book.set_horizon(RecordingHorizon::from_xmin(epoch | 1000)));
+        assert!(!book.set_horizon(RecordingHorizon::from_xmin(1)), "the first horizon stays");
         for (xmin, pre) in [
             ("999", true),
             ("1000", false),
@@ -479,5 +482,28 @@ mod tests {
         // A version this proxy recorded is a version whatever its xmin.
         book.insert(version_id(&key, b"5000"));
         assert_eq!(book.observed(&key, b"5000"), Observed::Version(version_id(&key, b"5000")));
+    }
+
+    #[test]
+    fn a_long_running_transaction_does_not_make_older_commits_unrecorded() {
+        // Snapshot 1000:1010:1000,1005 — transaction 1000 (say, an idle-in-transaction client) holds xmin
+        // back; 1001–1009 other than 1005 had ended before recording began.
+        let book = VersionBook::new();
+        let key = key_name("accounts", &[b"1"]);
+        let epoch = 3u64 << 32;
+        let running = vec![epoch | 1000, epoch | 1005];
+        assert!(book.set_horizon(RecordingHorizon { xmin: epoch | 1000, xmax: epoch | 1010, running }));
+        for (xmin, pre) in [
+            ("999", true),
+            ("1000", false),
+            ("1001", true),
+            ("1005", false),
+            ("1009", true),
+            ("1010", false),
+            ("4294967295", true),
+        ] {
+            let o = book.observed(&key, xmin.as_bytes());
+            assert_eq!(matches!(o, Observed::PreHistory(_)), pre, "xmin {xmin}: {o:?}");
+        }
     }
 }
