@@ -11,6 +11,8 @@
 //!   would close (checked the same way, recursively, citing only earlier facts). Facts the solver chose in
 //!   its refutation are counted as assumed, not proved.
 
+mod weak;
+
 use std::collections::{HashMap, HashSet};
 
 use history::{History, Key, Observed, Op, Outcome, Transaction, TxnId, WriteId};
@@ -213,6 +215,10 @@ fn check_accept(f: &Facts<'_>, report: &Report, summary: &mut CheckSummary) -> R
         }
         last_in_session.insert(s, (seq, p));
     }
+    // The weak levels: the order is a commit order, checked against the level's axiom, not replayed.
+    if report.level.is_saturation() {
+        return weak::check_commit_order(f, report, &position, summary);
+    }
     // Real time: no transaction may come after one that started after it committed (+ drift).
     if report.level == Level::StrictSerializable {
         let drift = report.options.clock_drift_ms.saturating_mul(1_000_000);
@@ -294,6 +300,12 @@ impl Checker<'_, '_> {
             return self.cycle(&a.cycle, None, usize::MAX);
         }
         let f = self.f;
+        if matches!(
+            a.class,
+            AnomalyClass::G1c | AnomalyClass::FracturedRead | AnomalyClass::CausalityViolation
+        ) {
+            return weak::initial_after_write(f, self.report.level, &a.ops);
+        }
         let ops: Vec<(&Transaction, Op)> = a.ops.iter().map(|&r| f.op(r)).collect::<Result<_, _>>()?;
         let need =
             |n: usize| if ops.len() < n { bad(format!("{} needs {n} ops", a.class.name())) } else { Ok(()) };
@@ -393,7 +405,7 @@ impl Checker<'_, '_> {
                 if k1 != k2 || o1 == o2 || !is_initial(o1) || !is_initial(o2) {
                     return bad("stale-read evidence is not two reads of different initial versions");
                 }
-                if external_read(ops[0].0, k1) != Some(o1) || external_read(ops[1].0, k1) != Some(o2) {
+                if !weak::reads_externally(ops[0].0, k1, o1) || !weak::reads_externally(ops[1].0, k1, o2) {
                     return bad("stale-read evidence reads are not external");
                 }
             }
@@ -512,9 +524,12 @@ impl Checker<'_, '_> {
                 let (Some(k), Some(Observed::Version(w))) = (key, e.from_version) else {
                     return bad("a wr edge without a key or version");
                 };
-                if final_write(from, k) != Some(w) || external_read(to, k) != Some(Observed::Version(w)) {
+                if final_write(from, k) != Some(w) || !weak::reads_externally(to, k, Observed::Version(w)) {
                     return bad(format!("{} did not read {w} written by {}", e.to, e.from));
                 }
+            }
+            EdgeKind::Rw if self.report.level.is_saturation() => {
+                return bad(format!("an anti-dependency edge in a {} report", self.report.level.name()));
             }
             EdgeKind::Rw | EdgeKind::Ww => {
                 let (Some(k), Some(fv), Some(Observed::Version(tw))) = (key, e.from_version, e.to_version)
@@ -628,6 +643,22 @@ impl Checker<'_, '_> {
             }
             Basis::OtherOrderCycle { cycle } => {
                 self.cycle(cycle, Some(d), i)?;
+                self.summary.derivations_proved += 1;
+            }
+            Basis::Seen { reader, read, how } => {
+                let f = self.f;
+                let Some(Observed::Version(w)) = d.before.last().copied() else {
+                    return bad(format!("derivation {i}: what was seen is not a recorded write"));
+                };
+                let Some(&(wi, _)) = f.writer.get(&w) else { return bad(format!("{w} was never written")) };
+                let reader = f.included_txn(*reader)?;
+                if weak::external_read_at(reader, *read) != Some((key, d.after[0])) {
+                    return bad(format!(
+                        "derivation {i}: {} op {read} is not an external read of it",
+                        reader.id
+                    ));
+                }
+                weak::saw(f, report.level, &f.h.transactions[wi], reader, *read, how)?;
                 self.summary.derivations_proved += 1;
             }
             Basis::Solver => self.summary.derivations_assumed += 1,

@@ -44,6 +44,7 @@ mod realtime;
 pub mod report;
 pub mod report_store;
 pub mod rounds;
+mod saturate;
 mod solve;
 
 use history::History;
@@ -54,7 +55,7 @@ pub use gc::KeptReasons;
 pub use kernels::Backend;
 pub use options::{Level, Options};
 pub use pipeline::verify;
-pub use report::{Anomaly, AnomalyClass, CycleEdge, EdgeKind, Report, UnverifiableCause, Verdict};
+pub use report::{Anomaly, AnomalyClass, CycleEdge, EdgeKind, Report, SeenHow, UnverifiableCause, Verdict};
 pub use report_store::{ReportStore, ReportStoreError, ReportSummary};
 pub use rounds::{OnlineVerifier, RoundOptions, RoundStats, RoundsError, RoundsOutcome, verify_in_rounds};
 

@@ -55,6 +55,10 @@ pub(crate) struct NTxn {
     pub reads: Vec<(Key, u32)>,
     /// Its visible writes (the last write of each key), as version indices.
     pub writes: Vec<(Key, u32)>,
+    /// Every external read that was resolved to a version, in program order: (op index, key, version).
+    /// With repeatable reads required, one per key (as `reads`); without (read committed), a later read
+    /// of a key that returned another version is here too.
+    pub ordered_reads: Vec<(usize, Key, u32)>,
 }
 
 /// A read the verifier cannot judge, listed in the report instead of rejecting.
@@ -100,8 +104,14 @@ struct WriteSite {
 /// The most anomalies of one stage kept in a report; the count beyond is still reported.
 pub(crate) const MAX_ANOMALIES: usize = 100;
 
-/// Runs stage 1.
+/// Runs stage 1, with non-repeatable reads an anomaly (every level but read committed).
 pub(crate) fn normalize(h: &History) -> Normalized {
+    normalize_with(h, true)
+}
+
+/// Runs stage 1. Without `repeatable`, two external reads of one key that return different versions are
+/// not an anomaly (read committed allows them); both are resolved and kept in `ordered_reads`.
+pub(crate) fn normalize_with(h: &History, repeatable: bool) -> Normalized {
     let mut out = Normalized::default();
     let txns = &h.transactions;
 
@@ -218,6 +228,7 @@ pub(crate) fn normalize(h: &History) -> Normalized {
         let mut own: HashMap<Key, (WriteId, usize)> = HashMap::new();
         let mut external: HashMap<Key, (Observed, usize)> = HashMap::new();
         let mut reads = Vec::new();
+        let mut ordered = Vec::new();
         for (oi, op) in t.ops.iter().enumerate() {
             match *op {
                 Op::Write { key, write, .. } => {
@@ -257,8 +268,13 @@ pub(crate) fn normalize(h: &History) -> Normalized {
                         }
                         continue;
                     }
-                    if let Some(&(first, fi)) = external.get(&key) {
-                        if first != observed {
+                    let first_read = match external.get(&key) {
+                        None => true,
+                        Some(&(first, _)) if first == observed && repeatable => continue,
+                        // Read committed: every read counts, even one that returns what an earlier read of
+                        // the key returned: writes seen in between may make it stale.
+                        Some(_) if !repeatable => false,
+                        Some(&(first, fi)) => {
                             out.anomalies.push(Found {
                                 class: AnomalyClass::NonRepeatableRead,
                                 summary: format!(
@@ -270,10 +286,12 @@ pub(crate) fn normalize(h: &History) -> Normalized {
                                 ),
                                 ops: vec![OpRef::new(t.id, fi), here],
                             });
+                            continue;
                         }
-                        continue;
+                    };
+                    if first_read {
+                        external.insert(key, (observed, oi));
                     }
-                    external.insert(key, (observed, oi));
                     let version = match observed {
                         Observed::Version(w) if ambiguous.contains(&w) => {
                             out.unverified.push(Unverified {
@@ -390,14 +408,21 @@ pub(crate) fn normalize(h: &History) -> Normalized {
                             out.versions.len() as u32 - 1
                         }),
                     };
-                    reads.push((key, version));
+                    if first_read {
+                        reads.push((key, version));
+                    }
+                    ordered.push((oi, key, version));
                 }
             }
         }
-        for &(_, v) in &reads {
-            out.versions[v as usize].readers.push(vertex as u32);
+        for &(_, _, v) in &ordered {
+            let readers = &mut out.versions[v as usize].readers;
+            if readers.last() != Some(&(vertex as u32)) {
+                readers.push(vertex as u32);
+            }
         }
         out.txns[vertex].reads = reads;
+        out.txns[vertex].ordered_reads = ordered;
     }
 
     // Initial versions all precede every recorded write, so two different initial versions of one key

@@ -5,7 +5,7 @@
 use kernels::Backend;
 use serde::{Deserialize, Serialize};
 
-/// The isolation level to check.
+/// The isolation level to check. `docs/levels.md` gives each one's definition, paper and cost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Level {
     /// Some total order of the committed transactions explains every read (and keeps session order).
@@ -15,28 +15,58 @@ pub enum Level {
     /// As serializable, and the order also respects real time (Cobra §3.5).
     #[serde(rename = "strict-serializable")]
     StrictSerializable,
+    /// Causal consistency (Biswas and Enea, OOPSLA'19, §3): a transaction sees every write that happened
+    /// before it, by session order and reads, transitively, and no version older than one of those.
+    #[serde(rename = "causal")]
+    Causal,
+    /// Read atomic (Biswas and Enea §3; Cerone et al.'s atomic visibility): no fractured reads: a
+    /// transaction that saw one write of another transaction, or follows it in its session, sees all of
+    /// that transaction's writes or newer ones.
+    #[serde(rename = "read-atomic")]
+    ReadAtomic,
+    /// Read committed (Biswas and Enea §3; it implies Adya's PL-2: no G0, G1a, G1b, G1c): each read returns
+    /// a committed version no older than any write an earlier read of the same transaction saw.
+    #[serde(rename = "read-committed")]
+    ReadCommitted,
 }
 
 impl Level {
+    /// Every level, strongest first.
+    pub const ALL: [Level; 5] = [
+        Level::StrictSerializable,
+        Level::Serializable,
+        Level::Causal,
+        Level::ReadAtomic,
+        Level::ReadCommitted,
+    ];
+
     /// The level's name on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
             Level::Serializable => "serializable",
             Level::StrictSerializable => "strict-serializable",
+            Level::Causal => "causal",
+            Level::ReadAtomic => "read-atomic",
+            Level::ReadCommitted => "read-committed",
         }
+    }
+
+    /// Whether the level is checked by saturation in polynomial time (`crate::saturate`) rather than by
+    /// Cobra's polygraph and the solver.
+    pub fn is_saturation(self) -> bool {
+        matches!(self, Level::Causal | Level::ReadAtomic | Level::ReadCommitted)
     }
 }
 
 impl std::str::FromStr for Level {
     type Err = String;
 
-    /// Parses `serializable` or `strict-serializable`.
+    /// Parses a level's [name](Level::name).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "serializable" => Ok(Level::Serializable),
-            "strict-serializable" => Ok(Level::StrictSerializable),
-            _ => Err(format!("unknown level {s:?} (serializable, strict-serializable)")),
-        }
+        Level::ALL.into_iter().find(|l| l.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Level::ALL.iter().map(|l| l.name()).collect();
+            format!("unknown level {s:?} ({})", names.join(", "))
+        })
     }
 }
 

@@ -31,7 +31,7 @@ use crate::report::{
     Verdict,
 };
 use crate::solve::Solved;
-use crate::{chains, constraints, known_graph, normalize, prune, realtime, solve};
+use crate::{chains, constraints, known_graph, normalize, prune, realtime, saturate, solve};
 
 /// The polygraph after pruning (Cobra §2.3, §3.3): the known graph, the chains, the constraints, which of
 /// them are still live, and pruning's decisions.
@@ -199,6 +199,10 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
         real_time: None,
     };
 
+    if options.level.is_saturation() {
+        return Ok(verify_by_saturation(h, options, report, start));
+    }
+
     // Stages 1–5.
     let (built, tally) = build_polygraph(h, options)?;
     let committed = h.transactions.iter().filter(|t| t.outcome == Outcome::Committed).count() as u64;
@@ -210,12 +214,7 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
         ..tally.counts
     };
     let norm = built.norm();
-    report.dropped_indeterminate = norm.dropped.iter().map(|&i| h.transactions[i].id).collect();
-    report.unverifiable = norm
-        .unverified
-        .iter()
-        .map(|u| Unverifiable { op: u.op, cause: u.cause, reason: u.why.clone() })
-        .collect();
+    note_normalized(h, norm, &mut report);
     report.real_time = tally.real_time;
     let (poly, outcome) = match built {
         Built::NonCycle { found, .. } => return Ok(non_cycle_reject(h, report, found, start)),
@@ -282,6 +281,59 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
     }
     report.timings.report_ms = (ms(after_prune) - report.timings.solve_ms).max(0.0);
     Ok(report)
+}
+
+/// What stage 1 left out of the check, into the report.
+fn note_normalized(h: &History, norm: &Normalized, report: &mut Report) {
+    report.dropped_indeterminate = norm.dropped.iter().map(|&i| h.transactions[i].id).collect();
+    report.unverifiable = norm
+        .unverified
+        .iter()
+        .map(|u| Unverifiable { op: u.op, cause: u.cause, reason: u.why.clone() })
+        .collect();
+}
+
+/// The weak levels: stage 1, then saturation and a cycle search (`saturate`) instead of stages 2–6.
+fn verify_by_saturation(h: &History, options: &Options, mut report: Report, start: Instant) -> Report {
+    // Read committed allows a transaction to read two versions of one key.
+    let mut norm = normalize::normalize_with(h, options.level != Level::ReadCommitted);
+    let committed = h.transactions.iter().filter(|t| t.outcome == Outcome::Committed).count() as u64;
+    report.counts = Counts {
+        transactions: h.transactions.len() as u64,
+        committed,
+        aborted: h.transactions.iter().filter(|t| t.outcome == Outcome::Aborted).count() as u64,
+        indeterminate_included: norm.txns.len() as u64 - committed,
+        indeterminate_dropped: norm.dropped.len() as u64,
+        vertices: norm.txns.len() as u64,
+        versions: norm.versions.len() as u64,
+        ..Counts::default()
+    };
+    note_normalized(h, &norm, &mut report);
+    if !norm.anomalies.is_empty() {
+        let found = std::mem::take(&mut norm.anomalies);
+        return non_cycle_reject(h, report, found, start);
+    }
+    let sat = saturate::saturate(h, &norm, options.level);
+    report.counts.so_edges = sat.so_edges;
+    report.counts.wr_edges = sat.wr_edges;
+    report.counts.forced_edges = sat.forced_edges;
+    report.timings.construct_ms = ms(start);
+    let after = Instant::now();
+    match saturate::evidence(h, &norm, options.level, &sat, &mut report.derivations) {
+        None => {
+            if let saturate::Outcome::Order(order) = &sat.outcome {
+                report.serial_order =
+                    Some(order.iter().map(|&v| h.transactions[norm.txns[v as usize].hist].id).collect());
+            }
+        }
+        Some((anomaly, involved)) => {
+            report.verdict = Verdict::Reject;
+            report.anomalies.push(anomaly);
+            report.transactions = involved.into_iter().map(|i| txn_report(h, i)).collect();
+        }
+    }
+    report.timings.report_ms = ms(after);
+    report
 }
 
 /// A reject from anomalies found before any cycle search.

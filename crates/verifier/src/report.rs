@@ -2,8 +2,6 @@
 //! this crate's manifest; every field here is part of it, so rename nothing without bumping
 //! [`SCHEMA_VERSION`].
 
-use std::fmt;
-
 use history::{Observed, Outcome, SessionId, TxnId};
 use serde::{Deserialize, Serialize};
 
@@ -67,6 +65,13 @@ pub enum AnomalyClass {
     /// A read after an own write of the key did not return that write.
     #[serde(rename = "internal read")]
     InternalRead,
+    /// Read atomic: a transaction saw some writes of another transaction (or followed it in its session)
+    /// but read an older version of a key it also wrote.
+    #[serde(rename = "fractured read")]
+    FracturedRead,
+    /// Causal: a transaction read a version older than a write it causally depends on.
+    #[serde(rename = "causality violation")]
+    CausalityViolation,
 }
 
 impl AnomalyClass {
@@ -88,6 +93,8 @@ impl AnomalyClass {
             AnomalyClass::DuplicateWrite => "duplicate write",
             AnomalyClass::FutureRead => "future read",
             AnomalyClass::InternalRead => "internal read",
+            AnomalyClass::FracturedRead => "fractured read",
+            AnomalyClass::CausalityViolation => "causality violation",
         }
     }
 }
@@ -173,6 +180,25 @@ pub struct CycleEdge {
     pub reason: String,
 }
 
+impl CycleEdge {
+    /// An edge with no key or versions (session order, real time), or the base to fill them in.
+    pub(crate) fn plain(from: TxnId, to: TxnId, kind: EdgeKind, reason: String) -> Self {
+        CycleEdge {
+            from,
+            to,
+            kind,
+            key: None,
+            key_id: None,
+            from_version: None,
+            to_version: None,
+            derivation: None,
+            hypothetical: false,
+            assumption: None,
+            reason,
+        }
+    }
+}
+
 /// A choice between the two orders of two chains of one key (a constraint, Cobra §3.2).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Choice {
@@ -236,6 +262,54 @@ pub enum Basis {
     Solver,
     /// Derived during pruning, but the report's size limit left its proof out.
     Omitted,
+    /// `reader` read `after`'s first version (op `read`) after it had *seen* the writer of `before`'s last
+    /// version, as `how` says; every level that counts that as seeing puts `before` first (Biswas and
+    /// Enea's axioms; docs/levels.md).
+    Seen {
+        /// The transaction whose read forces the order.
+        reader: TxnId,
+        /// The index of its read of `after`'s version.
+        read: usize,
+        /// How it saw `before`'s writer.
+        how: SeenHow,
+    },
+}
+
+/// How a transaction saw another's write, for [`Basis::Seen`]. Each level counts some of these as seeing:
+/// read committed only [`SeenHow::EarlierRead`]; read atomic also [`SeenHow::Read`] and
+/// [`SeenHow::Session`]; causal consistency and stronger levels all of them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeenHow {
+    /// An earlier read of the same transaction (op `op`) returned a write of it.
+    EarlierRead {
+        /// The index of that read.
+        op: usize,
+    },
+    /// A read of the transaction (op `op`, earlier or later) returned a write of it.
+    Read {
+        /// The index of that read.
+        op: usize,
+    },
+    /// It precedes the reader in their session.
+    Session,
+    /// It happens before the reader: each transaction of `path` (from the writer to the reader) precedes
+    /// the next in its session or wrote a version the next read.
+    HappensBefore {
+        /// The path, writer first, reader last.
+        path: Vec<TxnId>,
+    },
+}
+
+impl SeenHow {
+    /// Whether `level` counts this as seeing.
+    pub fn counts_at(&self, level: Level) -> bool {
+        match self {
+            SeenHow::EarlierRead { .. } => true,
+            SeenHow::Read { .. } | SeenHow::Session => level != Level::ReadCommitted,
+            SeenHow::HappensBefore { .. } => !matches!(level, Level::ReadCommitted | Level::ReadAtomic),
+        }
+    }
 }
 
 /// A version-order fact on one key: every version in `before` precedes every version in `after`. Each list
@@ -510,6 +584,9 @@ pub struct Counts {
     pub prune_iterations: u64,
     /// Known edges when the solver starts.
     pub known_edges_at_solve: u64,
+    /// Weak levels: commit-order edges the level's axiom forced (saturation, docs/levels.md).
+    #[serde(default)]
+    pub forced_edges: u64,
 }
 
 /// Time per stage, in milliseconds (Cobra Fig. 7's split).
@@ -605,219 +682,6 @@ impl Report {
     pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
         serde_json::from_str(text)
     }
-
-    /// The one-line verdict.
-    pub fn verdict_line(&self) -> String {
-        let level = match self.level {
-            Level::Serializable => "serializable",
-            Level::StrictSerializable => "strict serializable",
-        };
-        match (self.verdict, self.anomalies.first()) {
-            (Verdict::Accept, _) => match &self.real_time {
-                // Never claim real-time order for transactions it was not checked on.
-                Some(rt) if rt.without_timestamps > 0 && rt.without_timestamps >= self.counts.vertices => {
-                    format!(
-                        "ACCEPT: the history is serializable ({} transactions checked); real-time order was not \
-                     checked: none of them has timestamps, so strict serializability is not established",
-                        self.counts.vertices
-                    )
-                }
-                Some(rt) if rt.without_timestamps > 0 => format!(
-                    "ACCEPT: the history is serializable ({} transactions checked) and respects real time among \
-                     those with timestamps; real-time order was not checked for the {} without timestamps",
-                    self.counts.vertices, rt.without_timestamps
-                ),
-                _ => {
-                    format!("ACCEPT: the history is {level} ({} transactions checked)", self.counts.vertices)
-                }
-            },
-            (Verdict::Reject, Some(a)) => {
-                let mut line = format!("REJECT: not {level}: {}: {}", a.class.name(), a.summary);
-                if a.uses_real_time
-                    && let Some(rt) = &self.real_time
-                {
-                    line.push_str(&format!(
-                        " (depends on real-time order, clock-drift threshold {} ms)",
-                        rt.clock_drift_ms
-                    ));
-                }
-                line
-            }
-            (Verdict::Reject, None) => format!("REJECT: not {level}"),
-        }
-    }
-
-    /// The report as text for a person: the verdict line, then each anomaly with its cycle, edge by edge,
-    /// then the transactions involved.
-    pub fn render_text(&self) -> String {
-        self.to_string()
-    }
 }
 
-fn write_edge(f: &mut fmt::Formatter<'_>, indent: &str, e: &CycleEdge) -> fmt::Result {
-    let key = e.key.as_deref().map(|k| format!("({k})")).unwrap_or_default();
-    let hyp = if e.hypothetical { " [if the opposite order held]" } else { "" };
-    writeln!(f, "{indent}{} -{}{key}-> {}{hyp}: {}", e.from, e.kind.name(), e.to, e.reason)
-}
-
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{}", self.verdict_line())?;
-        writeln!(f)?;
-        for (i, a) in self.anomalies.iter().enumerate() {
-            writeln!(f, "Anomaly {}: {}", i + 1, a.class.name())?;
-            writeln!(f, "  {}", a.summary)?;
-            if !a.cycle.is_empty() {
-                let txns: Vec<String> = a.cycle.iter().map(|e| e.from.to_string()).collect();
-                writeln!(f, "  Cycle: {} -> {}", txns.join(" -> "), a.cycle[0].from)?;
-                for e in &a.cycle {
-                    write_edge(f, "    ", e)?;
-                }
-            }
-            for op in &a.ops {
-                if let Some(t) = self.transactions.iter().find(|t| t.id == op.txn)
-                    && let Some(o) = t.ops.get(op.op)
-                {
-                    writeln!(f, "  evidence: {} op {}: {}", op.txn, op.op, o.text)?;
-                }
-            }
-            if a.uses_real_time
-                && let Some(rt) = &self.real_time
-            {
-                writeln!(
-                    f,
-                    "  This cycle uses real-time order, inferred with a clock-drift threshold of {} ms; if the \
-                     collectors' clocks differ by more, the reject may be false.",
-                    rt.clock_drift_ms
-                )?;
-            }
-            writeln!(f)?;
-        }
-        let cited: Vec<usize> = (0..self.derivations.len()).collect();
-        if !cited.is_empty() {
-            writeln!(f, "Version-order facts the cycles rest on:")?;
-            for (i, d) in self.derivations.iter().enumerate() {
-                let show = |vs: &[Observed]| {
-                    vs.iter().map(|v| crate::normalize::show(*v)).collect::<Vec<_>>().join(", ")
-                };
-                let why = match &d.basis {
-                    Basis::Rmw => "a read-modify-write read the first and wrote the second".to_owned(),
-                    Basis::InitialFirst => {
-                        "versions from before recording precede every recorded write".to_owned()
-                    }
-                    Basis::OtherOrderCycle { .. } => "the opposite order closes this cycle:".to_owned(),
-                    Basis::Solver => {
-                        "chosen in the solver's refutation (every other choice also fails)".to_owned()
-                    }
-                    Basis::Omitted => "derived by pruning (proof omitted for size)".to_owned(),
-                };
-                writeln!(
-                    f,
-                    "  [{i}] {}: [{}] before [{}], because {why}",
-                    d.key,
-                    show(&d.before),
-                    show(&d.after)
-                )?;
-                if let Basis::OtherOrderCycle { cycle } = &d.basis {
-                    for e in cycle {
-                        write_edge(f, "        ", e)?;
-                    }
-                }
-            }
-            writeln!(f)?;
-        }
-        if !self.transactions.is_empty() {
-            writeln!(f, "Transactions involved:")?;
-            for t in &self.transactions {
-                let ts = match (t.start_ns, t.commit_ns) {
-                    (Some(s), Some(c)) => format!(", started {s} ns, committed {c} ns"),
-                    (Some(s), None) => format!(", started {s} ns"),
-                    _ => String::new(),
-                };
-                writeln!(f, "  {} (session {}, #{}, {:?}{ts})", t.id, t.session, t.seq, t.outcome)?;
-                for o in &t.ops {
-                    match &o.sql {
-                        Some(sql) => writeln!(f, "    {}: {}    -- {sql}", o.index, o.text)?,
-                        None => writeln!(f, "    {}: {}", o.index, o.text)?,
-                    }
-                }
-            }
-            writeln!(f)?;
-        }
-        if !self.unverifiable.is_empty() {
-            let by_cause: Vec<String> =
-                self.unverifiable_by_cause().iter().map(|(c, n)| format!("{}: {n}", c.as_str())).collect();
-            writeln!(
-                f,
-                "Unverifiable: {} read(s), never counted as evidence ({}):",
-                self.unverifiable.len(),
-                by_cause.join(", ")
-            )?;
-            for u in self.unverifiable.iter().take(20) {
-                writeln!(f, "  {} op {}: {}", u.op.txn, u.op.op, u.reason)?;
-            }
-        }
-        if !self.not_checked.is_empty() {
-            let total: u64 = self.not_checked.iter().map(|n| n.statements).sum();
-            writeln!(
-                f,
-                "Not checked: {total} statement(s) were recorded in part or not at all; by kind, what was \
-                 and was not verified:"
-            )?;
-            for n in &self.not_checked {
-                write!(f, "  {}: {} in {} transaction(s)", n.kind, n.statements, n.transactions)?;
-                match &n.example {
-                    Some(sql) => writeln!(f, ", e.g. {}", truncate(sql, 100))?,
-                    None => writeln!(f)?,
-                }
-                match n.coverage() {
-                    (Some(checked), unchecked) => {
-                        writeln!(f, "    checked: {checked}")?;
-                        writeln!(f, "    not checked: {unchecked}")?;
-                    }
-                    (None, unchecked) => writeln!(f, "    {unchecked}")?,
-                }
-            }
-        }
-        if !self.dropped_indeterminate.is_empty() {
-            writeln!(
-                f,
-                "Dropped {} indeterminate transaction(s) that nobody read from.",
-                self.dropped_indeterminate.len()
-            )?;
-        }
-        let c = &self.counts;
-        writeln!(
-            f,
-            "Checked {} transactions ({} committed, {} aborted, {} indeterminate included, {} dropped); \
-             {} chains; constraints {} -> {} after {} pruning pass(es).",
-            c.transactions,
-            c.committed,
-            c.aborted,
-            c.indeterminate_included,
-            c.indeterminate_dropped,
-            c.chains,
-            c.constraints_before_prune,
-            c.constraints_after_prune,
-            c.prune_iterations
-        )?;
-        if let Some(rt) = &self.real_time {
-            writeln!(f, "Real-time edges: {} (clock-drift threshold {} ms).", rt.edges, rt.clock_drift_ms)?;
-        }
-        let t = &self.timings;
-        writeln!(
-            f,
-            "Time: construct {:.1} ms, prune {:.1} ms, solve {:.1} ms, report {:.1} ms.",
-            t.construct_ms, t.prune_ms, t.solve_ms, t.report_ms
-        )
-    }
-}
-
-/// The first `max` characters of `text` on one line, with an ellipsis if cut.
-fn truncate(text: &str, max: usize) -> String {
-    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match one_line.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &one_line[..at]),
-        None => one_line,
-    }
-}
+mod text;

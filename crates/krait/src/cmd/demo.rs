@@ -533,6 +533,13 @@ fn plain_words(class: AnomalyClass) -> &'static str {
         AnomalyClass::GarbageRead => "a read returned a value no transaction ever wrote.",
         AnomalyClass::DuplicateWrite => "two writes carry the same identity.",
         AnomalyClass::FutureRead => "a read returned a write its own transaction made only later.",
+        AnomalyClass::FracturedRead => {
+            "a transaction saw some of another transaction's writes but an older version of a key it also wrote \
+             (a fractured read)."
+        }
+        AnomalyClass::CausalityViolation => {
+            "a transaction read a version older than a write it causally depends on."
+        }
         AnomalyClass::InternalRead => {
             "after writing a key, a transaction read it back and did not see its own \
                                         write."

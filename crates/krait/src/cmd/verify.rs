@@ -70,6 +70,14 @@ enum LevelArg {
     Serializable,
     /// As serializable, and the order also respects real time, within the clock-drift threshold.
     StrictSerializable,
+    /// Causal consistency: every write that happened before a transaction (by session order and reads,
+    /// transitively) is visible to it, and no older version of its keys is.
+    Causal,
+    /// Read atomic: no fractured reads (a transaction sees all of another's writes or none of them).
+    ReadAtomic,
+    /// Read committed: each read returns a committed version no older than what earlier reads of the
+    /// same transaction saw (Adya's PL-2 and more). Lost updates and write skew are allowed.
+    ReadCommitted,
 }
 
 /// `--reachability` values.
@@ -140,6 +148,9 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         level: match args.level {
             LevelArg::Serializable => Level::Serializable,
             LevelArg::StrictSerializable => Level::StrictSerializable,
+            LevelArg::Causal => Level::Causal,
+            LevelArg::ReadAtomic => Level::ReadAtomic,
+            LevelArg::ReadCommitted => Level::ReadCommitted,
         },
         clock_drift_ms: args.clock_drift_ms,
         prune: !args.no_prune,
@@ -183,6 +194,13 @@ fn verify_in_rounds(
 ) -> anyhow::Result<Option<Report>> {
     if round_size == 0 {
         anyhow::bail!("--rounds needs a positive number of transactions per round");
+    }
+    if options.level.is_saturation() {
+        anyhow::bail!(
+            "--rounds checks serializability and strict serializability only; verify {} one-shot (without \
+             --rounds)",
+            options.level.name()
+        );
     }
     let round_options = verifier::RoundOptions {
         verify: options,
@@ -242,6 +260,7 @@ fn verify_in_rounds(
                      order was not checked for the {without_timestamps} without timestamps"
                 ),
                 Level::StrictSerializable => "strict serializable".to_owned(),
+                other => other.name().to_owned(),
             };
             println!("ACCEPT: the history is {verdict} (checked in rounds of {round_size})");
             Ok(None)
