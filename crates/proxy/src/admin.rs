@@ -113,6 +113,12 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
         ],
     );
     metric(
+        "krait_read_only_commits_unwaited_total",
+        "counter",
+        "Committed transactions that wrote nothing, acknowledged without waiting for the log's fsync.",
+        &[("", g(&m.read_only_commits_unwaited))],
+    );
+    metric(
         "krait_upstream_errors_total",
         "counter",
         "Database connections that failed or closed unexpectedly.",

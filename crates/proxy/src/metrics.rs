@@ -16,6 +16,9 @@ pub struct Metrics {
     pub txns_aborted: AtomicU64,
     /// Transactions recorded as indeterminate.
     pub txns_indeterminate: AtomicU64,
+    /// Committed transactions whose commit reached the client without waiting for the log's fsync,
+    /// because they wrote nothing (every op a recorded read).
+    pub read_only_commits_unwaited: AtomicU64,
     /// Connections to the database that failed, or that the database closed unexpectedly.
     pub upstream_errors: AtomicU64,
     /// Clients closed for sending bytes that are not the protocol (or too large).

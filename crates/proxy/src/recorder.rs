@@ -77,7 +77,9 @@ pub struct SessionRecorder {
     rec: Arc<Recorder>,
     /// The session id in the history.
     pub id: SessionId,
-    intents: HashMap<u64, TxnId>,
+    /// Transactions with an intent in the log, by session-order position: the id, and whether the
+    /// intent's ops may have written (a write or an opaque statement).
+    intents: HashMap<u64, (TxnId, bool)>,
     /// The session-order position of the latest transaction logged, for the session-ended record.
     last_seq: Option<u64>,
     /// Whether the session-ended record is logged (at disconnect, or earlier when the session was lost).
@@ -91,12 +93,13 @@ impl SessionRecorder {
         let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
         let seq = snap.seq;
         let txn = self.rec.logged(self.id, id, snap);
+        let may_have_written = !reads_only(&txn.ops);
         let result = self.rec.log.append_intent(txn);
         if result.is_err() {
             Metrics::inc(&self.rec.metrics.log_errors);
         }
         let _ticket = result?;
-        self.intents.insert(seq, id);
+        self.intents.insert(seq, (id, may_have_written));
         self.saw(seq);
         Ok(())
     }
@@ -132,12 +135,17 @@ impl SessionRecorder {
     }
 
     /// Logs how a transaction ended (after an intent, with the ops that came after it, if any). Returns the
-    /// ticket to wait on before the client may see a commit.
-    pub fn end(&mut self, end: TxnEnd) -> Result<Option<DurabilityTicket>, LogError> {
+    /// ticket to wait on before the client may see a commit: none for a commit that wrote nothing, when
+    /// `ops_known` says the ops are the transaction's whole story (row-level tagging on and in step). A
+    /// read-only transaction lost in a crash can hide an anomaly, never fake one, so its client need not
+    /// wait for an fsync; its record is still flushed with the next one (DESIGN.md §3, durability).
+    pub fn end(&mut self, end: TxnEnd, ops_known: bool) -> Result<Option<DurabilityTicket>, LogError> {
         let commit_ns = (end.outcome == Outcome::Committed).then_some(end.end_ns);
         let outcome = end.outcome;
         let seq = end.txn.seq;
-        let result = match self.intents.remove(&end.txn.seq) {
+        let intent = self.intents.remove(&end.txn.seq);
+        let read_only = ops_known && !intent.is_some_and(|(_, wrote)| wrote) && reads_only(&end.txn.ops);
+        let result = match intent.map(|(id, _)| id) {
             // Ops that came after the intent go first; the outcome's ticket covers them.
             Some(id) if !end.txn.ops.is_empty() => self
                 .rec
@@ -164,10 +172,13 @@ impl SessionRecorder {
             Outcome::Aborted => &m.txns_aborted,
             Outcome::Indeterminate => &m.txns_indeterminate,
         });
-        if outcome == Outcome::Committed {
+        if outcome == Outcome::Committed && !read_only {
             Ok(Some(ticket))
         } else {
-            // No one waits on an abort, but the verifier reads it only once durable.
+            if outcome == Outcome::Committed {
+                Metrics::inc(&m.read_only_commits_unwaited);
+            }
+            // No one waits on an abort or a read-only commit, but the verifier reads it only once durable.
             ticket.request();
             Ok(None)
         }
@@ -191,4 +202,9 @@ impl SessionRecorder {
     fn saw(&mut self, seq: u64) {
         self.last_seq = Some(self.last_seq.map_or(seq, |s| s.max(seq)));
     }
+}
+
+/// Whether every op is a recorded read: no write, and no opaque statement (which may have written).
+fn reads_only(ops: &[history::log::LoggedOp]) -> bool {
+    ops.iter().all(|op| matches!(op, history::log::LoggedOp::Read { .. }))
 }

@@ -521,7 +521,7 @@ async fn message_loop(
                 end.txn.ops = t.end_ops(end.intent_written);
             }
             debug!(seq = end.txn.seq, outcome = ?end.outcome, "transaction open at disconnect");
-            if let Err(e) = rec.end(end) {
+            if let Err(e) = rec.end(end, false) {
                 warn!("cannot record the transaction open at disconnect: {e}");
             }
         }
@@ -751,7 +751,10 @@ async fn server_to_client(
                             t.committed();
                         }
                     }
-                    let ticket = recorder.end(end).map_err(|e| Failure::Other(SessionError::Log(e)))?;
+                    // The ops tell whether it wrote only while tagging is on and in step with the replies.
+                    let ops_known = tagging.is_some() && !lost;
+                    let ticket =
+                        recorder.end(end, ops_known).map_err(|e| Failure::Other(SessionError::Log(e)))?;
                     tickets.extend(ticket);
                 }
                 if lost {

@@ -441,3 +441,44 @@ fn ops_of_autocommit_statements_and_of_statements_sent_with_commit_are_recorded(
         assert_eq!(r.verdict, Verdict::Accept, "{:?}", r.anomalies);
     });
 }
+
+/// A transaction that wrote nothing has no durability to wait for: lost in a crash, it can hide an
+/// anomaly, never fake one. Its commit reaches the client without waiting for the log's fsync; a writer's,
+/// or one with a statement that may have written unseen (an aggregate here), still waits. Every one of them
+/// is in the log all the same.
+#[test]
+fn commits_that_wrote_nothing_do_not_wait_for_the_log() {
+    rt().block_on(async {
+        let t = "ktagp_read_only";
+        let mut admin = Raw::connect().await;
+        let r = admin
+            .simple(&format!(
+                "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); \
+                 INSERT INTO {t} VALUES (1, 10)"
+            ))
+            .await;
+        assert_eq!(error_code(&r), None);
+        let p = start(0).await;
+        let mut c = Raw::connect_to(&p.addr()).await;
+        for sql in [
+            format!("SELECT v FROM {t} WHERE id = 1"),
+            format!("BEGIN; SELECT v FROM {t} WHERE id = 1; COMMIT"),
+            format!("UPDATE {t} SET v = 11 WHERE id = 1"),
+            format!("SELECT count(*) FROM {t}"),
+        ] {
+            assert_eq!(error_code(&c.simple(&sql).await), None, "{sql}");
+        }
+        let admin_addr = p.handle.admin_addr().map(|a| a.to_string()).expect("an admin address");
+        let metrics = http_get(&admin_addr, "/metrics").await;
+        let unwaited = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("krait_read_only_commits_unwaited_total "))
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        assert_eq!(unwaited, Some(2), "{metrics}");
+        drop(c);
+        let h = p.stop_and_replay().await;
+        admin.simple(&format!("DROP TABLE {t}")).await;
+        let committed = h.transactions.iter().filter(|x| !x.fence && x.outcome == Outcome::Committed).count();
+        assert_eq!(committed, 4, "{:?}", h.transactions);
+    });
+}
