@@ -102,7 +102,7 @@ async fn direct_tls_with_alpn_postgresql_is_accepted_and_without_alpn_refused() 
     use rustls_pki_types::pem::PemObject;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use wire::pg::backend::BackendMessage;
-    use wire::pg::{StartupPacket, split_frame};
+    use wire::pg::split_frame;
 
     let certs = tempfile::tempdir().unwrap();
     let (cert, key) = self_signed(certs.path(), "server");
@@ -125,16 +125,8 @@ async fn direct_tls_with_alpn_postgresql_is_accepted_and_without_alpn_refused() 
 
     let tcp = tokio::net::TcpStream::connect(p.handle.listen_addr()).await.unwrap();
     let mut tls = client_config(true).connect(name.clone(), tcp).await.unwrap();
-    let mut buf = BytesMut::new();
-    StartupPacket::Startup {
-        major: 3,
-        minor: 0,
-        params: vec![
-            (Bytes::from("user"), Bytes::from(PG_USER)),
-            (Bytes::from("database"), Bytes::from(PG_DB)),
-        ],
-    }
-    .encode(&mut buf);
+    // Startup and a query in one write, over direct TLS.
+    let mut buf = proxy_support::startup_packet();
     wire::pg::FrontendMessage::Query { sql: Bytes::from("select 'direct'") }.encode(&mut buf);
     tls.write_all(&buf).await.unwrap();
     let mut rbuf = BytesMut::new();

@@ -482,3 +482,36 @@ fn commits_that_wrote_nothing_do_not_wait_for_the_log() {
         assert_eq!(committed, 4, "{:?}", h.transactions);
     });
 }
+
+/// At READ COMMITTED an UPDATE records no read (the version it replaced need not be the one its snapshot
+/// shows) and is listed as not checked: once per statement, however many rows it updated.
+#[test]
+fn an_update_at_read_committed_is_not_checked_once_per_statement() {
+    rt().block_on(async {
+        let t = "ktagp_rc_update";
+        let mut admin = Raw::connect().await;
+        let r = admin
+            .simple(&format!(
+                "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); \
+                 INSERT INTO {t} VALUES (1, 10), (2, 20), (3, 30)"
+            ))
+            .await;
+        assert_eq!(error_code(&r), None);
+        let p = start(0).await;
+        let mut c = Raw::connect_to(&p.addr()).await;
+        let r = c
+            .simple(&format!(
+                "BEGIN ISOLATION LEVEL READ COMMITTED; UPDATE {t} SET v = v + 1 WHERE id <= 3; COMMIT"
+            ))
+            .await;
+        assert_eq!(error_code(&r), None);
+        drop(c);
+        let h = p.stop_and_replay().await;
+        admin.simple(&format!("DROP TABLE {t}")).await;
+        let not_checked = h.unchecked.iter().filter(|u| u.kind == "read_committed_update").count();
+        assert_eq!(not_checked, 1, "{:?}", h.unchecked);
+        let writes =
+            h.transactions.iter().flat_map(|x| &x.ops).filter(|o| matches!(o, Op::Write { .. })).count();
+        assert_eq!(writes, 3);
+    });
+}

@@ -7,7 +7,7 @@ use rand::Rng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
 
-use crate::schema::{TableDef, int};
+use crate::schema::{TableDef, int, int_kv_initial_keys, int_kv_initial_row};
 use crate::{Row, StoreError, Txn, TxnEnd, Val};
 
 /// `blindw_kv(k, v)`: the key space.
@@ -79,20 +79,11 @@ impl BlindW {
     }
 
     pub(crate) fn initial_row(&self, table: &TableDef, pk: &[Val]) -> Option<Row> {
-        match (table.name, pk) {
-            ("blindw_kv", [Val::Int(k)]) if (0..self.keys as i64).contains(k) => {
-                Some(vec![Val::Int(*k), Val::Int(0)])
-            }
-            _ => None,
-        }
+        int_kv_initial_row(&KV, self.keys, table, pk)
     }
 
     pub(crate) fn initial_keys(&self, table: &TableDef) -> Box<dyn Iterator<Item = Vec<Val>> + '_> {
-        if table.name == KV.name {
-            Box::new((0..self.keys as i64).map(|k| vec![Val::Int(k)]))
-        } else {
-            Box::new(std::iter::empty())
-        }
+        int_kv_initial_keys(&KV, self.keys, table)
     }
 
     pub(crate) fn next_txn(&self, rng: &mut ChaCha8Rng, client: u32) -> Spec {

@@ -218,6 +218,30 @@ impl TableDef {
     }
 }
 
+/// The initial row of key `pk` in `kv`, a key-value table of integer keys `0..keys`, each starting at 0
+/// (BlindW's and chengRW's shape); `None` for any other table or key.
+pub(crate) fn int_kv_initial_row(kv: &TableDef, keys: u64, table: &TableDef, pk: &[Val]) -> Option<Row> {
+    match pk {
+        [Val::Int(k)] if table.name == kv.name && (0..keys as i64).contains(k) => {
+            Some(vec![Val::Int(*k), Val::Int(0)])
+        }
+        _ => None,
+    }
+}
+
+/// The keys of `kv`'s initial rows (see [`int_kv_initial_row`]); none for any other table.
+pub(crate) fn int_kv_initial_keys(
+    kv: &TableDef,
+    keys: u64,
+    table: &TableDef,
+) -> Box<dyn Iterator<Item = Vec<Val>> + 'static> {
+    if table.name == kv.name {
+        Box::new((0..keys as i64).map(|k| vec![Val::Int(k)]))
+    } else {
+        Box::new(std::iter::empty())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -262,9 +262,8 @@ impl TestProxy {
     }
 }
 
-/// Opens a raw connection and completes startup as `postgres`, up to the first ReadyForQuery.
-pub async fn raw_session(p: &TestProxy) -> (TcpStream, BytesMut) {
-    let mut s = TcpStream::connect(p.handle.listen_addr()).await.unwrap();
+/// The startup packet of a session as `postgres` on the test database, encoded.
+pub fn startup_packet() -> BytesMut {
     let mut buf = BytesMut::new();
     StartupPacket::Startup {
         major: 3,
@@ -275,7 +274,13 @@ pub async fn raw_session(p: &TestProxy) -> (TcpStream, BytesMut) {
         ],
     }
     .encode(&mut buf);
-    s.write_all(&buf).await.unwrap();
+    buf
+}
+
+/// Opens a raw connection and completes startup as `postgres`, up to the first ReadyForQuery.
+pub async fn raw_session(p: &TestProxy) -> (TcpStream, BytesMut) {
+    let mut s = TcpStream::connect(p.handle.listen_addr()).await.unwrap();
+    s.write_all(&startup_packet()).await.unwrap();
     let mut rbuf = BytesMut::new();
     loop {
         let m = read_backend(&mut s, &mut rbuf).await.expect("startup reply");

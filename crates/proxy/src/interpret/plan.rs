@@ -28,6 +28,9 @@ pub struct Opaque {
     pub kind: OpaqueKind,
     /// A short human explanation.
     pub detail: String,
+    /// Whether the statement may change what the primary-key catalog holds (tables, their schemas,
+    /// columns and primary keys), so that it must be reloaded before the next statement is planned.
+    pub changes_catalog: bool,
 }
 
 /// Classes of what Krait cannot check.
@@ -89,7 +92,21 @@ impl OpaqueKind {
 }
 
 fn opaque(kind: OpaqueKind, detail: impl Into<String>) -> Opaque {
-    Opaque { kind, detail: detail.into() }
+    Opaque { kind, detail: detail.into(), changes_catalog: false }
+}
+
+/// Whether a DDL statement (its SQL text) may change tables, their schemas, columns or primary keys:
+/// CREATE/ALTER/DROP of a table or schema, RENAME TABLE. GRANT, COMMENT, VACUUM, indexes, views,
+/// functions and the like leave the catalog as it was.
+fn changes_catalog(text: &str) -> bool {
+    let words: Vec<String> = text.split_whitespace().take(5).map(str::to_uppercase).collect();
+    let object = |w: &str| w == "TABLE" || w == "SCHEMA";
+    match words.first().map(String::as_str) {
+        Some("CREATE") => words[1..].iter().any(|w| object(w)),
+        Some("ALTER" | "DROP") => words.get(1).is_some_and(|w| object(w)),
+        Some("RENAME") => words.get(1).is_some_and(|w| w == "TABLE"),
+        _ => false,
+    }
 }
 
 /// What a statement's rows mean.
@@ -345,7 +362,11 @@ pub fn plan_statement(stmt: &mut Statement, catalog: &Catalog) -> StmtPlan {
         other => {
             let text = other.to_string();
             let word = text.split_whitespace().next().unwrap_or("").to_uppercase();
-            StmtPlan::Opaque(opaque(OpaqueKind::Ddl, format!("{word} statement")))
+            let changes_catalog = changes_catalog(&text);
+            StmtPlan::Opaque(Opaque {
+                changes_catalog,
+                ..opaque(OpaqueKind::Ddl, format!("{word} statement"))
+            })
         }
     }
 }
@@ -539,7 +560,8 @@ fn plan_query_stmt(q: &mut Query, catalog: &Catalog) -> StmtPlan {
         return StmtPlan::Opaque(opaque(OpaqueKind::Aggregate, "aggregate, GROUP BY or DISTINCT"));
     }
     if select.into.is_some() {
-        return StmtPlan::Opaque(opaque(OpaqueKind::Ddl, "SELECT INTO creates a table"));
+        let creates = opaque(OpaqueKind::Ddl, "SELECT INTO creates a table");
+        return StmtPlan::Opaque(Opaque { changes_catalog: true, ..creates });
     }
     // Every relation must be a base table with a primary key.
     let mut relations: Vec<(&ObjectName, Option<String>)> = Vec::new();
@@ -957,6 +979,27 @@ mod tests {
         assert_eq!(opaque_kind("INSERT INTO history VALUES (1)"), OpaqueKind::NoPrimaryKey);
         assert_eq!(opaque_kind("SELECT * FROM nowhere"), OpaqueKind::UnknownTable);
         assert_eq!(opaque_kind("CREATE TABLE x (a int)"), OpaqueKind::Ddl);
+        for (sql, changes) in [
+            ("CREATE TABLE x (a int)", true),
+            ("CREATE UNLOGGED TABLE x (a int)", true),
+            ("CREATE TEMPORARY TABLE x (a int)", true),
+            ("CREATE TABLE x AS SELECT 1", true),
+            ("CREATE SCHEMA s", true),
+            ("ALTER TABLE x ADD PRIMARY KEY (a)", true),
+            ("ALTER TABLE x RENAME COLUMN a TO b", true),
+            ("DROP TABLE x", true),
+            ("DROP SCHEMA s CASCADE", true),
+            ("CREATE INDEX i ON x (a)", false),
+            ("CREATE VIEW v AS SELECT 1", false),
+            ("GRANT SELECT ON x TO PUBLIC", false),
+            ("COMMENT ON TABLE x IS 'y'", false),
+            ("DROP INDEX i", false),
+        ] {
+            let Some(StmtPlan::Opaque(o)) = plan_query(sql, &catalog()).stmts.first().cloned() else {
+                panic!("{sql}: not opaque")
+            };
+            assert_eq!(o.changes_catalog, changes, "{sql}");
+        }
         assert_eq!(opaque_kind("COPY accounts FROM STDIN"), OpaqueKind::Copy);
         assert_eq!(opaque_kind("SELECT nextval('s')"), OpaqueKind::Function);
         assert_eq!(opaque_kind("SELECT * FROM (SELECT * FROM accounts) s"), OpaqueKind::Unsupported);

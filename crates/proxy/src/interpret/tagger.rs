@@ -256,9 +256,10 @@ impl Tagger {
         match plan {
             StmtPlan::Opaque(o) => {
                 self.opaque(o.kind, stmt);
-                // DDL may create the table the next statement names: without a reload its writes would be
-                // unmappable, and every version they make an unrecorded writer's (DESIGN.md §3).
-                if matches!(o.kind, OpaqueKind::UnknownTable | OpaqueKind::Ddl) {
+                // DDL that creates or changes a table may make the next statement name it: without a reload
+                // its writes would be unmappable, and every version they make an unrecorded writer's
+                // (DESIGN.md §3). Other DDL (GRANT, indexes, VACUUM, …) leaves the catalog as it was.
+                if o.kind == OpaqueKind::UnknownTable || o.changes_catalog {
                     self.shared.catalog_stale.store(true, Ordering::Relaxed);
                 }
             }
@@ -635,6 +636,13 @@ impl Tagger {
         {
             return;
         }
+        // A statement's rows may each say it is not checked (an UPDATE at READ COMMITTED): once is enough.
+        // Its rows arrive together, so the earlier one is among the ops of the same statement, at the end.
+        if let LoggedOp::Opaque { stmt, .. } = &op
+            && self.ops.iter().rev().take_while(|o| op_stmt(o) == *stmt).any(|o| *o == op)
+        {
+            return;
+        }
         self.ops.push(op);
     }
 
@@ -727,6 +735,13 @@ fn client_reply(r: ClientReply) -> Outgoing {
         ClientReply::Keep(b) => Outgoing::Replace(btag::ROW_DESCRIPTION, b),
         ClientReply::Drop => Outgoing::Drop,
         ClientReply::NoData => Outgoing::Replace(btag::NO_DATA, Bytes::new()),
+    }
+}
+
+/// The statement an op came from.
+fn op_stmt(op: &LoggedOp) -> Option<u32> {
+    match op {
+        LoggedOp::Read { stmt, .. } | LoggedOp::Write { stmt, .. } | LoggedOp::Opaque { stmt, .. } => *stmt,
     }
 }
 
