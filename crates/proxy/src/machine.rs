@@ -44,7 +44,7 @@ use history::Outcome;
 use wire::pg::backend::tag as btag;
 use wire::pg::{FrontendMessage, Target, TxnStatus};
 
-use crate::sql::{StmtKind, classify, classify_one, redact_secrets};
+use crate::sql::{StmtKind, classify, classify_one, redact_secrets, session_only};
 
 /// How many prepared statement or portal names a session tracks before it forgets them in bulk. An Execute of
 /// a forgotten name is still matched; only its SQL text is missing from the record.
@@ -79,6 +79,8 @@ pub enum Expect {
         portal: Bytes,
         /// What its statement does to the transaction.
         kind: StmtKind,
+        /// Whether its statement is recorded (see `Query`).
+        recorded: bool,
     },
     /// Close: CloseComplete.
     Close,
@@ -92,6 +94,9 @@ pub enum Expect {
         kinds: Vec<StmtKind>,
         /// How many statements have completed so far.
         done: usize,
+        /// Whether its statements are recorded; not for a query that records nothing
+        /// ([`SessionMachine::records_nothing`]).
+        recorded: bool,
     },
     /// FunctionCall: FunctionCallResponse, then ReadyForQuery.
     FunctionCall,
@@ -103,16 +108,20 @@ impl std::fmt::Debug for Expect {
             Expect::Parse => f.write_str("Parse"),
             Expect::Bind => f.write_str("Bind"),
             Expect::Describe(target) => f.debug_tuple("Describe").field(target).finish(),
-            Expect::Execute { portal, kind } => {
-                f.debug_struct("Execute").field("portal", portal).field("kind", kind).finish()
-            }
+            Expect::Execute { portal, kind, recorded } => f
+                .debug_struct("Execute")
+                .field("portal", portal)
+                .field("kind", kind)
+                .field("recorded", recorded)
+                .finish(),
             Expect::Close => f.write_str("Close"),
             Expect::Sync => f.write_str("Sync"),
-            Expect::Query { sql, kinds, done } => f
+            Expect::Query { sql, kinds, done, recorded } => f
                 .debug_struct("Query")
                 .field("sql_bytes", &sql.len())
                 .field("kinds", kinds)
                 .field("done", done)
+                .field("recorded", recorded)
                 .finish(),
             Expect::FunctionCall => f.write_str("FunctionCall"),
         }
@@ -421,13 +430,19 @@ impl SessionMachine {
                     return FrontendStep::Wait;
                 }
                 let kinds = classify(sql);
+                let records_nothing = self.records_nothing(sql, &kinds);
                 let (status, may_commit) = self.query_effect(&kinds);
                 self.predicted = status;
+                if records_nothing {
+                    let sql = Arc::from(wire::pg::text(sql).as_ref());
+                    self.push(Expect::Query { sql, kinds, done: 0, recorded: false }, true, false);
+                    return FrontendStep::Forward { intent: None };
+                }
                 self.add_statement(sql, now_ns);
                 let intent = if may_commit { self.intent() } else { None };
                 // Every Query may end the transaction: it ends with ReadyForQuery, which closes an implicit one.
                 let sql = Arc::from(wire::pg::text(sql).as_ref());
-                self.push(Expect::Query { sql, kinds, done: 0 }, true, may_commit);
+                self.push(Expect::Query { sql, kinds, done: 0, recorded: true }, true, may_commit);
                 FrontendStep::Forward { intent }
             }
             FrontendMessage::Execute { portal, .. } => {
@@ -457,11 +472,14 @@ impl SessionMachine {
                     }
                 };
                 // Re-executing a suspended portal fetches more rows of the same statement.
-                if self.suspended.remove(portal).is_none() || self.txn.is_none() {
+                let records_nothing = self.records_nothing(sql.as_bytes(), &[kind]);
+                if (self.suspended.remove(portal).is_none() || self.txn.is_none()) && !records_nothing {
                     self.add_statement(sql.as_bytes(), now_ns);
                 }
+                let may_commit = may_commit && !records_nothing;
                 let intent = if may_commit { self.intent() } else { None };
-                self.push(Expect::Execute { portal: portal.clone(), kind }, may_end, may_commit);
+                let recorded = !records_nothing;
+                self.push(Expect::Execute { portal: portal.clone(), kind, recorded }, may_end, may_commit);
                 FrontendStep::Forward { intent }
             }
             FrontendMessage::FunctionCall { oid, .. } => {
@@ -519,6 +537,17 @@ impl SessionMachine {
     fn forget(&mut self, p: &Pending) {
         self.ends_in_flight -= usize::from(p.may_end);
         self.commits_in_flight -= usize::from(p.may_commit);
+    }
+
+    /// Whether a statement about to be forwarded outside any transaction opens none worth recording: a
+    /// query that only touches session state (`SET`, `SHOW`, …; [`crate::sql::session_only`]) or a lone
+    /// COMMIT or ROLLBACK, which PostgreSQL answers with "there is no transaction in progress".
+    fn records_nothing(&self, sql: &[u8], kinds: &[StmtKind]) -> bool {
+        let outside = self.txn.is_none() && self.predicted == TxnStatus::Idle && self.ends_in_flight == 0;
+        outside
+            && (session_only(sql)
+                || (!kinds.is_empty()
+                    && kinds.iter().all(|k| matches!(k, StmtKind::Commit | StmtKind::Rollback))))
     }
 
     fn add_statement(&mut self, sql: &[u8], now_ns: u64) {
@@ -625,10 +654,21 @@ impl SessionMachine {
             btag::COMMAND_COMPLETE => {
                 let command = command_tag(body);
                 let (kind, query) = match self.queue.front_mut().map(|p| &mut p.expect) {
+                    Some(Expect::Execute { recorded: false, .. }) => {
+                        // A statement that records nothing opens no transaction as it completes.
+                        self.pop();
+                        self.copy_in = false;
+                        return Ok(ends);
+                    }
                     Some(Expect::Execute { kind, .. }) => (Some(*kind), None),
-                    Some(Expect::Query { sql, kinds, done }) => {
+                    Some(Expect::Query { sql, kinds, done, recorded }) => {
                         let k = kinds.get(*done).copied();
                         *done += 1;
+                        if !*recorded {
+                            // A query that records nothing opens no transaction as it completes.
+                            self.copy_in = false;
+                            return Ok(ends);
+                        }
                         (k, Some(sql.clone()))
                     }
                     _ => return Err(self.unexpected("CommandComplete")),

@@ -339,7 +339,8 @@ fn copy_out_and_notifications_pass_through() {
         cc("COPY 1"),
         rfq(I),
     ]);
-    assert_eq!(h.ended.len(), 2);
+    // LISTEN outside a block touches no data and is not recorded; the COPY is.
+    assert_eq!(h.ended.len(), 1);
 }
 
 #[test]
@@ -551,6 +552,8 @@ mod arbitrary_streams {
 #[test]
 fn a_ready_for_query_does_not_end_a_transaction_opened_after_its_sync() {
     let mut h = Harness::new();
+    h.query("begin");
+    h.replies([cc("BEGIN"), rfq(TxnStatus::InTransaction)]);
     h.extended("commit");
     h.send(FrontendMessage::Sync);
     h.send(FrontendMessage::Parse { name: b(""), query: b("begin"), param_types: vec![] });
@@ -562,7 +565,7 @@ fn a_ready_for_query_does_not_end_a_transaction_opened_after_its_sync() {
     h.send(FrontendMessage::Sync);
     h.query("insert into t values (3)");
     h.replies([rfq(I)]);
-    assert_eq!(h.outcomes(), vec![(Outcome::Committed, true, vec!["commit".into()])]);
+    assert_eq!(h.outcomes(), vec![(Outcome::Committed, true, vec!["begin".into(), "commit".into()])]);
     assert!(h.m.in_transaction(), "the block opened after the first Sync is still open");
     h.replies([
         BackendMessage::ParseComplete,
@@ -618,4 +621,34 @@ fn passwords_are_redacted_before_a_statement_is_recorded_or_a_desync_is_told() {
     h.query("ALTER ROLE alice PASSWORD 'pw-secret'");
     let desync = h.reply(BackendMessage::BindComplete).expect_err("BindComplete does not answer a Query");
     assert!(!desync.reason.contains("pw-secret"), "{}", desync.reason);
+}
+
+/// A bare SET (or SHOW, RESET, …) and a lone COMMIT or ROLLBACK outside a block touch no data: they are
+/// not recorded as transactions, by either protocol. The next real statement is, as session position 0.
+#[test]
+fn session_statements_and_a_lone_commit_outside_a_block_are_not_transactions() {
+    let mut h = Harness::new();
+    for (sql, tag) in [("SET search_path = public", "SET"), ("SHOW TimeZone", "SHOW"), ("COMMIT", "COMMIT")] {
+        h.query(sql);
+        h.replies([cc(tag), rfq(TxnStatus::Idle)]);
+    }
+    h.extended("ROLLBACK");
+    h.send(FrontendMessage::Sync);
+    h.replies([
+        BackendMessage::ParseComplete,
+        BackendMessage::BindComplete,
+        cc("ROLLBACK"),
+        rfq(TxnStatus::Idle),
+    ]);
+    h.extended("SET application_name = 'x'");
+    h.send(FrontendMessage::Sync);
+    h.replies([BackendMessage::ParseComplete, BackendMessage::BindComplete, cc("SET"), rfq(TxnStatus::Idle)]);
+    assert!(h.ended.is_empty() && h.intents.is_empty(), "{:?}", h.outcomes());
+    // Inside a block a SET belongs to the transaction; with data, so does a SET in the same query.
+    h.query("BEGIN; SET LOCAL work_mem = '8MB'; SELECT 1; COMMIT");
+    h.replies([cc("BEGIN"), cc("SET"), cc("SELECT 1"), cc("COMMIT"), rfq(TxnStatus::Idle)]);
+    h.query("SET x.y = 1; SELECT 1");
+    h.replies([cc("SET"), cc("SELECT 1"), rfq(TxnStatus::Idle)]);
+    let ended: Vec<(u64, Outcome)> = h.ended.iter().map(|e| (e.txn.seq, e.outcome)).collect();
+    assert_eq!(ended, vec![(0, Outcome::Committed), (1, Outcome::Committed)], "{:?}", h.outcomes());
 }

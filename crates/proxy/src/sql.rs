@@ -47,6 +47,20 @@ pub fn classify(sql: &[u8]) -> Vec<StmtKind> {
     split_leading_words(sql).into_iter().map(|words| kind_of(&words)).collect()
 }
 
+/// Whether every statement of `sql` only reads or sets session state and touches no data (SET, SHOW,
+/// RESET, DISCARD, DEALLOCATE, LISTEN, UNLISTEN): outside a block such a query is not a transaction worth
+/// recording.
+pub fn session_only(sql: &[u8]) -> bool {
+    let all = split_leading_words(sql);
+    !all.is_empty()
+        && all.iter().all(|words| {
+            matches!(
+                words.first().map(String::as_str),
+                Some("SET" | "SHOW" | "RESET" | "DISCARD" | "DEALLOCATE" | "LISTEN" | "UNLISTEN")
+            )
+        })
+}
+
 /// The kind of the first statement of `sql` (Extended-protocol Parse carries exactly one).
 pub fn classify_one(sql: &[u8]) -> StmtKind {
     classify(sql).first().copied().unwrap_or(StmtKind::Plain)
