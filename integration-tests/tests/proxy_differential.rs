@@ -147,7 +147,7 @@ async fn random_protocol_scripts_get_the_same_replies_through_the_proxy() {
     // KRAIT_DIFF_SEEDS runs more scripts when hunting for bugs; the default keeps the suite fast.
     let seeds: u64 = std::env::var("KRAIT_DIFF_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
     for seed in 0..seeds {
-        let t = unique(&format!("diff_{seed}"));
+        let t = unique_table(&format!("diff_{seed}"));
         let setup = format!("drop table if exists {t}; create table {t} (v int)");
         d.batch_execute(&setup).await.unwrap();
         let rounds = script(seed, &t);
@@ -186,7 +186,7 @@ async fn recorded_outcomes_match_what_the_database_kept() {
 }
 
 async fn check_oracle(p: &TestProxy, d: &tokio_postgres::Client, seed: u64) {
-    let t = unique(&format!("oracle_{seed}"));
+    let t = unique_table(&format!("oracle_{seed}"));
     d.batch_execute(&format!("drop table if exists {t}; create table {t} (v int)")).await.unwrap();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut next_value = 0;

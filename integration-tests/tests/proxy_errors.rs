@@ -52,7 +52,7 @@ async fn database_down_gives_the_client_a_clear_error_and_the_proxy_stays_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_killed_inside_a_transaction_block_records_it_aborted() {
     let p = start_proxy().await;
-    let t = unique("killed_block");
+    let t = unique_table("killed_block");
     let c = p.connect().await;
     c.batch_execute(&format!("drop table if exists {t}; create table {t} (id int)")).await.unwrap();
     c.batch_execute("begin").await.unwrap();
@@ -70,7 +70,7 @@ async fn database_killed_inside_a_transaction_block_records_it_aborted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_killed_while_a_commit_is_in_flight_records_it_indeterminate() {
     let p = start_proxy().await;
-    let t = unique("killed_commit");
+    let t = unique_table("killed_commit");
     let c = p.connect().await;
     // An autocommit statement may commit when it ends, so its intent is logged before it is forwarded.
     let sql = format!("select pg_sleep(30), '{t}'");
@@ -190,7 +190,7 @@ async fn cancel_request_reaches_the_right_backend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_endpoints_report_health_metrics_and_status() {
     let p = start_proxy().await;
-    let t = unique("admin");
+    let t = unique_table("admin");
     let c = p.connect().await;
     c.batch_execute(&format!("drop table if exists {t}; create table {t} (id int)")).await.unwrap();
     drop(c);

@@ -132,7 +132,7 @@ async fn same_replies(table: &str, setup: &str, steps: &[(Vec<FrontendMessage>, 
 /// would wait behind it for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_fence_while_the_server_skips_to_sync_after_an_error() {
-    let t = unique("inj_skip");
+    let t = unique_table("inj_skip");
     let setup = format!("drop table if exists {t}; create table {t} (id int primary key, v int)");
     let steps = vec![
         (
@@ -157,7 +157,7 @@ async fn no_fence_while_the_server_skips_to_sync_after_an_error() {
 /// outlives Sync, and a simple Query would destroy it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fence_keeps_the_clients_unnamed_statement() {
-    let t = unique("inj_unnamed");
+    let t = unique_table("inj_unnamed");
     let setup = format!("drop table if exists {t}; create table {t} (id int primary key, v int)");
     let steps = vec![
         (
@@ -183,7 +183,7 @@ async fn a_fence_keeps_the_clients_unnamed_statement() {
 /// ReadyForQuery behind, or later rows would reach the client unstripped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extended_copy_with_a_pipelined_sync() {
-    let t = unique("inj_copy");
+    let t = unique_table("inj_copy");
     let setup = format!("drop table if exists {t}; create table {t} (id int primary key, v int)");
     let steps = vec![
         (

@@ -37,7 +37,7 @@ fn query(sql: &str) -> FrontendMessage {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_the_proxy_lost_track_of_writes_as_an_unrecorded_writer() {
-    let t = unique("lost_acct");
+    let t = unique_table("lost_acct");
     let db = direct().await;
     db.batch_execute(&format!(
         "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); INSERT INTO {t} VALUES (1, 0)"

@@ -8,7 +8,7 @@ use proxy_support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_runs_a_script_through_the_proxy_without_tls() {
     let p = start_proxy().await;
-    let t = unique("psql_plain");
+    let t = unique_table("psql_plain");
     let script = format!(
         "drop table if exists {t}; create table {t} (id int primary key, v text); \
          insert into {t} values (1, 'one'), (2, 'two'); \

@@ -11,11 +11,11 @@ use proxy_support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psycopg_pipeline_copy_and_notify_work_through_the_proxy() {
     let p = start_proxy().await;
-    let t = unique("psycopg");
+    let t = unique_table("psycopg");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/proxy_support/psycopg_client.py");
     let out = tokio::time::timeout(
         Duration::from_secs(60),
-        tokio::process::Command::new("python3").arg(script).arg(p.conn_str()).arg(&t).output(),
+        tokio::process::Command::new("python3").arg(script).arg(p.conn_str()).arg(&*t).output(),
     )
     .await
     .expect("the psycopg client finished in time")

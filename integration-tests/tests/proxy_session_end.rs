@@ -12,7 +12,7 @@ use proxy_support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_session_is_logged_as_ended_after_its_transactions() {
     let p = start_proxy().await;
-    let t = unique("session_end");
+    let t = unique_table("session_end");
     let c = p.connect().await;
     c.batch_execute(&format!("drop table if exists {t}; create table {t} (id int primary key, v int)"))
         .await

@@ -9,7 +9,7 @@ use proxy_support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn simple_protocol_transactions_are_recorded_with_their_outcomes() {
     let p = start_proxy().await;
-    let t = unique("simple");
+    let t = unique_table("simple");
     let c = p.connect().await;
     c.batch_execute(&format!("drop table if exists {t}; create table {t} (id int primary key, v int)"))
         .await
@@ -62,7 +62,7 @@ async fn simple_protocol_transactions_are_recorded_with_their_outcomes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extended_protocol_and_prepared_statements_work_and_are_recorded() {
     let p = start_proxy().await;
-    let t = unique("extended");
+    let t = unique_table("extended");
     let c = p.connect().await;
     c.batch_execute(&format!("drop table if exists {t}; create table {t} (id int primary key, v text)"))
         .await
@@ -112,7 +112,7 @@ async fn extended_protocol_and_prepared_statements_work_and_are_recorded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_queries_get_their_own_replies_and_transactions() {
     let p = start_proxy().await;
-    let t = unique("pipelined");
+    let t = unique_table("pipelined");
     let c = p.connect().await;
     c.batch_execute(&format!("drop table if exists {t}; create table {t} (id int primary key, v int)"))
         .await
@@ -175,7 +175,7 @@ async fn join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> V
 async fn group_and_none_durability_record_the_same_transactions() {
     for durability in ["group", "none"] {
         let p = start_proxy_with(Opts { durability: Some(durability), ..Opts::default() }).await;
-        let t = unique(&format!("durability_{durability}"));
+        let t = unique_table(&format!("durability_{durability}"));
         let c = p.connect().await;
         c.batch_execute(&format!("drop table if exists {t}; create table {t} (id int)")).await.unwrap();
         for i in 0..10 {

@@ -9,7 +9,7 @@
 mod proxy_support;
 
 use history::Observed;
-use proxy_support::{Opts, direct, start_proxy_with, unique};
+use proxy_support::{Opts, direct, start_proxy_with, unique_table};
 use verifier::{Options, UnverifiableCause, verify};
 
 async fn exec(c: &tokio_postgres::Client, sql: &str) {
@@ -60,8 +60,8 @@ fn assert_accepted_with_unrecorded_reads(what: &str, report: &verifier::Report, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_through_functions_triggers_and_unmapped_statements_are_never_evidence() {
-    let t = unique("uw_acct");
-    let audit = unique("uw_audit");
+    let t = unique_table("uw_acct");
+    let audit = unique_table("uw_audit");
     let db = direct().await;
     exec(
         &db,

@@ -207,6 +207,38 @@ pub fn unique(name: &str) -> String {
     format!("krait_{name}_{}", std::process::id())
 }
 
+/// A table name unique to this test and process, dropped (with `DROP TABLE IF EXISTS … CASCADE`, through
+/// psql) when the value goes out of scope, also when the test fails: no run leaves a table behind
+/// (`scripts/test` checks).
+pub struct TestTable(String);
+
+/// A [`TestTable`] named `krait_<name>_<pid>`.
+pub fn unique_table(name: &str) -> TestTable {
+    TestTable(unique(name))
+}
+
+impl std::ops::Deref for TestTable {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for TestTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Drop for TestTable {
+    fn drop(&mut self) {
+        let sql = format!("DROP TABLE IF EXISTS {} CASCADE", self.0);
+        let _ = std::process::Command::new("psql")
+            .args(["-h", "127.0.0.1", "-U", PG_USER, "-d", PG_DB, "-XAtqc", &sql])
+            .output();
+    }
+}
+
 /// Counts of outcomes.
 pub fn outcomes(txns: &[Recorded]) -> Vec<Option<Outcome>> {
     txns.iter().map(|r| r.outcome).collect()
