@@ -166,6 +166,63 @@ async fn offered_mechanisms(p: &TestProxy, user: &str) -> Vec<String> {
     }
 }
 
+/// Answers the SASL request for `user` with a message that declares `len` bytes, sends its first KiB only,
+/// and returns the first message the proxy sends back (within 10 s), if any.
+async fn declare_oversized_auth_reply(p: &TestProxy, user: &str, len: i32) -> Option<BackendMessage> {
+    let mut s = tokio::net::TcpStream::connect(p.handle.listen_addr()).await.unwrap();
+    let mut buf = BytesMut::new();
+    StartupPacket::Startup {
+        major: 3,
+        minor: 0,
+        params: vec![(Bytes::from("user"), Bytes::copy_from_slice(user.as_bytes()))],
+    }
+    .encode(&mut buf);
+    s.write_all(&buf).await.unwrap();
+    let mut rbuf = BytesMut::new();
+    let mut answered = false;
+    loop {
+        if let Some(f) = split_frame(&mut rbuf, 1 << 16).unwrap() {
+            let m = BackendMessage::decode(&f).unwrap();
+            if answered {
+                return Some(m);
+            }
+            assert!(matches!(m, BackendMessage::Authentication(Authentication::Sasl { .. })), "{m:?}");
+            let mut reply = vec![b'p'];
+            reply.extend_from_slice(&(len + 4).to_be_bytes());
+            reply.extend_from_slice(&[b'x'; 1024]);
+            s.write_all(&reply).await.unwrap();
+            answered = true;
+            continue;
+        }
+        match tokio::time::timeout(Duration::from_secs(10), s.read_buf(&mut rbuf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return None,
+        }
+    }
+}
+
+/// Before login the proxy holds no more of a client's message than PostgreSQL would (65,535 bytes of an
+/// authentication message): a client that declares more is refused at once, by the proxy, without the
+/// proxy waiting for (and buffering) the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_authentication_message_is_refused_before_it_is_buffered() {
+    let cluster = tokio::task::spawn_blocking(Cluster::start).await.unwrap();
+    let p = proxy_for(&cluster, "require").await;
+    let reply = declare_oversized_auth_reply(&p, "scram_user", 60 << 20).await;
+    match reply {
+        Some(BackendMessage::ErrorResponse(e)) => {
+            let text = format!("{e:?}");
+            assert!(text.contains("krait: invalid authentication message"), "{text}");
+        }
+        other => panic!("expected the proxy's error, got {other:?}"),
+    }
+    // A client that does log in is not affected.
+    let c = connect(&conn(&p, "scram_user", "scrampw")).await;
+    let one: i32 = c.query_one("select 1", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+    p.handle.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn password_methods_relay_through_the_proxy_over_upstream_tls() {
     let cluster = tokio::task::spawn_blocking(Cluster::start).await.unwrap();

@@ -19,7 +19,8 @@ use tracing::{Instrument, debug, info, warn};
 use wire::pg::backend::{Authentication, BackendMessage, ErrorFields, tag as btag};
 use wire::pg::frontend::tag as ftag;
 use wire::pg::{
-    Frame, FrontendMessage, MAX_STARTUP_LEN, ProtocolError, StartupPacket, split_frame, split_startup,
+    Frame, FrontendMessage, MAX_AUTH_MESSAGE_LEN, MAX_STARTUP_LEN, ProtocolError, StartupPacket, split_frame,
+    split_startup,
 };
 
 use crate::config::{ClientTlsMode, Config};
@@ -447,8 +448,18 @@ async fn relay_auth(
         client.write_all(&to_client).await.map_err(SessionError::ClientIo)?;
         if expects_response {
             client.flush().await.map_err(SessionError::ClientIo)?;
-            let Some(reply) = read_frame(client, cbuf, max).await.map_err(client_read_error)? else {
-                return Ok(false);
+            // Before login a client may not make the proxy hold more than PostgreSQL itself would.
+            let reply = match read_frame(client, cbuf, max.min(MAX_AUTH_MESSAGE_LEN)).await {
+                Ok(Some(reply)) => reply,
+                Ok(None) => return Ok(false),
+                Err(e) => {
+                    let e = client_read_error(e);
+                    if let SessionError::ClientProtocol(p) = &e {
+                        send_fatal(client, "08P01", &format!("krait: invalid authentication message: {p}"))
+                            .await;
+                    }
+                    return Err(e);
+                }
             };
             if reply.tag() != ftag::PASSWORD {
                 return Err(SessionError::ClientProtocol(ProtocolError::invalid(

@@ -29,6 +29,10 @@ pub const DEFAULT_MAX_MESSAGE_LEN: usize = 64 * 1024 * 1024;
 /// PostgreSQL refuses startup packets longer than this (`MAX_STARTUP_PACKET_LENGTH` in the server).
 pub const MAX_STARTUP_LEN: usize = 10_000;
 
+/// PostgreSQL refuses a password, SASL or GSS message whose body is longer than 65,535 bytes
+/// (`PG_MAX_AUTH_TOKEN_LENGTH`): this is that limit for a whole message (tag, length and body).
+pub const MAX_AUTH_MESSAGE_LEN: usize = 65_535 + 5;
+
 /// Why bytes could not be decoded as a protocol message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtocolError {
