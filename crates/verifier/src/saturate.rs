@@ -17,7 +17,8 @@
 //! topological order is then a witness commit order.
 //!
 //! Complexity, for n transactions, r reads, k sessions and e edges:
-//! - read committed: O(Σ r_t · w_t), w_t the distinct writers an earlier read of t saw (≤ r_t);
+//! - read committed: O(r + Σ_t (s_t + f_t)) hash operations, s_t the writes of the transactions t read
+//!   from and f_t the forced-edge candidates (pairs of a read and a seen writer of its key);
 //! - read atomic: the same, plus O(r) lookups of the last writer of a key earlier in the session;
 //! - causal: O((n + e)·k) for per-session clocks over a topological order of session and write-read
 //!   order, then O(r·k·log n) to find, per read and session, the last writer of the key that happened
@@ -224,43 +225,57 @@ pub(crate) fn saturate(h: &History, norm: &Normalized, level: Level) -> Saturate
     Saturated { outcome, so_edges, wr_edges, forced_edges, edges: base }
 }
 
-/// Read committed: each read against the writers the transaction's earlier reads saw.
+/// Read committed: each read against the writers the transaction's earlier reads saw. The writers seen
+/// are indexed by the keys they wrote, so a read looks only at those that wrote its key (a long scan sees
+/// many writers, each of few keys).
 fn read_committed(norm: &Normalized, f: &mut Forcing<'_>) {
+    // Reused across transactions, so that their capacity is allocated once.
+    let mut seen: HashSet<u32> = HashSet::new();
+    let mut seen_by_key: HashMap<Key, Vec<(u32, usize)>> = HashMap::new();
     for (v, t) in norm.txns.iter().enumerate() {
         let v = v as u32;
-        let mut seen: Vec<(u32, usize)> = Vec::new();
+        seen.clear();
+        seen_by_key.clear();
         for &(op, key, version) in &t.ordered_reads {
-            for &(w, w_op) in &seen {
+            for &(w, w_op) in seen_by_key.get(&key).map(Vec::as_slice).unwrap_or_default() {
                 f.force(w, v, op, key, version, Seen::EarlierRead(w_op));
             }
             if let Some(w) = norm.versions[version as usize].writer
                 && w != v
-                && !seen.iter().any(|&(s, _)| s == w)
+                && seen.insert(w)
             {
-                seen.push((w, op));
+                for &(k, _) in &norm.txns[w as usize].writes {
+                    seen_by_key.entry(k).or_default().push((w, op));
+                }
             }
         }
     }
 }
 
-/// Read atomic: each read against every writer the transaction read from, and the last earlier writer
-/// of the key in its session.
+/// Read atomic: each read against every writer the transaction read from (indexed by the keys they
+/// wrote), and the last earlier writer of the key in its session.
 fn read_atomic(norm: &Normalized, sessions: &Sessions, f: &mut Forcing<'_>) {
+    // Reused across transactions, so that their capacity is allocated once.
+    let mut sources: HashSet<u32> = HashSet::new();
+    let mut by_key: HashMap<Key, Vec<(u32, usize)>> = HashMap::new();
     for list in &sessions.members {
         let mut last_writer: HashMap<Key, u32> = HashMap::new();
         for &v in list {
             let t = &norm.txns[v as usize];
-            let mut sources: Vec<(u32, usize)> = Vec::new();
+            sources.clear();
+            by_key.clear();
             for &(op, _, version) in &t.ordered_reads {
                 if let Some(w) = norm.versions[version as usize].writer
                     && w != v
-                    && !sources.iter().any(|&(s, _)| s == w)
+                    && sources.insert(w)
                 {
-                    sources.push((w, op));
+                    for &(k, _) in &norm.txns[w as usize].writes {
+                        by_key.entry(k).or_default().push((w, op));
+                    }
                 }
             }
             for &(op, key, version) in &t.ordered_reads {
-                for &(w, w_op) in &sources {
+                for &(w, w_op) in by_key.get(&key).map(Vec::as_slice).unwrap_or_default() {
                     f.force(w, v, op, key, version, Seen::Read(w_op));
                 }
                 if let Some(&w) = last_writer.get(&key) {
