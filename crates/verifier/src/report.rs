@@ -684,4 +684,5 @@ impl Report {
     }
 }
 
+mod labels;
 mod text;

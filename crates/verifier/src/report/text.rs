@@ -52,8 +52,9 @@ impl Report {
 
     /// The report as text for a person: the verdict line, then each anomaly with its cycle, edge by edge,
     /// then the transactions involved.
+    /// Long transaction and session ids are shortened to `T1`, `S1`, … with a legend at the end.
     pub fn render_text(&self) -> String {
-        self.to_string()
+        super::labels::shorten(self, &self.to_string())
     }
 }
 
@@ -145,8 +146,12 @@ impl fmt::Display for Report {
             writeln!(f, "Transactions involved:")?;
             for t in &self.transactions {
                 let ts = match (t.start_ns, t.commit_ns) {
-                    (Some(s), Some(c)) => format!(", started {s} ns, committed {c} ns"),
-                    (Some(s), None) => format!(", started {s} ns"),
+                    (Some(s), Some(c)) => format!(
+                        ", started {}, committed {:.3} ms later",
+                        super::labels::wall_clock(s),
+                        c.saturating_sub(s) as f64 / 1e6
+                    ),
+                    (Some(s), None) => format!(", started {}", super::labels::wall_clock(s)),
                     _ => String::new(),
                 };
                 writeln!(f, "  {} (session {}, #{}, {:?}{ts})", t.id, t.session, t.seq, t.outcome)?;

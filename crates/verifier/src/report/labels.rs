@@ -1,0 +1,130 @@
+//! Short labels for the text of a report: `T1`, `T2`, … for transactions in the order the text first names
+//! them, `S1`, `S2`, … for sessions, each listed once at the end with its real id and wall-clock times. Only
+//! when the real ids are long (the proxy's are 16 digits) and the report is a reject: a person reads a cycle
+//! of `T1 -> T2 -> T1` at a glance, and the JSON report keeps the real ids.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+
+use super::Report;
+
+/// Ids with fewer digits than this are printed as they are.
+const LONG_ID_DIGITS: usize = 6;
+
+/// Before this (in ns since the Unix epoch: 2001-09-09) a timestamp is not wall-clock time (an importer's
+/// counter, say) and is printed as a number.
+const WALL_CLOCK_FROM_NS: u64 = 1_000_000_000 * 1_000_000_000;
+
+/// A timestamp in RFC 3339 (UTC, with nanoseconds), or as nanoseconds when it is not wall-clock time.
+pub(super) fn wall_clock(ns: u64) -> String {
+    let formatted = (ns >= WALL_CLOCK_FROM_NS)
+        .then(|| time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ns)).ok())
+        .flatten()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok());
+    formatted.unwrap_or_else(|| format!("{ns} ns"))
+}
+
+/// Replaces every long transaction and session id that `report` names in `text` by a short label, and
+/// appends the legend. Returns `text` unchanged when there is nothing to shorten.
+pub(super) fn shorten(report: &Report, text: &str) -> String {
+    let txns: HashSet<u64> = report
+        .transactions
+        .iter()
+        .map(|t| t.id.0)
+        .chain(report.anomalies.iter().flat_map(|a| a.cycle.iter().flat_map(|e| [e.from.0, e.to.0])))
+        .chain(report.anomalies.iter().flat_map(|a| a.ops.iter().map(|o| o.txn.0)))
+        .collect();
+    let sessions: HashSet<u64> = report.transactions.iter().map(|t| t.session.0).collect();
+    let long = |id: &u64| id.to_string().len() >= LONG_ID_DIGITS;
+    if report.is_accept() || !(txns.iter().any(long) || sessions.iter().any(long)) {
+        return text.to_owned();
+    }
+    let mut labels: HashMap<(u8, u64), String> = HashMap::new();
+    let mut order: Vec<(u8, u64)> = Vec::new();
+    let mut out = String::with_capacity(text.len());
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        let boundary = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
+        if boundary && (c == b'T' || c == b'S') {
+            let digits = bytes[i + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+            let end = i + 1 + digits;
+            let whole = digits > 0 && bytes.get(end).is_none_or(|b| !b.is_ascii_alphanumeric());
+            let id = whole.then(|| text[i + 1..end].parse::<u64>().ok()).flatten();
+            let known = id.filter(|id| if c == b'T' { txns.contains(id) } else { sessions.contains(id) });
+            if let Some(id) = known {
+                let label = labels.entry((c, id)).or_insert_with(|| {
+                    order.push((c, id));
+                    let same_kind = order.iter().filter(|(k, _)| *k == c).count();
+                    format!("{}{same_kind}", char::from(c))
+                });
+                out.push_str(label);
+                i = end;
+                continue;
+            }
+        }
+        // Copy one whole character (the text is UTF-8; only ASCII bytes start a label).
+        let len = text[i..].chars().next().map_or(1, char::len_utf8);
+        out.push_str(&text[i..i + len]);
+        i += len;
+    }
+    let by_id: HashMap<u64, &super::TxnReport> = report.transactions.iter().map(|t| (t.id.0, t)).collect();
+    let _ = writeln!(out, "Labels in this text (the JSON report uses the real ids):");
+    for (kind, id) in &order {
+        let label = &labels[&(*kind, *id)];
+        if *kind == b'S' {
+            let _ = writeln!(out, "  {label} = S{id}");
+            continue;
+        }
+        let mut line = format!("  {label} = T{id}");
+        if let Some(t) = by_id.get(id) {
+            if let Some(s) = t.start_ns {
+                let _ = write!(line, ", started {}", wall_clock(s));
+                if let Some(c) = t.commit_ns {
+                    let _ = write!(line, ", committed {:.3} ms later", c.saturating_sub(s) as f64 / 1e6);
+                }
+            } else if let Some(c) = t.commit_ns {
+                let _ = write!(line, ", committed {}", wall_clock(c));
+            }
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use history::HistoryBuilder;
+
+    use super::*;
+    use crate::{Options, verify};
+
+    #[test]
+    fn long_ids_get_short_labels_in_cycle_order_with_a_legend() {
+        let (a, b) = (1_796_131_098_927_487u64, 1_796_131_098_927_499u64);
+        let h = HistoryBuilder::new()
+            .txn(a, |t| t.read_init("x").read_init("y").write("x", 1))
+            .txn(b, |t| t.read_init("x").read_init("y").write("y", 2))
+            .build();
+        let r = verify(&h, &Options::default()).unwrap();
+        let text = r.render_text();
+        let first = r.anomalies[0].cycle[0].from;
+        assert!(text.contains("Cycle: T1 -> T2 -> T1"), "{text}");
+        assert!(text.contains(&format!("  T1 = {first}")), "{text}");
+        assert!(!text.lines().take_while(|l| !l.starts_with("Labels")).any(|l| l.contains(&a.to_string())));
+        // Short ids stay as they are.
+        let h = HistoryBuilder::new()
+            .txn(1, |t| t.read_init("x").read_init("y").write("x", 1))
+            .txn(2, |t| t.read_init("x").read_init("y").write("y", 2))
+            .build();
+        let r = verify(&h, &Options::default()).unwrap();
+        assert_eq!(r.render_text(), r.to_string());
+    }
+
+    #[test]
+    fn wall_clock_times_are_rfc_3339_and_counters_stay_numbers() {
+        assert_eq!(wall_clock(1_796_131_098_927_487_123), "2026-12-01T13:18:18.927487123Z");
+        assert_eq!(wall_clock(5_000), "5000 ns");
+    }
+}
