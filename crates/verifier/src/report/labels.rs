@@ -35,8 +35,11 @@ pub(super) fn shorten(report: &Report, text: &str) -> String {
         .chain(report.anomalies.iter().flat_map(|a| a.ops.iter().map(|o| o.txn.0)))
         .collect();
     let sessions: HashSet<u64> = report.transactions.iter().map(|t| t.session.0).collect();
+    // Each kind is shortened only when some of its ids are long.
     let long = |id: &u64| id.to_string().len() >= LONG_ID_DIGITS;
-    if report.is_accept() || !(txns.iter().any(long) || sessions.iter().any(long)) {
+    let txns = if txns.iter().any(long) { txns } else { HashSet::new() };
+    let sessions = if sessions.iter().any(long) { sessions } else { HashSet::new() };
+    if report.is_accept() || (txns.is_empty() && sessions.is_empty()) {
         return text.to_owned();
     }
     let mut labels: HashMap<(u8, u64), String> = HashMap::new();
@@ -102,17 +105,21 @@ mod tests {
 
     #[test]
     fn long_ids_get_short_labels_in_cycle_order_with_a_legend() {
+        // Long transaction ids (as the proxy's), short session ids.
         let (a, b) = (1_796_131_098_927_487u64, 1_796_131_098_927_499u64);
-        let h = HistoryBuilder::new()
-            .txn(a, |t| t.read_init("x").read_init("y").write("x", 1))
-            .txn(b, |t| t.read_init("x").read_init("y").write("y", 2))
+        let mut h = HistoryBuilder::new()
+            .txn(1, |t| t.read_init("x").read_init("y").write("x", 1))
+            .txn(2, |t| t.read_init("x").read_init("y").write("y", 2))
             .build();
+        h.transactions[0].id = history::TxnId(a);
+        h.transactions[1].id = history::TxnId(b);
         let r = verify(&h, &Options::default()).unwrap();
         let text = r.render_text();
         let first = r.anomalies[0].cycle[0].from;
         assert!(text.contains("Cycle: T1 -> T2 -> T1"), "{text}");
         assert!(text.contains(&format!("  T1 = {first}")), "{text}");
         assert!(!text.lines().take_while(|l| !l.starts_with("Labels")).any(|l| l.contains(&a.to_string())));
+        assert!(text.contains("session S1,") && !text.contains("= S1"), "short session ids stay: {text}");
         // Short ids stay as they are.
         let h = HistoryBuilder::new()
             .txn(1, |t| t.read_init("x").read_init("y").write("x", 1))
