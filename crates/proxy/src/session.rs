@@ -25,6 +25,7 @@ use wire::pg::{
 
 use crate::config::{ClientTlsMode, Config};
 use crate::interpret::fence::{Injected, Injection};
+use crate::interpret::search_path::SearchPath;
 use crate::interpret::session_tagging::{InjectStep, SessionTagging, run_at_startup};
 use crate::interpret::tagger::{Outgoing, TaggingShared};
 use crate::machine::{FrontendStep, SessionMachine};
@@ -168,7 +169,8 @@ async fn run_session(
             learn_horizon(shared, t, &mut upstream, &mut sbuf).await?;
         }
         if authenticated {
-            message_loop(shared, client, cbuf, upstream, sbuf, recorder, shutdown).await
+            let startup = Startup::of(&packet);
+            message_loop(shared, client, cbuf, upstream, sbuf, recorder, &startup, shutdown).await
         } else {
             Ok(())
         }
@@ -498,6 +500,22 @@ struct Core {
 /// Step 5: the message loop. Two pumps run concurrently in this task, one per direction, so that neither
 /// side can block the other (a database writing a large result while the client is still sending must not
 /// deadlock). They share the state machine through a mutex that is never held across an await.
+/// What the startup packet says that recording needs: the user and the first `search_path`.
+struct Startup {
+    user: String,
+    search_path: SearchPath,
+}
+
+impl Startup {
+    fn of(packet: &StartupPacket) -> Self {
+        let text = |name: &str| packet.param(name).map(|v| wire::pg::text(v).into_owned());
+        let search_path =
+            SearchPath::from_startup(text("search_path").as_deref(), text("options").as_deref());
+        Startup { user: text("user").unwrap_or_default(), search_path }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn message_loop(
     shared: &Shared,
     client: BoxStream,
@@ -505,9 +523,14 @@ async fn message_loop(
     upstream: BoxStream,
     sbuf: BytesMut,
     recorder: SessionRecorder,
+    startup: &Startup,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), SessionError> {
-    let tagging = shared.tagging.as_ref().map(|t| SessionTagging::new(t.clone(), shared.config.fence.every));
+    let tagging = shared.tagging.as_ref().map(|t| {
+        let mut tagging = SessionTagging::new(t.clone(), shared.config.fence.every);
+        tagging.set_startup(&startup.user, startup.search_path.clone());
+        tagging
+    });
     let core = Mutex::new(Core { machine: SessionMachine::new(), recorder, tagging, inject_send: None });
     let replied = Notify::new();
     let (mut cr, mut cw) = tokio::io::split(client);

@@ -515,3 +515,55 @@ fn an_update_at_read_committed_is_not_checked_once_per_statement() {
         assert_eq!(writes, 3);
     });
 }
+
+/// An unqualified name means the first schema on the session's search_path that has the table, as
+/// PostgreSQL resolves it. With `ktagp_sp` in both `ktagp_app` and `public`, a session that set its path to
+/// `ktagp_app` writes `ktagp_app.ktagp_sp`'s rows, and must be recorded so: before, the proxy recorded them
+/// as `public`'s, two tables' versions under one key. A path the proxy cannot follow (`set_config`) makes
+/// the name ambiguous: its statement is listed as not checked, never guessed.
+#[test]
+fn unqualified_names_follow_the_sessions_search_path() {
+    rt().block_on(async {
+        let mut admin = Raw::connect().await;
+        let r = admin
+            .simple(
+                "DROP SCHEMA IF EXISTS ktagp_app CASCADE; DROP TABLE IF EXISTS ktagp_sp; \
+                 CREATE SCHEMA ktagp_app; \
+                 CREATE TABLE ktagp_app.ktagp_sp (id int PRIMARY KEY, v int NOT NULL); \
+                 CREATE TABLE ktagp_sp (id int PRIMARY KEY, v int NOT NULL); \
+                 INSERT INTO ktagp_app.ktagp_sp VALUES (1, 10); INSERT INTO ktagp_sp VALUES (1, 10)",
+            )
+            .await;
+        assert_eq!(error_code(&r), None);
+        let p = start(0).await;
+        let mut app = Raw::connect_to(&p.addr()).await;
+        for sql in [
+            "SET search_path = ktagp_app, public",
+            "BEGIN; UPDATE ktagp_sp SET v = 11 WHERE id = 1; COMMIT",
+            "RESET search_path",
+            "BEGIN; UPDATE ktagp_sp SET v = 12 WHERE id = 1; COMMIT",
+            "SELECT set_config('search_path', 'ktagp_app', false)",
+            "BEGIN; UPDATE ktagp_sp SET v = 13 WHERE id = 1; COMMIT",
+        ] {
+            assert_eq!(error_code(&app.simple(sql).await), None, "{sql}");
+        }
+        drop(app);
+        let h = p.stop_and_replay().await;
+        admin.simple("DROP SCHEMA ktagp_app CASCADE; DROP TABLE ktagp_sp").await;
+        let written: Vec<String> = h
+            .transactions
+            .iter()
+            .filter(|t| !t.fence)
+            .flat_map(|t| &t.ops)
+            .filter(|o| matches!(o, Op::Write { .. }))
+            .filter_map(|o| h.keys.name(o.key()).map(|k| k.namespace.clone()))
+            .collect();
+        assert_eq!(
+            written,
+            vec!["ktagp_app.ktagp_sp".to_owned(), "ktagp_sp".to_owned()],
+            "{:?}",
+            h.unchecked
+        );
+        assert!(h.unchecked.iter().any(|u| u.kind == "ambiguous_table"), "{:?}", h.unchecked);
+    });
+}

@@ -51,6 +51,8 @@ pub struct Catalog {
     tables: HashMap<String, TableInfo>,
     /// Unqualified names found in several schemas; `public` wins, others are ambiguous.
     ambiguous: Vec<String>,
+    /// Every unqualified name with the schemas that have it, for [`Catalog::with_search_path`].
+    by_name: HashMap<String, Vec<(String, TableInfo)>>,
 }
 
 impl Catalog {
@@ -81,6 +83,7 @@ impl Catalog {
             cat.tables.insert(format!("{schema}.{table}"), info.clone());
             unqualified.entry(table).or_default().push((schema, info));
         }
+        cat.by_name = unqualified.clone();
         for (table, mut found) in unqualified {
             if found.len() == 1 {
                 if let Some((_, info)) = found.pop() {
@@ -90,6 +93,32 @@ impl Catalog {
                 cat.tables.insert(table, info);
             } else {
                 cat.ambiguous.push(table);
+            }
+        }
+        cat
+    }
+
+    /// This catalog as a session whose `search_path` is `path` (schemas in order; `None`: not known)
+    /// resolves unqualified names: a name in one schema only is that table (PostgreSQL fails the statement
+    /// when its schema is not on the path, so nothing is recorded); a name in several is the first schema on
+    /// the path that has it, or ambiguous when none has it or the path is not known.
+    pub fn with_search_path(&self, path: Option<&[String]>) -> Catalog {
+        let mut cat = Catalog { by_name: self.by_name.clone(), ..Catalog::default() };
+        for (name, info) in self.tables.iter().filter(|(name, _)| name.contains('.')) {
+            cat.tables.insert(name.clone(), info.clone());
+        }
+        for (name, found) in &self.by_name {
+            let pick = match found.as_slice() {
+                [(_, only)] => Some(only),
+                _ => path.and_then(|p| {
+                    p.iter().find_map(|schema| found.iter().find(|(s, _)| s == schema).map(|(_, i)| i))
+                }),
+            };
+            match pick {
+                Some(info) => {
+                    cat.tables.insert(name.clone(), info.clone());
+                }
+                None => cat.ambiguous.push(name.clone()),
             }
         }
         cat
@@ -161,8 +190,22 @@ mod tests {
         assert!(matches!(cat.lookup(&name(&["items"])), Lookup::Keyed(i) if i.namespace == "shop.items"));
         assert!(matches!(cat.lookup(&name(&["history"])), Lookup::NoPrimaryKey(_)));
         assert_eq!(cat.lookup(&name(&["nope"])), Lookup::Unknown);
-        // In two schemas, neither public: the session's search_path decides, which the proxy cannot see.
+        // In two schemas, neither public: without a session's search_path the shared catalog cannot tell.
         assert_eq!(cat.lookup(&name(&["orders"])), Lookup::Ambiguous);
+        // A session's search_path picks among schemas; an unknown path picks none.
+        let on_path =
+            |p: &[&str]| cat.with_search_path(Some(&p.iter().map(|s| s.to_string()).collect::<Vec<_>>()));
+        let us = on_path(&["us", "public"]);
+        assert!(matches!(us.lookup(&name(&["orders"])), Lookup::Keyed(o) if o.namespace == "us.orders"));
+        let shop = on_path(&["shop", "public"]);
+        assert!(
+            matches!(shop.lookup(&name(&["accounts"])), Lookup::Keyed(a) if a.namespace == "shop.accounts")
+        );
+        let public = on_path(&["public"]);
+        assert!(matches!(public.lookup(&name(&["accounts"])), Lookup::Keyed(a) if a.namespace == "accounts"));
+        assert_eq!(public.lookup(&name(&["orders"])), Lookup::Ambiguous);
+        assert_eq!(cat.with_search_path(None).lookup(&name(&["accounts"])), Lookup::Ambiguous);
+        assert!(matches!(cat.with_search_path(None).lookup(&name(&["items"])), Lookup::Keyed(_)));
         assert!(
             matches!(cat.lookup(&name(&["us", "orders"])), Lookup::Keyed(o) if o.namespace == "us.orders")
         );

@@ -59,6 +59,7 @@
 pub mod catalog;
 pub mod fence;
 pub mod plan;
+pub mod search_path;
 pub mod session_tagging;
 pub mod strip;
 pub mod tagger;

@@ -104,6 +104,11 @@ impl SessionTagging {
         }
     }
 
+    /// Sets the session's user and its `search_path` at startup (see [`super::search_path`]).
+    pub fn set_startup(&mut self, user: &str, search_path: super::search_path::SearchPath) {
+        self.tagger.set_startup(user, search_path);
+    }
+
     /// Whether a client message must wait for outstanding rows before it is offered to the state machine.
     /// Only a message that may commit waits (`may_commit`, from [`crate::machine::SessionMachine::may_commit`],
     /// which is false for messages the server will skip or ignore), and only while the tagger still trusts

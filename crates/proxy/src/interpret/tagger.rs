@@ -30,6 +30,7 @@ use wire::pg::{FrontendMessage, Target};
 
 use super::catalog::Catalog;
 use super::plan::{OpaqueKind, SavepointCmd, StmtPlan};
+use super::search_path::SearchPath;
 use super::strip::{ClientReply, data_row_for_client, extend_result_formats, row_description_for_client};
 use super::versions::{VersionBook, absent_read};
 use super::{VersionStrategy, XminStrategy};
@@ -196,6 +197,12 @@ pub struct Tagger {
     ops: Vec<LoggedOp>,
     /// The open transaction's savepoints, innermost last: each name with how many ops came before it.
     savepoints: Vec<(String, usize)>,
+    /// The session's `search_path` and user, which decide what an unqualified table name means.
+    search_path: SearchPath,
+    user: String,
+    /// The shared catalog as this session resolves names, for that catalog and path (kept so it is built
+    /// once per catalog load or path change, not per statement).
+    resolved: Option<(Arc<Catalog>, SearchPath, Arc<Catalog>)>,
 }
 
 fn encode(msg: &FrontendMessage) -> Bytes {
@@ -217,7 +224,33 @@ impl Tagger {
             broken: false,
             ops: Vec::new(),
             savepoints: Vec::new(),
+            search_path: SearchPath::Default,
+            user: String::new(),
+            resolved: None,
         }
+    }
+
+    /// Sets the session's user and its `search_path` at startup (see [`super::search_path`]).
+    pub fn set_startup(&mut self, user: &str, search_path: SearchPath) {
+        self.user = user.to_owned();
+        self.search_path = search_path;
+    }
+
+    /// Plans `text` with the catalog as this session resolves names, and follows any change of the
+    /// session's `search_path` it makes.
+    fn plan(&mut self, text: &str) -> Option<super::plan::PlannedQuery> {
+        let (during, after) = self.search_path.through(text);
+        let shared = self.shared.catalog();
+        let catalog = match &self.resolved {
+            Some((cat, path, resolved)) if Arc::ptr_eq(cat, &shared) && *path == during => resolved.clone(),
+            _ => {
+                let resolved = Arc::new(during.resolve(&shared, &self.user));
+                self.resolved = Some((shared, during, resolved.clone()));
+                resolved
+            }
+        };
+        self.search_path = after;
+        XminStrategy.plan(text, &catalog).ok()
     }
 
     /// Whether the tagger gave up recording ops for this session.
@@ -335,7 +368,7 @@ impl Tagger {
             _ if self.skipping => None,
             FrontendMessage::Query { sql } => {
                 let text = wire::pg::text(sql);
-                let planned = XminStrategy.plan(&text, &self.shared.catalog()).ok();
+                let planned = self.plan(&text);
                 let (plans, rewritten) = match planned {
                     Some(p) if p.aligned => (p.stmts, p.rewritten),
                     Some(p) => {
@@ -356,7 +389,7 @@ impl Tagger {
             }
             FrontendMessage::Parse { name, query, param_types } => {
                 let text = wire::pg::text(query);
-                let planned = XminStrategy.plan(&text, &self.shared.catalog()).ok();
+                let planned = self.plan(&text);
                 let (plan, rewritten) = match planned {
                     Some(mut p) if p.aligned && p.stmts.len() == 1 => (p.stmts.pop(), p.rewritten),
                     _ => (None, None),
