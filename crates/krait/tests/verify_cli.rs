@@ -215,3 +215,26 @@ fn commands_exit_quietly_when_the_reader_of_stdout_goes_away() {
         assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
     }
 }
+
+/// `--dot FILE` writes the reject's cycle as a Graphviz graph; `--level` takes the weak levels, whose
+/// reports also re-check.
+#[test]
+fn verify_writes_the_cycle_as_a_graph_and_checks_weak_levels() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let dot = dir.path().join("cycle.dot");
+    let out = verify("cobra/ser-violation/cock-G2", &["--dot", dot.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let graph = std::fs::read_to_string(&dot).expect("the graph was written");
+    assert!(graph.starts_with("digraph") && graph.matches(" -> ").count() == 2, "{graph}");
+    assert!(graph.contains("label=\"rw("), "{graph}");
+    let report = dir.path().join("ra.json");
+    let report_s = report.to_str().expect("utf-8");
+    let out = verify("polysi/yugabyte-si.txt", &["--level", "read-atomic", "--report-out", report_s]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.starts_with("REJECT: not read atomic: fractured read"), "{stdout}");
+    let checked = verify("polysi/yugabyte-si.txt", &["--check-report", report_s]);
+    assert_eq!(checked.status.code(), Some(0), "{}", String::from_utf8_lossy(&checked.stdout));
+    let out = verify("polysi/yugabyte-si.txt", &["--level", "read-committed"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+}

@@ -684,5 +684,6 @@ impl Report {
     }
 }
 
+mod dot;
 mod labels;
 mod text;

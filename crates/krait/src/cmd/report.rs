@@ -19,17 +19,32 @@ pub enum ReportCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Show one report, as text (the default) or as its JSON document.
+    /// Show one report, as text (the default), as its JSON document, or as a Graphviz graph.
     Show {
         /// The report's id, as `list` prints it (for example r000001).
         id: String,
         /// The data directory (its `reports/` folder holds the reports).
         #[arg(long, value_name = "DIR")]
         data_dir: PathBuf,
-        /// Print the report's JSON document (the stable schema of crates/verifier/REPORT.md).
-        #[arg(long)]
+        /// Print the report's JSON document (the stable schema of crates/verifier/REPORT.md); the same as
+        /// `--format json`.
+        #[arg(long, conflicts_with = "format")]
         json: bool,
+        /// How to print it.
+        #[arg(long, value_enum, default_value_t = ShowFormat::Text)]
+        format: ShowFormat,
     },
+}
+
+/// `krait report show --format` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShowFormat {
+    /// For a person: the verdict, each cycle edge by edge, the transactions, with short labels.
+    Text,
+    /// The JSON document (crates/verifier/REPORT.md).
+    Json,
+    /// A Graphviz graph of the cycles (`dot -Tsvg`).
+    Dot,
 }
 
 /// Runs `krait report`.
@@ -50,13 +65,13 @@ pub fn run(cmd: ReportCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        ReportCommand::Show { id, data_dir, json } => {
+        ReportCommand::Show { id, data_dir, json, format } => {
             let store = ReportStore::open_read_only(&data_dir);
             let report = store.load(&id)?;
-            if json {
-                println!("{}", report.to_json());
-            } else {
-                print!("{}", report.render_text());
+            match if json { ShowFormat::Json } else { format } {
+                ShowFormat::Json => println!("{}", report.to_json()),
+                ShowFormat::Dot => print!("{}", report.to_dot()),
+                ShowFormat::Text => print!("{}", report.render_text()),
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -80,12 +95,26 @@ mod tests {
         let id = ReportStore::open(dir.path()).unwrap().save(&report).unwrap();
         let list = ReportCommand::List { data_dir: dir.path().to_path_buf(), json: true };
         assert_eq!(run(list).unwrap(), ExitCode::SUCCESS);
-        let show = ReportCommand::Show { id: id.clone(), data_dir: dir.path().to_path_buf(), json: false };
+        let show = ReportCommand::Show {
+            id: id.clone(),
+            data_dir: dir.path().to_path_buf(),
+            json: false,
+            format: ShowFormat::Text,
+        };
         assert_eq!(run(show).unwrap(), ExitCode::SUCCESS);
-        let missing =
-            ReportCommand::Show { id: "r000042".into(), data_dir: dir.path().to_path_buf(), json: false };
+        let missing = ReportCommand::Show {
+            id: "r000042".into(),
+            data_dir: dir.path().to_path_buf(),
+            json: false,
+            format: ShowFormat::Text,
+        };
         assert!(run(missing).is_err());
-        let bad = ReportCommand::Show { id: "../x".into(), data_dir: dir.path().to_path_buf(), json: false };
+        let bad = ReportCommand::Show {
+            id: "../x".into(),
+            data_dir: dir.path().to_path_buf(),
+            json: false,
+            format: ShowFormat::Text,
+        };
         assert!(run(bad).is_err());
         let empty = tempfile::tempdir().unwrap();
         assert_eq!(

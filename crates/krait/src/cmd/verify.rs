@@ -33,6 +33,9 @@ pub struct VerifyArgs {
     /// Also write the JSON report to this file (for `--check-report` later, or to share).
     #[arg(long, value_name = "FILE")]
     report_out: Option<PathBuf>,
+    /// Also write the report's cycles as a Graphviz graph to this file (`dot -Tsvg FILE`).
+    #[arg(long, value_name = "FILE")]
+    dot: Option<PathBuf>,
     /// Re-check a JSON report against the history, independently of the pipeline, instead of verifying:
     /// every stated edge must follow from the history and every cycle must close.
     #[arg(long, value_name = "FILE")]
@@ -175,6 +178,9 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
 
     if let Some(out) = &args.report_out {
         std::fs::write(out, report.to_json()).with_context(|| format!("cannot write {}", out.display()))?;
+    }
+    if let Some(out) = &args.dot {
+        std::fs::write(out, report.to_dot()).with_context(|| format!("cannot write {}", out.display()))?;
     }
     if args.json {
         println!("{}", report.to_json());
