@@ -140,8 +140,8 @@ fn conn(p: &TestProxy, user: &str, password: &str) -> String {
     )
 }
 
-/// The SASL mechanisms the proxy offers a client for `user`.
-async fn offered_mechanisms(p: &TestProxy, user: &str) -> Vec<String> {
+/// Connects to the proxy and sends a startup packet for `user` (no database: it defaults to the user's).
+async fn send_startup(p: &TestProxy, user: &str) -> tokio::net::TcpStream {
     let mut s = tokio::net::TcpStream::connect(p.handle.listen_addr()).await.unwrap();
     let mut buf = BytesMut::new();
     StartupPacket::Startup {
@@ -151,6 +151,12 @@ async fn offered_mechanisms(p: &TestProxy, user: &str) -> Vec<String> {
     }
     .encode(&mut buf);
     s.write_all(&buf).await.unwrap();
+    s
+}
+
+/// The SASL mechanisms the proxy offers a client for `user`.
+async fn offered_mechanisms(p: &TestProxy, user: &str) -> Vec<String> {
+    let mut s = send_startup(p, user).await;
     let mut rbuf = BytesMut::new();
     loop {
         if let Some(f) = split_frame(&mut rbuf, 1 << 16).unwrap() {
@@ -169,15 +175,7 @@ async fn offered_mechanisms(p: &TestProxy, user: &str) -> Vec<String> {
 /// Answers the SASL request for `user` with a message that declares `len` bytes, sends its first KiB only,
 /// and returns the first message the proxy sends back (within 10 s), if any.
 async fn declare_oversized_auth_reply(p: &TestProxy, user: &str, len: i32) -> Option<BackendMessage> {
-    let mut s = tokio::net::TcpStream::connect(p.handle.listen_addr()).await.unwrap();
-    let mut buf = BytesMut::new();
-    StartupPacket::Startup {
-        major: 3,
-        minor: 0,
-        params: vec![(Bytes::from("user"), Bytes::copy_from_slice(user.as_bytes()))],
-    }
-    .encode(&mut buf);
-    s.write_all(&buf).await.unwrap();
+    let mut s = send_startup(p, user).await;
     let mut rbuf = BytesMut::new();
     let mut answered = false;
     loop {

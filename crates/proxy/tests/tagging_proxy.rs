@@ -258,6 +258,20 @@ fn pgbench_at_serializable_through_krait_is_accepted_with_every_op_mapped() {
     });
 }
 
+/// Connects to the database directly and (re)creates table `t` (id int primary key, v int) holding `rows`
+/// (for example `(1, 10), (2, 20)`). Returns the connection, with which the test drops the table.
+async fn kv_table(t: &str, rows: &str) -> Raw {
+    let mut admin = Raw::connect().await;
+    let r = admin
+        .simple(&format!(
+            "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); \
+             INSERT INTO {t} VALUES {rows}"
+        ))
+        .await;
+    assert_eq!(error_code(&r), None);
+    admin
+}
+
 async fn http_get(addr: &str, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap_or_else(|e| panic!("{e}"));
@@ -350,14 +364,7 @@ fn a_transaction_open_before_recording_began_hides_no_older_row() {
 fn lost_update_at_read_committed_through_krait_is_rejected() {
     rt().block_on(async {
         let t = "ktagp_lu";
-        let mut admin = Raw::connect().await;
-        let r = admin
-            .simple(&format!(
-                "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); \
-                 INSERT INTO {t} VALUES (1, 10)"
-            ))
-            .await;
-        assert_eq!(error_code(&r), None);
+        let mut admin = kv_table(t, "(1, 10)").await;
         let p = start(20).await;
         let mut a = Raw::connect_to(&p.addr()).await;
         let mut b = Raw::connect_to(&p.addr()).await;
@@ -393,14 +400,7 @@ fn lost_update_at_read_committed_through_krait_is_rejected() {
 fn ops_of_autocommit_statements_and_of_statements_sent_with_commit_are_recorded() {
     rt().block_on(async {
         let t = "ktagp_autocommit";
-        let mut admin = Raw::connect().await;
-        let r = admin
-            .simple(&format!(
-                "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); \
-                 INSERT INTO {t} VALUES (1, 10), (2, 20)"
-            ))
-            .await;
-        assert_eq!(error_code(&r), None);
+        let mut admin = kv_table(t, "(1, 10), (2, 20)").await;
         let p = start(0).await;
         let mut c = Raw::connect_to(&p.addr()).await;
         let steps = [
@@ -450,14 +450,7 @@ fn ops_of_autocommit_statements_and_of_statements_sent_with_commit_are_recorded(
 fn commits_that_wrote_nothing_do_not_wait_for_the_log() {
     rt().block_on(async {
         let t = "ktagp_read_only";
-        let mut admin = Raw::connect().await;
-        let r = admin
-            .simple(&format!(
-                "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); \
-                 INSERT INTO {t} VALUES (1, 10)"
-            ))
-            .await;
-        assert_eq!(error_code(&r), None);
+        let mut admin = kv_table(t, "(1, 10)").await;
         let p = start(0).await;
         let mut c = Raw::connect_to(&p.addr()).await;
         for sql in [
@@ -489,14 +482,7 @@ fn commits_that_wrote_nothing_do_not_wait_for_the_log() {
 fn an_update_at_read_committed_is_not_checked_once_per_statement() {
     rt().block_on(async {
         let t = "ktagp_rc_update";
-        let mut admin = Raw::connect().await;
-        let r = admin
-            .simple(&format!(
-                "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); \
-                 INSERT INTO {t} VALUES (1, 10), (2, 20), (3, 30)"
-            ))
-            .await;
-        assert_eq!(error_code(&r), None);
+        let mut admin = kv_table(t, "(1, 10), (2, 20), (3, 30)").await;
         let p = start(0).await;
         let mut c = Raw::connect_to(&p.addr()).await;
         let r = c

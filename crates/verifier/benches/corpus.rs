@@ -7,18 +7,14 @@
 //! as the first argument to run only matching histories; `KRAIT_BENCH_REPEAT` (default 3) sets how many
 //! runs each history gets (the best is shown).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::time::Instant;
 
+use common::{cobra_histories, corpus};
 use history::codec::read_history;
 use verifier::{Options, verify};
-
-fn corpus() -> PathBuf {
-    if let Ok(dir) = std::env::var("KRAIT_CORPUS") {
-        return PathBuf::from(dir);
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
-}
 
 /// Peak resident memory of this process so far, in MiB, from /proc (Linux only).
 fn peak_mib() -> Option<f64> {
@@ -26,22 +22,6 @@ fn peak_mib() -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
-}
-
-/// Every folder under `dir` that holds `T<n>.log` files.
-fn cobra_histories(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    entries.sort();
-    if entries.iter().any(|p| p.extension().is_some_and(|e| e == "log")) {
-        out.push(dir.to_path_buf());
-        return;
-    }
-    for p in entries {
-        if p.is_dir() {
-            cobra_histories(&p, out);
-        }
-    }
 }
 
 /// Verifies one history in this process and prints its row; the parent runs one child per history so that

@@ -7,34 +7,13 @@
 //! as the first argument to run only matching histories; `KRAIT_BENCH_REPEAT` (default 3) sets how many
 //! runs each level gets (the best is shown).
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::time::Instant;
 
+use common::{cobra_histories, corpus};
 use history::codec::read_history;
 use verifier::{Level, Options, verify};
-
-fn corpus() -> PathBuf {
-    if let Ok(dir) = std::env::var("KRAIT_CORPUS") {
-        return PathBuf::from(dir);
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
-}
-
-/// Every folder under `dir` that holds `T<n>.log` files.
-fn cobra_histories(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    entries.sort();
-    if entries.iter().any(|p| p.extension().is_some_and(|e| e == "log")) {
-        out.push(dir.to_path_buf());
-        return;
-    }
-    for p in entries {
-        if p.is_dir() {
-            cobra_histories(&p, out);
-        }
-    }
-}
 
 fn main() {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));

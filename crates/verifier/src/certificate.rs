@@ -185,19 +185,7 @@ impl<'a> Certifier<'a> {
     pub(crate) fn known_edge(&mut self, ei: u32) -> CycleEdge {
         let e = self.g.edges[ei as usize];
         let (from, to) = (self.txn_id(e.from), self.txn_id(e.to));
-        let base = |kind, reason: String| CycleEdge {
-            from,
-            to,
-            kind,
-            key: None,
-            key_id: None,
-            from_version: None,
-            to_version: None,
-            derivation: None,
-            hypothetical: false,
-            assumption: None,
-            reason,
-        };
+        let base = |kind, reason: String| CycleEdge::plain(from, to, kind, reason);
         match e.origin {
             Origin::Wr { version } => {
                 let key = self.key_of_version(version);
