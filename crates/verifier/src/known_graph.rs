@@ -7,8 +7,6 @@
 //! and wrote w puts w directly after v (Cobra §3.1). Two read-modify-writes of one version are a lost update
 //! (Fig. 3, line 21), reported here.
 
-use std::collections::HashMap;
-
 use history::History;
 use solver::Side;
 
@@ -98,17 +96,7 @@ pub(crate) fn create_known_graph(
         }
     }
     // Session order, over included transactions only (consecutive ones are joined).
-    let mut sessions: HashMap<u64, Vec<(u64, u32)>> = HashMap::new();
-    for (v, nt) in norm.txns.iter().enumerate() {
-        let t = &h.transactions[nt.hist];
-        sessions.entry(t.session.0).or_default().push((t.seq, v as u32));
-    }
-    let mut keys: Vec<u64> = sessions.keys().copied().collect();
-    keys.sort_unstable();
-    for s in keys {
-        let mut members = sessions.remove(&s).unwrap_or_default();
-        members.sort_unstable();
-        let path: Vec<u32> = members.into_iter().map(|(_, v)| v).collect();
+    for path in crate::normalize::session_paths(h, norm) {
         for w in path.windows(2) {
             g.push(w[0], w[1], Origin::So, 0);
         }

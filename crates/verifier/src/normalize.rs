@@ -467,6 +467,25 @@ pub(crate) fn normalize_with(h: &History, repeatable: bool) -> Normalized {
     out
 }
 
+/// Each session's included vertices in session order (by `seq`), sessions in id order: session order
+/// over the transactions the check includes.
+pub(crate) fn session_paths(h: &History, norm: &Normalized) -> Vec<Vec<u32>> {
+    let mut sessions: HashMap<u64, Vec<(u64, u32)>> = HashMap::new();
+    for (v, nt) in norm.txns.iter().enumerate() {
+        let t = &h.transactions[nt.hist];
+        sessions.entry(t.session.0).or_default().push((t.seq, v as u32));
+    }
+    let mut sessions: Vec<(u64, Vec<(u64, u32)>)> = sessions.into_iter().collect();
+    sessions.sort_unstable_by_key(|(s, _)| *s);
+    sessions
+        .into_iter()
+        .map(|(_, mut members)| {
+            members.sort_unstable();
+            members.into_iter().map(|(_, v)| v).collect()
+        })
+        .collect()
+}
+
 /// A key's name for messages.
 pub(crate) fn key_name(h: &History, key: Key) -> String {
     h.keys.name(key).map_or_else(|| format!("key#{}", key.0), |n| n.to_string())

@@ -27,7 +27,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use history::{History, Key, Op, SessionId};
+use history::{History, Key, Op};
 
 use crate::normalize::{Normalized, key_name, show};
 use crate::options::Level;
@@ -107,19 +107,9 @@ struct Sessions {
 }
 
 fn sessions(h: &History, norm: &Normalized) -> Sessions {
-    let mut index: HashMap<SessionId, u32> = HashMap::new();
-    let mut members: Vec<Vec<u32>> = Vec::new();
-    for (v, t) in norm.txns.iter().enumerate() {
-        let s = h.transactions[t.hist].session;
-        let i = *index.entry(s).or_insert_with(|| {
-            members.push(Vec::new());
-            members.len() as u32 - 1
-        });
-        members[i as usize].push(v as u32);
-    }
+    let members = crate::normalize::session_paths(h, norm);
     let mut of = vec![(0, 0); norm.txns.len()];
-    for (s, list) in members.iter_mut().enumerate() {
-        list.sort_by_key(|&v| (h.transactions[norm.txns[v as usize].hist].seq, v));
+    for (s, list) in members.iter().enumerate() {
         for (p, &v) in list.iter().enumerate() {
             of[v as usize] = (s as u32, p as u32);
         }
