@@ -30,7 +30,7 @@ pub(crate) struct AdminState {
     pub(crate) listen: SocketAddr,
     pub(crate) upstream: String,
     /// Version-tagging counters, when tagging is on.
-    pub(crate) tagging: Option<Arc<crate::interpret::tagger::TaggingShared>>,
+    pub(crate) tagging: Option<Arc<crate::interpret::shared::TaggingShared>>,
 }
 
 /// Serves admin requests until shutdown.

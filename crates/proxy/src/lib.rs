@@ -20,6 +20,7 @@ pub mod interpret;
 pub mod machine;
 pub mod metrics;
 pub mod recorder;
+pub mod replies;
 mod session;
 pub mod sql;
 pub mod tls;
@@ -169,7 +170,7 @@ pub async fn start(config: Config) -> Result<ProxyHandle, ProxyError> {
 
     let tagging = match config.tagging.strategy {
         interpret::StrategyName::Xmin => {
-            let t = Arc::new(interpret::tagger::TaggingShared::new());
+            let t = Arc::new(interpret::shared::TaggingShared::new());
             // Versions written by earlier runs into this log stay recorded versions, not pre-history.
             let replay_log = log.clone();
             match tokio::task::spawn_blocking(move || replay_log.replay()).await {

@@ -4,22 +4,13 @@
 //!
 //! # Reply matching
 //!
-//! Every forwarded request that the server answers pushes an [`Expect`] entry; every reply is checked against
-//! the head of the queue, and pops it when it is the request's last reply. This copies the server's own rules
-//! (PostgreSQL docs, "Message Flow"):
-//! - Simple Query: any number of result sets, CommandComplete per statement, then ReadyForQuery.
-//! - Parse/Bind/Close: one completion message each. Describe: ParameterDescription (statements only), then
-//!   RowDescription or NoData. Execute: DataRows, then CommandComplete, EmptyQueryResponse or PortalSuspended.
-//!   Sync: ReadyForQuery. Flush: nothing.
-//! - An ErrorResponse in the extended protocol makes the server discard every message until the next Sync:
-//!   the entries up to the queued Sync are dropped, and if the client has not sent that Sync yet, later
-//!   requests are not queued until it does ("skip until Sync").
-//! - COPY FROM STDIN: after CopyInResponse the server ignores Sync and Flush until CopyDone or CopyFail, so
-//!   queued Syncs sent in that window are dropped.
-//! - NoticeResponse, ParameterStatus and NotificationResponse can arrive at any time and match nothing.
-//!
-//! A reply that fits nothing means the proxy misunderstood the stream: the machine then stops tracking
-//! ([`Desync`]), the session keeps relaying bytes, and the open transaction is recorded as indeterminate.
+//! Every forwarded request that the server answers is queued in the session's one [`ReplyQueue`]
+//! ([`crate::replies`] lists the server's rules it follows), with tagging's reading of it when tagging is
+//! on. Each reply is offered to the tagger with the head request's reading (what the client gets instead,
+//! and the ops it reveals), then checked against the head, which it pops when it is the request's last
+//! reply. A reply that fits nothing means the proxy misunderstood the stream: the machine then stops
+//! tracking ([`Desync`]), the session keeps relaying bytes (unrewritten and unrecorded from then on), and
+//! the open transaction is recorded as indeterminate.
 //!
 //! # Transactions
 //!
@@ -36,7 +27,7 @@
 //!   message waits ([`FrontendStep::Wait`]), so each statement is attributed to the transaction it really
 //!   ran in. Clients that do not pipeline across transaction boundaries never wait.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -44,97 +35,37 @@ use history::Outcome;
 use wire::pg::backend::tag as btag;
 use wire::pg::{FrontendMessage, Target, TxnStatus};
 
+use crate::interpret::StmtPlan;
+use crate::interpret::ops::TxnOps;
+use crate::interpret::tagger::{Outgoing, PortalPlan, Reading, Tagger};
+pub use crate::replies::Expect;
+use crate::replies::ReplyQueue;
 use crate::sql::{StmtKind, classify, classify_one, redact_secrets, session_only};
 
 /// How many prepared statement or portal names a session tracks before it forgets them in bulk. An Execute of
 /// a forgotten name is still matched; only its SQL text is missing from the record.
 const MAX_TRACKED_NAMES: usize = 10_000;
 
-/// A prepared statement's text and kind, classified once at Parse rather than at every Execute.
+/// A prepared statement's text and kind, classified once at Parse rather than at every Execute, and its
+/// tagging plan (with tagging on), made once at Parse for every Bind.
 #[derive(Debug, Clone)]
 struct Prepared {
     sql: Arc<str>,
     kind: StmtKind,
+    plan: Option<Arc<StmtPlan>>,
 }
 
 impl Prepared {
     fn unknown() -> Self {
-        Prepared { sql: Arc::from(""), kind: StmtKind::Plain }
+        Prepared { sql: Arc::from(""), kind: StmtKind::Plain, plan: None }
     }
 }
 
-/// A request whose replies are still to come. Its `Debug` leaves out a query's text, which may hold a secret
-/// and is written into desync warnings.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Expect {
-    /// Parse: ParseComplete.
-    Parse,
-    /// Bind: BindComplete.
-    Bind,
-    /// Describe: [ParameterDescription,] RowDescription or NoData.
-    Describe(Target),
-    /// Execute: rows, then CommandComplete, EmptyQueryResponse or PortalSuspended.
-    Execute {
-        /// The portal executed.
-        portal: Bytes,
-        /// What its statement does to the transaction.
-        kind: StmtKind,
-        /// Whether its statement is recorded (see `Query`).
-        recorded: bool,
-    },
-    /// Close: CloseComplete.
-    Close,
-    /// Sync: ReadyForQuery.
-    Sync,
-    /// Query: results for each statement, then ReadyForQuery.
-    Query {
-        /// The query string.
-        sql: Arc<str>,
-        /// The kinds of its statements, in order.
-        kinds: Vec<StmtKind>,
-        /// How many statements have completed so far.
-        done: usize,
-        /// Whether its statements are recorded; not for a query that records nothing
-        /// ([`SessionMachine::records_nothing`]).
-        recorded: bool,
-    },
-    /// FunctionCall: FunctionCallResponse, then ReadyForQuery.
-    FunctionCall,
-}
-
-impl std::fmt::Debug for Expect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Expect::Parse => f.write_str("Parse"),
-            Expect::Bind => f.write_str("Bind"),
-            Expect::Describe(target) => f.debug_tuple("Describe").field(target).finish(),
-            Expect::Execute { portal, kind, recorded } => f
-                .debug_struct("Execute")
-                .field("portal", portal)
-                .field("kind", kind)
-                .field("recorded", recorded)
-                .finish(),
-            Expect::Close => f.write_str("Close"),
-            Expect::Sync => f.write_str("Sync"),
-            Expect::Query { sql, kinds, done, recorded } => f
-                .debug_struct("Query")
-                .field("sql_bytes", &sql.len())
-                .field("kinds", kinds)
-                .field("done", done)
-                .field("recorded", recorded)
-                .finish(),
-            Expect::FunctionCall => f.write_str("FunctionCall"),
-        }
-    }
-}
-
+/// A bound portal: its statement, and with tagging on its plan and parameters.
 #[derive(Debug, Clone)]
-struct Pending {
-    expect: Expect,
-    may_end: bool,
-    may_commit: bool,
-    /// Its position among all requests pushed, counting from 1.
-    tick: u64,
+struct Portal {
+    prepared: Prepared,
+    tagging: Option<PortalPlan>,
 }
 
 /// A transaction as far as it has run: what an intent records.
@@ -146,8 +77,8 @@ pub struct TxnSnapshot {
     pub statements: Vec<String>,
     /// When its first statement was forwarded, in nanoseconds since the Unix epoch.
     pub start_ns: u64,
-    /// Its reads and writes of rows, when tagging is on (the session fills them in; see
-    /// [`crate::interpret`]).
+    /// Its reads and writes of rows, when tagging is on ([`crate::interpret`]): in an intent, those so
+    /// far; at the end, those not already in its intent.
     pub ops: Vec<history::log::LoggedOp>,
 }
 
@@ -181,10 +112,23 @@ pub enum FrontendStep {
     Forward {
         /// The write-ahead intent to log before forwarding.
         intent: Option<TxnSnapshot>,
+        /// The frame to forward instead of the client's, when tagging rewrote it.
+        frame: Option<Bytes>,
     },
-    /// Do not forward it yet: a request that may end the transaction is unanswered. Make sure the server
-    /// flushes its output (send it a Flush), wait for more replies, then offer the same message again.
+    /// Do not forward it yet: a request that may end the transaction is unanswered, or (with tagging) the
+    /// message may commit and rows of earlier statements are still to come, which its write-ahead intent
+    /// must carry. Make sure the server flushes its output (send it a Flush), wait for more replies, then
+    /// offer the same message again.
     Wait,
+}
+
+/// What a backend message ends and what the client gets instead of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The transactions it ended; a committed one must be durable in the log before the message goes on.
+    pub ends: Vec<TxnEnd>,
+    /// What to send the client in its place.
+    pub outgoing: Outgoing,
 }
 
 /// The machine lost track of the protocol; the session should relay bytes without recording from now on.
@@ -200,11 +144,7 @@ pub struct Desync {
 /// One session's protocol and transaction state. See the module docs.
 #[derive(Debug)]
 pub struct SessionMachine {
-    queue: VecDeque<Pending>,
-    /// How many requests have been pushed so far (the last one's [`Pending::tick`]).
-    ticks: u64,
-    ends_in_flight: usize,
-    commits_in_flight: usize,
+    replies: ReplyQueue,
     server_skipping: bool,
     copy_in: bool,
     passthrough: bool,
@@ -218,10 +158,14 @@ pub struct SessionMachine {
     /// client's protocol state (a pipeline half sent, a server skipping to Sync after an error).
     at_rest: bool,
     txn: Option<OpenTxn>,
+    /// The open transaction's ops, collected beside its statements (with tagging on).
+    ops: TxnOps,
     next_seq: u64,
     statements: HashMap<Bytes, Prepared>,
-    portals: HashMap<Bytes, Prepared>,
+    portals: HashMap<Bytes, Portal>,
     suspended: HashMap<Bytes, ()>,
+    /// Version tagging, when on: it rewrites requests and reads replies by the queue's readings.
+    tagger: Option<Tagger>,
 }
 
 impl Default for SessionMachine {
@@ -233,11 +177,13 @@ impl Default for SessionMachine {
 impl SessionMachine {
     /// A machine for a session that has just finished startup (the server sent ReadyForQuery `I`).
     pub fn new() -> Self {
+        Self::with_tagging(None)
+    }
+
+    /// A machine whose requests and replies also go through `tagger`.
+    pub fn with_tagging(tagger: Option<Tagger>) -> Self {
         SessionMachine {
-            queue: VecDeque::new(),
-            ticks: 0,
-            ends_in_flight: 0,
-            commits_in_flight: 0,
+            replies: ReplyQueue::default(),
             server_skipping: false,
             copy_in: false,
             passthrough: false,
@@ -245,11 +191,23 @@ impl SessionMachine {
             implicit_pending: false,
             at_rest: true,
             txn: None,
+            ops: TxnOps::default(),
             next_seq: 0,
             statements: HashMap::new(),
             portals: HashMap::new(),
             suspended: HashMap::new(),
+            tagger,
         }
+    }
+
+    /// The session's tagging, when on.
+    pub fn tagger(&self) -> Option<&Tagger> {
+        self.tagger.as_ref()
+    }
+
+    /// The ops collected so far and not yet in an intent or an end (with tagging on).
+    pub fn ops(&self) -> &[history::log::LoggedOp] {
+        self.ops.as_slice()
     }
 
     /// The index of the open transaction's latest statement text (the one just offered), for op records.
@@ -272,7 +230,7 @@ impl SessionMachine {
     /// after an error (and would drop the injected query unanswered), or be inside the client's pipeline.
     pub fn at_rest(&self) -> bool {
         self.at_rest
-            && self.queue.is_empty()
+            && self.replies.is_empty()
             && self.txn.is_none()
             && !self.passthrough
             && !self.server_skipping
@@ -291,7 +249,7 @@ impl SessionMachine {
             _ if self.server_skipping => false,
             FrontendMessage::Query { sql } => self.query_effect(&classify(sql)).1,
             FrontendMessage::Execute { portal, .. } => {
-                let kind = self.portals.get(portal).map_or(StmtKind::Plain, |p| p.kind);
+                let kind = self.portals.get(portal).map_or(StmtKind::Plain, |p| p.prepared.kind);
                 match kind {
                     StmtKind::Commit | StmtKind::PrepareTxn => true,
                     StmtKind::Other => self.predicted == TxnStatus::Idle,
@@ -331,7 +289,7 @@ impl SessionMachine {
 
     /// How many requests still wait for replies.
     pub fn outstanding(&self) -> usize {
-        self.queue.len()
+        self.replies.len()
     }
 
     /// Whether the machine gave up tracking after a [`Desync`].
@@ -352,11 +310,25 @@ impl SessionMachine {
 
     /// The expected replies, head first (for tests and diagnostics).
     pub fn expected(&self) -> Vec<Expect> {
-        self.queue.iter().map(|p| p.expect.clone()).collect()
+        self.replies.expected()
+    }
+
+    /// Whether `msg` must wait for the rows of earlier statements: it may commit, so its write-ahead intent
+    /// must hold all of the transaction's ops. The server runs messages in order, so this costs a pipelining
+    /// client one round trip and never waits on anything the server would not answer ([`Self::may_commit`]
+    /// is false for messages it skips or ignores). A tagger that lost track does not wait: its ops are
+    /// given up anyway.
+    fn must_wait_for_rows(&self, msg: &FrontendMessage) -> bool {
+        self.tagger.as_ref().is_some_and(|t| !t.is_broken())
+            && self.replies.rows_pending()
+            && self.may_commit(msg)
     }
 
     /// Offers one frontend message that is about to be forwarded. On [`FrontendStep::Wait`] nothing changed.
     pub fn on_frontend(&mut self, msg: &FrontendMessage, now_ns: u64) -> FrontendStep {
+        if self.must_wait_for_rows(msg) {
+            return FrontendStep::Wait;
+        }
         let step = self.offer(msg, now_ns);
         if matches!(step, FrontendStep::Forward { .. }) && !matches!(msg, FrontendMessage::Flush) {
             self.at_rest = false;
@@ -365,7 +337,7 @@ impl SessionMachine {
     }
 
     fn offer(&mut self, msg: &FrontendMessage, now_ns: u64) -> FrontendStep {
-        let forward = FrontendStep::Forward { intent: None };
+        let forward = FrontendStep::Forward { intent: None, frame: None };
         if self.passthrough {
             return forward;
         }
@@ -387,70 +359,110 @@ impl SessionMachine {
                     self.predicted = TxnStatus::Idle;
                 }
                 let intent = if commits { self.intent() } else { None };
-                self.push(Expect::Sync, commits, commits);
-                FrontendStep::Forward { intent }
+                self.replies.push(Expect::Sync, Reading::Nothing, commits, commits);
+                FrontendStep::Forward { intent, frame: None }
             }
             _ if self.server_skipping => forward,
-            FrontendMessage::Parse { name, query, .. } => {
+            FrontendMessage::Parse { name, query, param_types } => {
                 if self.statements.len() >= MAX_TRACKED_NAMES && !self.statements.contains_key(name) {
                     self.statements.clear();
                 }
-                let prepared =
-                    Prepared { sql: Arc::from(wire::pg::text(query).as_ref()), kind: classify_one(query) };
-                self.statements.insert(name.clone(), prepared);
-                self.push(Expect::Parse, false, false);
-                forward
+                let (plan, reading, frame) = match self.tagger.as_mut() {
+                    Some(t) => {
+                        let (plan, reading, frame) = t.parse(name, query, param_types);
+                        (Some(plan), reading, frame)
+                    }
+                    None => (None, Reading::Nothing, None),
+                };
+                let sql = Arc::from(wire::pg::text(query).as_ref());
+                self.statements.insert(name.clone(), Prepared { sql, kind: classify_one(query), plan });
+                self.replies.push(Expect::Parse, reading, false, false);
+                FrontendStep::Forward { intent: None, frame }
             }
             FrontendMessage::Bind { portal, statement, .. } => {
-                let prepared = self.statements.get(statement).cloned().unwrap_or_else(Prepared::unknown);
+                let known = self.statements.get(statement).cloned();
+                let (tagging, reading, frame) = match self.tagger.as_mut() {
+                    Some(t) => {
+                        let plan = match &known {
+                            Some(p) => Some(p.plan.clone().unwrap_or_else(|| Arc::new(StmtPlan::Control))),
+                            // The unnamed statement of a session that prepared nothing yet: an error reply.
+                            None if statement.is_empty() && self.statements.is_empty() => {
+                                Some(Arc::new(StmtPlan::Control))
+                            }
+                            None => None,
+                        };
+                        let bound = t.bind(msg, plan, &mut self.ops);
+                        (Some(bound.portal), bound.reading, bound.frame)
+                    }
+                    None => (None, Reading::Nothing, None),
+                };
                 if self.portals.len() >= MAX_TRACKED_NAMES {
                     // Named portals that are never closed die with their transaction on the server; forget
                     // them in bulk rather than grow without bound.
                     self.portals.clear();
                 }
-                self.portals.insert(portal.clone(), prepared);
+                let prepared = known.unwrap_or_else(Prepared::unknown);
+                self.portals.insert(portal.clone(), Portal { prepared, tagging });
                 self.suspended.remove(portal);
-                self.push(Expect::Bind, false, false);
-                forward
+                self.replies.push(Expect::Bind, reading, false, false);
+                FrontendStep::Forward { intent: None, frame }
             }
-            FrontendMessage::Describe { target, .. } => {
-                self.push(Expect::Describe(*target), false, false);
+            FrontendMessage::Describe { target, name } => {
+                let reading = if self.tagger.is_some() {
+                    let plan = match target {
+                        Target::Statement => self.statements.get(name).and_then(|p| p.plan.clone()),
+                        Target::Portal => {
+                            self.portals.get(name).and_then(|p| p.tagging.as_ref()).map(|t| t.plan().clone())
+                        }
+                    };
+                    Reading::Describe(plan.unwrap_or_else(|| Arc::new(StmtPlan::Control)))
+                } else {
+                    Reading::Nothing
+                };
+                self.replies.push(Expect::Describe(*target), reading, false, false);
                 forward
             }
             FrontendMessage::Close { target, name } => {
                 match target {
-                    Target::Statement => self.statements.remove(name),
-                    Target::Portal => self.portals.remove(name),
+                    Target::Statement => self.statements.remove(name).map(drop),
+                    Target::Portal => self.portals.remove(name).map(drop),
                 };
-                self.push(Expect::Close, false, false);
+                self.replies.push(Expect::Close, Reading::Nothing, false, false);
                 forward
             }
             FrontendMessage::Query { sql } => {
-                if self.ends_in_flight > 0 {
+                if self.replies.ends_in_flight() > 0 {
                     return FrontendStep::Wait;
                 }
                 let kinds = classify(sql);
                 let records_nothing = self.records_nothing(sql, &kinds);
                 let (status, may_commit) = self.query_effect(&kinds);
                 self.predicted = status;
-                if records_nothing {
-                    let sql = Arc::from(wire::pg::text(sql).as_ref());
-                    self.push(Expect::Query { sql, kinds, done: 0, recorded: false }, true, false);
-                    return FrontendStep::Forward { intent: None };
+                if !records_nothing {
+                    self.add_statement(sql, now_ns);
                 }
-                self.add_statement(sql, now_ns);
+                let may_commit = may_commit && !records_nothing;
                 let intent = if may_commit { self.intent() } else { None };
+                let stmt = self.current_statement();
+                let (reading, frame) = match self.tagger.as_mut() {
+                    Some(t) => t.query(sql, stmt, &mut self.ops),
+                    None => (Reading::Nothing, None),
+                };
                 // Every Query may end the transaction: it ends with ReadyForQuery, which closes an implicit one.
-                let sql = Arc::from(wire::pg::text(sql).as_ref());
-                self.push(Expect::Query { sql, kinds, done: 0, recorded: true }, true, may_commit);
-                FrontendStep::Forward { intent }
+                let text = Arc::from(wire::pg::text(sql).as_ref());
+                let expect = Expect::Query { sql: text, kinds, done: 0, recorded: !records_nothing };
+                self.replies.push(expect, reading, true, may_commit);
+                FrontendStep::Forward { intent, frame }
             }
             FrontendMessage::Execute { portal, .. } => {
-                if self.ends_in_flight > 0 {
+                if self.replies.ends_in_flight() > 0 {
                     return FrontendStep::Wait;
                 }
-                let Prepared { sql, kind } =
-                    self.portals.get(portal).cloned().unwrap_or_else(Prepared::unknown);
+                let Portal { prepared: Prepared { sql, kind, .. }, tagging } = self
+                    .portals
+                    .get(portal)
+                    .cloned()
+                    .unwrap_or(Portal { prepared: Prepared::unknown(), tagging: None });
                 let idle = self.predicted == TxnStatus::Idle;
                 let (may_end, may_commit) = match kind {
                     StmtKind::Begin => {
@@ -478,31 +490,45 @@ impl SessionMachine {
                 }
                 let may_commit = may_commit && !records_nothing;
                 let intent = if may_commit { self.intent() } else { None };
-                let recorded = !records_nothing;
-                self.push(Expect::Execute { portal: portal.clone(), kind, recorded }, may_end, may_commit);
-                FrontendStep::Forward { intent }
+                let reading = match &self.tagger {
+                    Some(_) => Reading::Execute {
+                        portal: tagging.unwrap_or_else(PortalPlan::unknown),
+                        rows: 0,
+                        stmt: self.current_statement(),
+                    },
+                    None => Reading::Nothing,
+                };
+                let expect = Expect::Execute { portal: portal.clone(), kind, recorded: !records_nothing };
+                self.replies.push(expect, reading, may_end, may_commit);
+                FrontendStep::Forward { intent, frame: None }
             }
             FrontendMessage::FunctionCall { oid, .. } => {
-                if self.ends_in_flight > 0 {
+                if self.replies.ends_in_flight() > 0 {
                     return FrontendStep::Wait;
                 }
                 let idle = self.predicted == TxnStatus::Idle;
                 self.add_statement(format!("-- fast-path function call, oid {oid}").as_bytes(), now_ns);
                 let intent = if idle { self.intent() } else { None };
-                self.push(Expect::FunctionCall, true, idle);
-                FrontendStep::Forward { intent }
+                self.replies.push(Expect::FunctionCall, Reading::Nothing, true, idle);
+                FrontendStep::Forward { intent, frame: None }
             }
         }
     }
 
-    /// Offers one backend message, before it is forwarded to the client. Returns the transactions it ended;
-    /// a committed one must be durable in the log before this message is forwarded.
-    pub fn on_backend(&mut self, tag: u8, body: &Bytes, now_ns: u64) -> Result<Vec<TxnEnd>, Desync> {
+    /// Offers one backend message, before it is forwarded to the client. Returns the transactions it ended
+    /// (a committed one must be durable in the log before this message is forwarded) and what the client
+    /// gets in its place.
+    pub fn on_backend(&mut self, tag: u8, body: &Bytes, now_ns: u64) -> Result<Reply, Desync> {
         if self.passthrough {
-            return Ok(Vec::new());
+            return Ok(Reply { ends: Vec::new(), outgoing: Outgoing::Same });
         }
+        // Tagging reads the reply first, by the reading of the request it answers, before matching pops it.
+        let outgoing = match self.tagger.as_mut() {
+            Some(t) => t.on_reply(tag, body, self.replies.head_mut().map(|r| &mut r.reading), &mut self.ops),
+            None => Outgoing::Same,
+        };
         match self.match_reply(tag, body, now_ns) {
-            Ok(ends) => Ok(ends),
+            Ok(ends) => Ok(Reply { ends, outgoing }),
             Err(reason) => {
                 self.passthrough = true;
                 let ends = self.end_txn(Outcome::Indeterminate, now_ns).into_iter().collect();
@@ -515,35 +541,19 @@ impl SessionMachine {
     /// may have committed it was forwarded and not answered, else aborted (the server rolls back a
     /// transaction whose connection dies before COMMIT).
     pub fn on_disconnect(&mut self, now_ns: u64) -> Option<TxnEnd> {
-        let in_doubt = self.commits_in_flight > 0 && self.txn.as_ref().is_some_and(|t| t.intent_written);
+        let in_doubt =
+            self.replies.commits_in_flight() > 0 && self.txn.as_ref().is_some_and(|t| t.intent_written);
         let outcome = if in_doubt { Outcome::Indeterminate } else { Outcome::Aborted };
         self.passthrough = true;
         self.end_txn(outcome, now_ns)
-    }
-
-    fn push(&mut self, expect: Expect, may_end: bool, may_commit: bool) {
-        self.ends_in_flight += usize::from(may_end);
-        self.commits_in_flight += usize::from(may_commit);
-        self.ticks += 1;
-        self.queue.push_back(Pending { expect, may_end, may_commit, tick: self.ticks });
-    }
-
-    fn pop(&mut self) {
-        if let Some(p) = self.queue.pop_front() {
-            self.forget(&p);
-        }
-    }
-
-    fn forget(&mut self, p: &Pending) {
-        self.ends_in_flight -= usize::from(p.may_end);
-        self.commits_in_flight -= usize::from(p.may_commit);
     }
 
     /// Whether a statement about to be forwarded outside any transaction opens none worth recording: a
     /// query that only touches session state (`SET`, `SHOW`, …; [`crate::sql::session_only`]) or a lone
     /// COMMIT or ROLLBACK, which PostgreSQL answers with "there is no transaction in progress".
     fn records_nothing(&self, sql: &[u8], kinds: &[StmtKind]) -> bool {
-        let outside = self.txn.is_none() && self.predicted == TxnStatus::Idle && self.ends_in_flight == 0;
+        let outside =
+            self.txn.is_none() && self.predicted == TxnStatus::Idle && self.replies.ends_in_flight() == 0;
         outside
             && (session_only(sql)
                 || (!kinds.is_empty()
@@ -551,7 +561,7 @@ impl SessionMachine {
     }
 
     fn add_statement(&mut self, sql: &[u8], now_ns: u64) {
-        self.add_statement_at(sql, now_ns, self.ticks);
+        self.add_statement_at(sql, now_ns, self.replies.ticks());
     }
 
     /// Adds a statement to the open transaction, or opens one as if `opened_tick` requests had been pushed.
@@ -582,11 +592,18 @@ impl SessionMachine {
             return None;
         }
         t.intent_written = true;
-        Some(t.snap.clone())
+        let mut snap = t.snap.clone();
+        snap.ops = self.ops.for_intent();
+        Some(snap)
     }
 
     fn end_txn(&mut self, outcome: Outcome, now_ns: u64) -> Option<TxnEnd> {
-        let t = self.txn.take()?;
+        let mut t = self.txn.take()?;
+        t.snap.ops = self.ops.take_at_end(t.intent_written);
+        if let (true, Some(tagger)) = (t.intent_written, &self.tagger) {
+            let late = t.snap.ops.len() as u64;
+            tagger.shared().metrics.late_ops.fetch_add(late, std::sync::atomic::Ordering::Relaxed);
+        }
         Some(TxnEnd { txn: t.snap, intent_written: t.intent_written, outcome, end_ns: now_ns })
     }
 
@@ -602,7 +619,7 @@ impl SessionMachine {
     }
 
     fn head(&self) -> Option<&Expect> {
-        self.queue.front().map(|p| &p.expect)
+        self.replies.head().map(|r| &r.expect)
     }
 
     fn unexpected(&self, what: &str) -> String {
@@ -622,7 +639,7 @@ impl SessionMachine {
                 }
             }
             btag::ROW_DESCRIPTION => match self.head() {
-                Some(Expect::Describe(_)) => self.pop(),
+                Some(Expect::Describe(_)) => drop(self.replies.pop()),
                 Some(Expect::Query { .. }) => {}
                 _ => return Err(self.unexpected("RowDescription")),
             },
@@ -637,26 +654,15 @@ impl SessionMachine {
                     return Err(self.unexpected("CopyInResponse"));
                 }
                 self.copy_in = true;
-                // The server ignores Sync until the copy ends; a client that pipelined one after the COPY
-                // (libpq does) gets no ReadyForQuery for it, and sends another Sync after CopyDone.
-                let mut i = 1;
-                while i < self.queue.len() {
-                    if self.queue[i].expect == Expect::Sync {
-                        if let Some(p) = self.queue.remove(i) {
-                            self.forget(&p);
-                        }
-                    } else {
-                        i += 1;
-                    }
-                }
+                self.replies.drop_syncs_behind_head();
             }
             btag::COPY_BOTH_RESPONSE => return Err("CopyBothResponse (replication) is not tracked".into()),
             btag::COMMAND_COMPLETE => {
                 let command = command_tag(body);
-                let (kind, query) = match self.queue.front_mut().map(|p| &mut p.expect) {
+                let (kind, query) = match self.replies.head_mut().map(|r| &mut r.expect) {
                     Some(Expect::Execute { recorded: false, .. }) => {
                         // A statement that records nothing opens no transaction as it completes.
-                        self.pop();
+                        self.replies.pop();
                         self.copy_in = false;
                         return Ok(ends);
                     }
@@ -675,19 +681,19 @@ impl SessionMachine {
                 };
                 self.copy_in = false;
                 if matches!(self.head(), Some(Expect::Execute { .. })) {
-                    self.pop();
+                    self.replies.pop();
                 }
                 ends.extend(self.on_command_tag(&command, kind, query, now_ns));
             }
             btag::EMPTY_QUERY_RESPONSE => match self.head() {
-                Some(Expect::Execute { .. }) => self.pop(),
+                Some(Expect::Execute { .. }) => drop(self.replies.pop()),
                 Some(Expect::Query { .. }) => {}
                 _ => return Err(self.unexpected("EmptyQueryResponse")),
             },
-            btag::PORTAL_SUSPENDED => match self.queue.front() {
-                Some(Pending { expect: Expect::Execute { portal, .. }, .. }) => {
+            btag::PORTAL_SUSPENDED => match self.head() {
+                Some(Expect::Execute { portal, .. }) => {
                     self.suspended.insert(portal.clone(), ());
-                    self.pop();
+                    self.replies.pop();
                 }
                 _ => return Err(self.unexpected("PortalSuspended")),
             },
@@ -706,13 +712,7 @@ impl SessionMachine {
                     Some(Expect::Query { .. } | Expect::FunctionCall | Expect::Sync) | None => {}
                     Some(_) => {
                         // Skip until Sync: the server discards everything up to the next Sync.
-                        while let Some(p) = self.queue.front() {
-                            if p.expect == Expect::Sync {
-                                break;
-                            }
-                            self.pop();
-                        }
-                        if self.queue.is_empty() {
+                        if !self.replies.skip_to_sync() {
                             self.server_skipping = true;
                         }
                     }
@@ -723,7 +723,7 @@ impl SessionMachine {
                     .first()
                     .and_then(|b| TxnStatus::from_byte(*b).ok())
                     .ok_or_else(|| "ReadyForQuery without a valid status".to_owned())?;
-                let ours = self.answers(self.queue.front().map(|p| p.tick));
+                let ours = self.answers(self.replies.head().map(|r| r.tick));
                 self.pop_if(
                     |e| matches!(e, Expect::Query { .. } | Expect::Sync | Expect::FunctionCall),
                     "ReadyForQuery",
@@ -740,7 +740,7 @@ impl SessionMachine {
                     // A failed block is reported by the status byte; a recovered one (ROLLBACK TO) clears it.
                     t.had_error = status == TxnStatus::Failed;
                 }
-                if self.queue.is_empty() {
+                if self.replies.is_empty() {
                     self.predicted = status;
                     self.at_rest = status == TxnStatus::Idle;
                 }
@@ -753,7 +753,7 @@ impl SessionMachine {
     fn pop_if(&mut self, want: impl Fn(&Expect) -> bool, what: &str) -> Result<(), String> {
         match self.head() {
             Some(e) if want(e) => {
-                self.pop();
+                self.replies.pop();
                 Ok(())
             }
             _ => Err(self.unexpected(what)),
@@ -778,7 +778,8 @@ impl SessionMachine {
                 // which that query's ReadyForQuery ends.
                 if self.txn.is_none() {
                     let text = query.as_deref().unwrap_or("-- unknown statement");
-                    let opened = self.queue.front().map_or(self.ticks, |p| p.tick.saturating_sub(1));
+                    let opened =
+                        self.replies.head().map_or(self.replies.ticks(), |r| r.tick.saturating_sub(1));
                     self.add_statement_at(text.as_bytes(), now_ns, opened);
                 }
                 None

@@ -28,7 +28,7 @@ impl Harness {
     fn send(&mut self, msg: FrontendMessage) {
         self.clock += 1;
         match self.m.on_frontend(&msg, self.clock) {
-            FrontendStep::Forward { intent } => self.intents.extend(intent),
+            FrontendStep::Forward { intent, .. } => self.intents.extend(intent),
             FrontendStep::Wait => panic!("{msg:?} had to wait"),
         }
     }
@@ -47,7 +47,7 @@ impl Harness {
         self.clock += 1;
         let mut buf = BytesMut::from(&msg.to_bytes()[..]);
         let frame = split_frame(&mut buf, 1 << 20).unwrap().unwrap();
-        let ends = self.m.on_backend(frame.tag(), &frame.body(), self.clock)?;
+        let ends = self.m.on_backend(frame.tag(), &frame.body(), self.clock)?.ends;
         self.ended.extend(ends);
         Ok(())
     }
@@ -403,9 +403,10 @@ fn extended_explicit_block_like_pgbench_prepared() {
             result_formats: vec![],
         });
         // pgbench -M prepared parses each statement once, by name; emulate with a Parse first.
-        let prepared = Prepared { sql: Arc::from(sql), kind: crate::sql::classify_one(sql.as_bytes()) };
+        let prepared =
+            Prepared { sql: Arc::from(sql), kind: crate::sql::classify_one(sql.as_bytes()), plan: None };
         h.m.statements.insert(b(sql), prepared.clone());
-        h.m.portals.insert(b(""), prepared);
+        h.m.portals.insert(b(""), Portal { prepared, tagging: None });
         h.send(FrontendMessage::Execute { portal: b(""), max_rows: 0 });
         h.send(FrontendMessage::Sync);
         let status = if sql == "END" { I } else { T };

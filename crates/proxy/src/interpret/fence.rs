@@ -232,7 +232,7 @@ impl InjectedReplies {
     }
 
     /// Applies the result: a reloaded catalog goes into `shared`, a fence's ops are returned.
-    pub fn finish(self, shared: &super::tagger::TaggingShared) -> Injected {
+    pub fn finish(self, shared: &super::shared::TaggingShared) -> Injected {
         match self.what {
             Injection::Catalog => {
                 if !self.error {

@@ -14,7 +14,9 @@
 //!
 //! # In the session
 //!
-//! With `[tagging] strategy = "xmin"` ([`session_tagging`] is what the session calls):
+//! With `[tagging] strategy = "xmin"` ([`tagger`] reads each request and reply by the session's one queue of
+//! expected replies, [`ops`] collects the transaction's ops beside its statements, [`inject`] runs fences
+//! and catalog reloads between transactions):
 //! - The first session loads the primary keys before its client's first message; a statement that names
 //!   an unknown table is opaque and makes the next idle session reload the catalog.
 //! - A statement is rewritten once (at Query or Parse); a prepared statement keeps its plan for every Bind.
@@ -58,9 +60,11 @@
 
 pub mod catalog;
 pub mod fence;
+pub mod inject;
+pub mod ops;
 pub mod plan;
 pub mod search_path;
-pub mod session_tagging;
+pub mod shared;
 pub mod strip;
 pub mod tagger;
 pub mod versions;

@@ -1,7 +1,7 @@
-//! A bare protocol-3 client for the tagging tests, and a tagged connection that puts the proxy's
-//! [`Tagger`] between that client and the real PostgreSQL on 127.0.0.1:5432 (trust auth for `postgres`),
-//! recording each transaction as the proxy's recorder does (ops from the tagger, outcome from the server's
-//! replies) and replaying the records into a history with the log's own [`replay`].
+//! A bare protocol-3 client for the tagging tests, and a tagged connection that puts the proxy's state
+//! machine, with its [`Tagger`], between that client and the real PostgreSQL on 127.0.0.1:5432 (trust auth
+//! for `postgres`), recording each transaction the machine ends as the proxy's recorder does, and replaying
+//! the records into a history with the log's own [`replay`].
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,11 +9,13 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use history::log::replay::replay;
-use history::log::{LogRecord, LoggedTxn};
+use history::log::{LogRecord, LoggedOp, LoggedTxn};
 use history::{History, Outcome, SessionId, TxnId};
 use proxy::interpret::fence::{FenceCounter, Injected, InjectedReplies, Injection, Step, fence_statements};
-use proxy::interpret::tagger::{Outgoing, Tagger, TaggingShared};
+use proxy::interpret::shared::TaggingShared;
+use proxy::interpret::tagger::{Outgoing, Tagger};
 use proxy::interpret::{Catalog, PK_QUERY};
+use proxy::machine::{FrontendStep, SessionMachine, TxnEnd};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wire::pg::backend::tag as btag;
@@ -156,16 +158,14 @@ impl Recording {
     }
 }
 
-/// A client connection with the tagger in the middle, recording transactions.
+/// A client connection with the state machine and its tagger in the middle, recording transactions.
 pub struct Tagged {
     raw: Raw,
-    tagger: Tagger,
+    machine: SessionMachine,
     rec: Arc<Recording>,
     session: SessionId,
-    seq: u64,
-    statements: Vec<String>,
-    open: bool,
-    failed: bool,
+    /// The ops of the open transaction's write-ahead intent, if one was written.
+    intent_ops: Vec<LoggedOp>,
     fences: FenceCounter,
 }
 
@@ -176,13 +176,10 @@ impl Tagged {
         let session = SessionId(rec.next_session.fetch_add(1, Ordering::Relaxed));
         Tagged {
             raw,
-            tagger: Tagger::new(rec.shared.clone()),
+            machine: SessionMachine::with_tagging(Some(Tagger::new(rec.shared.clone()))),
             rec: rec.clone(),
             session,
-            seq: 0,
-            statements: Vec::new(),
-            open: false,
-            failed: false,
+            intent_ops: Vec::new(),
             fences: FenceCounter::new(0),
         }
     }
@@ -194,7 +191,7 @@ impl Tagged {
 
     /// Runs a due fence between two transactions, swallowing its replies, and records it.
     async fn maybe_fence(&mut self) {
-        if self.open || !self.fences.due() {
+        if self.machine.in_transaction() || !self.fences.due() {
             return;
         }
         self.fences.fenced();
@@ -219,78 +216,70 @@ impl Tagged {
         }
         let Injected::Fence { ops, committed } = replies.finish(&self.rec.shared) else { return };
         let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
-        let mut txn = LoggedTxn::new(id, self.session, self.seq);
+        let mut txn = LoggedTxn::new(id, self.session, self.machine.reserve_seq());
         txn.ops = ops;
         txn.statements = fence_statements(row);
         txn.fence = true;
-        self.seq += 1;
         let outcome = if committed { Outcome::Committed } else { Outcome::Aborted };
         if let Ok(mut r) = self.rec.records.lock() {
             r.push(LogRecord::Finished { txn, outcome, commit_ns: None });
         }
     }
 
-    /// Runs one simple query through the tagger; returns what the client sees.
+    /// Runs one simple query through the state machine and its tagger; returns what the client sees.
     pub async fn exec(&mut self, sql: &str) -> Vec<Msg> {
         self.maybe_fence().await;
         let msg = FrontendMessage::Query { sql: Bytes::copy_from_slice(sql.as_bytes()) };
-        let stmt = self.statements.len() as u32;
-        self.statements.push(sql.to_owned());
-        self.open = true;
-        let frame = match self.tagger.on_frontend(&msg, Some(stmt)) {
-            Some(f) => f,
-            None => {
-                let mut b = BytesMut::new();
-                msg.encode(&mut b);
-                b.freeze()
+        let frame = match self.machine.on_frontend(&msg, 0) {
+            FrontendStep::Forward { intent, frame } => {
+                if let Some(snap) = intent {
+                    self.intent_ops = snap.ops;
+                }
+                frame.unwrap_or_else(|| {
+                    let mut b = BytesMut::new();
+                    msg.encode(&mut b);
+                    b.freeze()
+                })
             }
+            FrontendStep::Wait => panic!("a lone query waited"),
         };
         self.raw.write(&frame).await;
-        // ROLLBACK TO SAVEPOINT shares the ROLLBACK tag but leaves the transaction open.
-        let rollback_to = proxy::sql::classify(sql.as_bytes()).contains(&proxy::sql::StmtKind::RollbackTo);
         let mut seen = Vec::new();
         loop {
             let (tag, body) = self.raw.next().await;
-            if matches!(tag, btag::PARAMETER_STATUS | btag::NOTICE_RESPONSE) {
-                continue;
-            }
-            match self.tagger.on_backend(tag, &body) {
-                Outgoing::Same => seen.push((tag, body.clone())),
-                Outgoing::Drop => {}
-                Outgoing::Replace(t, b) => seen.push((t, b)),
-            }
-            match tag {
-                btag::ERROR_RESPONSE => self.failed = true,
-                btag::COMMAND_COMPLETE if body.starts_with(b"COMMIT") => self.end(Outcome::Committed),
-                btag::COMMAND_COMPLETE if body.starts_with(b"ROLLBACK") && !rollback_to => {
-                    self.end(Outcome::Aborted)
+            let reply = self.machine.on_backend(tag, &body, 0).unwrap_or_else(|e| panic!("{e}"));
+            if !matches!(tag, btag::PARAMETER_STATUS | btag::NOTICE_RESPONSE) {
+                match reply.outgoing {
+                    Outgoing::Same => seen.push((tag, body.clone())),
+                    Outgoing::Drop => {}
+                    Outgoing::Replace(t, b) => seen.push((t, b)),
                 }
-                btag::READY_FOR_QUERY => {
-                    if body.first() == Some(&b'I') && self.open {
-                        let outcome = if self.failed { Outcome::Aborted } else { Outcome::Committed };
-                        self.end(outcome);
-                    }
-                    return seen;
-                }
-                _ => {}
+            }
+            for end in reply.ends {
+                self.end(end);
+            }
+            if tag == btag::READY_FOR_QUERY {
+                return seen;
             }
         }
     }
 
-    fn end(&mut self, outcome: Outcome) {
-        assert!(!self.tagger.is_broken(), "the tagger lost track");
+    fn end(&mut self, end: TxnEnd) {
+        assert!(!self.machine.tagger().is_some_and(Tagger::is_broken), "the tagger lost track");
         let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
-        let mut txn = LoggedTxn::new(id, self.session, self.seq);
-        txn.ops = self.tagger.take_ops();
-        txn.statements = std::mem::take(&mut self.statements);
-        self.seq += 1;
-        self.open = false;
-        self.failed = false;
-        if outcome == Outcome::Committed {
+        let mut txn = LoggedTxn::new(id, self.session, end.txn.seq);
+        let intent_ops = std::mem::take(&mut self.intent_ops);
+        txn.ops = if end.intent_written {
+            intent_ops.into_iter().chain(end.txn.ops).collect()
+        } else {
+            end.txn.ops
+        };
+        txn.statements = end.txn.statements;
+        if end.outcome == Outcome::Committed {
             self.fences.committed();
         }
         if let Ok(mut r) = self.rec.records.lock() {
-            r.push(LogRecord::Finished { txn, outcome, commit_ns: None });
+            r.push(LogRecord::Finished { txn, outcome: end.outcome, commit_ns: None });
         }
     }
 }

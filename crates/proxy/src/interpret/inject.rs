@@ -1,13 +1,10 @@
-//! What the session calls: one object per session that wraps the [`Tagger`], the fence counter and the
-//! injected queries, so the session's message loop needs only a few calls:
-//!
-//! - client → database: [`SessionTagging::must_wait`] before offering a statement-bearing message (a
-//!   message that may commit waits until every earlier statement's rows are in, so the write-ahead intent
-//!   holds all of the transaction's ops), then [`SessionTagging::frontend`] for the bytes to forward.
-//! - between two client transactions: [`SessionTagging::injection_due`] and
-//!   [`SessionTagging::start_injection`]; while [`SessionTagging::injecting`], every backend message goes
-//!   to [`SessionTagging::injected_backend`] and none to the client or the state machine.
-//! - database → client: [`SessionTagging::backend`] says what the client gets instead of each message.
+//! Queries the proxy runs on a client's connection between two of its transactions: a catalog reload when a
+//! statement named a table the cache did not know, and a fence every so many commits (DESIGN.md §3). The
+//! session asks [`Injector::injection_due`] when the connection is at rest
+//! ([`crate::machine::SessionMachine::at_rest`]), sends what [`Injector::start_injection`] returns, and
+//! while [`Injector::injecting`] gives every backend message to [`Injector::injected_backend`] instead of
+//! the client or the state machine. [`run_at_startup`] does the same for a fresh connection, before the
+//! client's first message.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -19,7 +16,7 @@ use wire::pg::backend::tag as btag;
 use wire::pg::{FrontendMessage, Target, split_frame};
 
 use super::fence::{FenceCounter, Injected, InjectedReplies, Injection, Step};
-use super::tagger::{Outgoing, Tagger, TaggingShared};
+use super::shared::TaggingShared;
 
 /// A finished fence, to be recorded as a fence transaction in the session's order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,15 +40,12 @@ pub enum InjectStep {
     Done(Option<FenceTxn>),
 }
 
-/// One session's tagging. See the module docs.
+/// One session's injected queries. See the module docs.
 #[derive(Debug)]
-pub struct SessionTagging {
+pub struct Injector {
     shared: Arc<TaggingShared>,
-    tagger: Tagger,
     fences: FenceCounter,
     injecting: Option<InjectedReplies>,
-    /// How many of the open transaction's ops went into its write-ahead intent.
-    in_intent: usize,
 }
 
 /// The statement and portal name injected queries use. A client that uses it too would have it closed.
@@ -92,62 +86,10 @@ fn injected_frames<S: AsRef<str>>(statements: &[S]) -> Bytes {
     b.freeze()
 }
 
-impl SessionTagging {
-    /// Tagging for a new session, with a fence every `fence_every` commits (0: never).
+impl Injector {
+    /// Injections for a new session, with a fence every `fence_every` commits (0: never).
     pub fn new(shared: Arc<TaggingShared>, fence_every: u64) -> Self {
-        SessionTagging {
-            tagger: Tagger::new(shared.clone()),
-            shared,
-            fences: FenceCounter::new(fence_every),
-            injecting: None,
-            in_intent: 0,
-        }
-    }
-
-    /// Sets the session's user and its `search_path` at startup (see [`super::search_path`]).
-    pub fn set_startup(&mut self, user: &str, search_path: super::search_path::SearchPath) {
-        self.tagger.set_startup(user, search_path);
-    }
-
-    /// Whether a client message must wait for outstanding rows before it is offered to the state machine.
-    /// Only a message that may commit waits (`may_commit`, from [`crate::machine::SessionMachine::may_commit`],
-    /// which is false for messages the server will skip or ignore), and only while the tagger still trusts
-    /// its own queue: a broken tagger's queue may list replies that never come, and the client must not wait
-    /// on them. Ops that arrive after the intent are then logged with the outcome rather than waited for.
-    pub fn must_wait(&self, may_commit: bool) -> bool {
-        may_commit && !self.tagger.is_broken() && self.tagger.results_pending()
-    }
-
-    /// The bytes to forward for a client message (`raw` unless it was rewritten). `stmt` is the index of its
-    /// statement text in the open transaction.
-    pub fn frontend(&mut self, msg: &FrontendMessage, raw: &Bytes, stmt: Option<u32>) -> Bytes {
-        self.tagger.on_frontend(msg, stmt).unwrap_or_else(|| raw.clone())
-    }
-
-    /// What the client gets instead of a backend message.
-    pub fn backend(&mut self, tag: u8, body: &Bytes) -> Outgoing {
-        self.tagger.on_backend(tag, body)
-    }
-
-    /// A copy of the ops collected so far, for the open transaction's write-ahead intent.
-    pub fn intent_ops(&mut self) -> Vec<LoggedOp> {
-        self.in_intent = self.tagger.ops().len();
-        self.tagger.ops().to_vec()
-    }
-
-    /// The ops of a transaction that just ended. With an intent already logged, only those that came after
-    /// it (an autocommit statement's rows, or those of statements sent with their COMMIT): the recorder logs
-    /// them in a late-ops record before the outcome.
-    pub fn end_ops(&mut self, intent_written: bool) -> Vec<LoggedOp> {
-        let mut ops = self.tagger.take_ops();
-        let in_intent = std::mem::take(&mut self.in_intent);
-        if intent_written {
-            let late = ops.split_off(in_intent.min(ops.len()));
-            self.shared.metrics.late_ops.fetch_add(late.len() as u64, Ordering::Relaxed);
-            late
-        } else {
-            ops
-        }
+        Injector { shared, fences: FenceCounter::new(fence_every), injecting: None }
     }
 
     /// Notes a committed client transaction (for the fence counter).
@@ -242,7 +184,7 @@ mod tests {
     #[test]
     fn fences_are_due_after_the_catalog_and_every_n_commits() {
         let shared = Arc::new(TaggingShared::new());
-        let mut s = SessionTagging::new(shared.clone(), 2);
+        let mut s = Injector::new(shared.clone(), 2);
         assert_eq!(s.injection_due(), Some(Injection::Catalog));
         shared.set_catalog(Catalog::new());
         assert_eq!(s.injection_due(), None);

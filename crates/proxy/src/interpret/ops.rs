@@ -1,0 +1,117 @@
+//! One transaction's ops as its replies reveal them: row reads and writes, and the statement parts that
+//! could not be mapped. They are collected beside the transaction's statement texts
+//! ([`crate::machine::SessionMachine`] owns both), so a write-ahead intent and an outcome carry the ops of
+//! exactly the statements they carry.
+//!
+//! Rows can arrive before their transaction is known to exist (a statement after `COMMIT` in the same query
+//! string opens a new transaction only when it completes), so the ops are kept per session and taken when
+//! a transaction ends.
+
+use history::log::LoggedOp;
+use history::{KeyName, Observed, WriteId};
+
+use super::plan::SavepointCmd;
+
+/// The ops of the open transaction. See the module docs.
+#[derive(Debug, Default)]
+pub struct TxnOps {
+    ops: Vec<LoggedOp>,
+    /// The open transaction's savepoints, innermost last: each name with how many ops came before it.
+    savepoints: Vec<(String, usize)>,
+    /// How many of the ops went into the transaction's write-ahead intent.
+    in_intent: usize,
+}
+
+impl TxnOps {
+    /// The ops so far.
+    pub fn as_slice(&self) -> &[LoggedOp] {
+        &self.ops
+    }
+
+    /// Adds an op, unless it repeats one the transaction already has: several writes of one row in one
+    /// transaction share its xmin, so they are one version; and a statement's rows may each say it is not
+    /// checked (an UPDATE at READ COMMITTED), where once is enough.
+    pub fn push(&mut self, op: LoggedOp) {
+        if let LoggedOp::Write { key, write, .. } = &op
+            && self
+                .ops
+                .iter()
+                .any(|o| matches!(o, LoggedOp::Write { key: k, write: w, .. } if k == key && w == write))
+        {
+            return;
+        }
+        // A statement's rows arrive together, so an earlier note of it is among the last ops.
+        if let LoggedOp::Opaque { stmt, .. } = &op
+            && self.ops.iter().rev().take_while(|o| op_stmt(o) == *stmt).any(|o| *o == op)
+        {
+            return;
+        }
+        self.ops.push(op);
+    }
+
+    /// Follows a savepoint command that succeeded. ROLLBACK TO SAVEPOINT takes back the writes made since
+    /// the savepoint (those of the failed statement that forced it too), so they leave the transaction's
+    /// ops, with the reads of them. Reads of other transactions' versions stay: the transaction did see
+    /// them.
+    pub fn savepoint(&mut self, cmd: &SavepointCmd) {
+        match cmd {
+            SavepointCmd::Define(name) => self.savepoints.push((name.clone(), self.ops.len())),
+            SavepointCmd::Release(name) => {
+                if let Some(i) = self.savepoints.iter().rposition(|(n, _)| n == name) {
+                    self.savepoints.truncate(i);
+                }
+            }
+            SavepointCmd::RollbackTo(name) => {
+                let Some(i) = self.savepoints.iter().rposition(|(n, _)| n == name) else { return };
+                let mark = self.savepoints[i].1;
+                self.savepoints.truncate(i + 1);
+                let later = self.ops.split_off(mark.min(self.ops.len()));
+                let undone: Vec<(KeyName, WriteId)> = later
+                    .iter()
+                    .filter_map(|op| match op {
+                        LoggedOp::Write { key, write, .. } => Some((key.clone(), *write)),
+                        _ => None,
+                    })
+                    .collect();
+                let kept = later.into_iter().filter(|op| match op {
+                    LoggedOp::Write { .. } => false,
+                    LoggedOp::Read { key, observed: Observed::Version(w), .. } => {
+                        !undone.iter().any(|(k, u)| k == key && u == w)
+                    }
+                    _ => true,
+                });
+                self.ops.extend(kept);
+            }
+        }
+    }
+
+    /// A copy of the ops so far, for the transaction's write-ahead intent; later ops are late ones.
+    pub fn for_intent(&mut self) -> Vec<LoggedOp> {
+        self.in_intent = self.ops.len();
+        self.ops.clone()
+    }
+
+    /// Takes the ops of a transaction that just ended. With an intent already logged, only those that came
+    /// after it (an autocommit statement's rows, or those of statements sent with their COMMIT): they are
+    /// logged in a late-ops record before the outcome.
+    pub fn take_at_end(&mut self, intent_written: bool) -> Vec<LoggedOp> {
+        let mut ops = std::mem::take(&mut self.ops);
+        let in_intent = std::mem::take(&mut self.in_intent);
+        self.savepoints.clear();
+        if intent_written { ops.split_off(in_intent.min(ops.len())) } else { ops }
+    }
+
+    /// Drops every op: the session stopped recording them.
+    pub fn clear(&mut self) {
+        self.ops.clear();
+        self.savepoints.clear();
+        self.in_intent = 0;
+    }
+}
+
+/// The statement an op came from.
+fn op_stmt(op: &LoggedOp) -> Option<u32> {
+    match op {
+        LoggedOp::Read { stmt, .. } | LoggedOp::Write { stmt, .. } | LoggedOp::Opaque { stmt, .. } => *stmt,
+    }
+}

@@ -1,0 +1,112 @@
+//! What every session's tagging shares: the catalog cache, the version book, the fence row, the recording
+//! horizon's state and the `/metrics` counters.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::catalog::Catalog;
+use super::plan::OpaqueKind;
+use super::versions::VersionBook;
+
+/// Counters for `/metrics`, shared by all sessions.
+#[derive(Debug, Default)]
+pub struct TaggingMetrics {
+    /// Statements rewritten to return version tags.
+    pub statements_rewritten: AtomicU64,
+    /// Row reads recorded (including Absent).
+    pub reads: AtomicU64,
+    /// Of those, reads of a version no recorded transaction wrote, after the recording horizon (DESIGN.md
+    /// §3): the verifier counts them as unverifiable.
+    pub unrecorded_reads: AtomicU64,
+    /// Row writes recorded (including tombstones).
+    pub writes: AtomicU64,
+    /// Opaque statements or statement parts, by [`OpaqueKind`] in [`OpaqueKind::ALL`] order.
+    pub opaque: [AtomicU64; OpaqueKind::ALL.len()],
+    /// Sessions that stopped recording ops after a reply they could not place.
+    pub broken_sessions: AtomicU64,
+    /// Fence transactions run.
+    pub fences: AtomicU64,
+    /// Ops that arrived after their transaction's write-ahead intent was logged (an autocommit statement's
+    /// rows, or a COMMIT sent in the same query string as the statements), logged in a late-ops record.
+    pub late_ops: AtomicU64,
+}
+
+impl TaggingMetrics {
+    pub(crate) fn opaque(&self, kind: OpaqueKind) {
+        if let Some(i) = OpaqueKind::ALL.iter().position(|k| *k == kind) {
+            self.opaque[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The count of one opaque kind.
+    pub fn opaque_count(&self, kind: OpaqueKind) -> u64 {
+        OpaqueKind::ALL.iter().position(|k| *k == kind).map_or(0, |i| self.opaque[i].load(Ordering::Relaxed))
+    }
+
+    /// All opaque counts together.
+    pub fn opaque_total(&self) -> u64 {
+        self.opaque.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Prometheus text lines.
+    pub fn render(&self) -> String {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut s = String::new();
+        s.push_str(&format!("krait_tagging_statements_rewritten_total {}\n", g(&self.statements_rewritten)));
+        s.push_str(&format!("krait_tagging_reads_total {}\n", g(&self.reads)));
+        s.push_str(&format!("krait_tagging_unrecorded_reads_total {}\n", g(&self.unrecorded_reads)));
+        s.push_str(&format!("krait_tagging_writes_total {}\n", g(&self.writes)));
+        for (k, c) in OpaqueKind::ALL.iter().zip(&self.opaque) {
+            s.push_str(&format!("krait_tagging_opaque_total{{kind=\"{}\"}} {}\n", k.label(), g(c)));
+        }
+        s.push_str(&format!("krait_tagging_broken_sessions_total {}\n", g(&self.broken_sessions)));
+        s.push_str(&format!("krait_fences_total {}\n", g(&self.fences)));
+        s.push_str(&format!("krait_tagging_late_ops_total {}\n", g(&self.late_ops)));
+        s
+    }
+}
+
+/// What all sessions share: the catalog cache, the version book and the counters.
+#[derive(Debug, Default)]
+pub struct TaggingShared {
+    catalog: std::sync::RwLock<Arc<Catalog>>,
+    /// Set when a statement named a table the catalog does not know: reload at the next idle point.
+    pub catalog_stale: std::sync::atomic::AtomicBool,
+    /// Write ids recorded by this proxy.
+    pub book: VersionBook,
+    /// Whether a fence committed, so the fence table and row exist (later fences skip the setup).
+    pub fence_ready: std::sync::atomic::AtomicBool,
+    /// This proxy's row of `krait_fence`.
+    pub fence_row: i32,
+    /// Set when the database could not answer the horizon query (the reference store, PostgreSQL before
+    /// 13): versions no recorded transaction wrote then stay pre-history, and no session asks again.
+    pub horizon_unanswered: std::sync::atomic::AtomicBool,
+    /// Held while a session learns the horizon, so exactly one learns it, logs it and sets it.
+    pub horizon_learning: tokio::sync::Mutex<()>,
+    /// Counters.
+    pub metrics: TaggingMetrics,
+}
+
+impl TaggingShared {
+    /// Shared state with an empty catalog, marked stale so the first session loads it.
+    pub fn new() -> Self {
+        // A random row per proxy, never 0, within PostgreSQL's int.
+        let fence_row = 1 + (rand::random::<u32>() % (i32::MAX as u32 - 1)) as i32;
+        let s = TaggingShared { fence_row, ..Self::default() };
+        s.catalog_stale.store(true, Ordering::Relaxed);
+        s
+    }
+
+    /// The current catalog.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.read().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// Replaces the catalog after a reload.
+    pub fn set_catalog(&self, cat: Catalog) {
+        if let Ok(mut c) = self.catalog.write() {
+            *c = Arc::new(cat);
+        }
+        self.catalog_stale.store(false, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,244 @@
+//! Tagging driven through the session's state machine, as the session drives it: requests are queued with
+//! their readings, and each reply is read by the reading of the request it answers.
+
+use std::sync::atomic::Ordering;
+
+use history::Observed;
+use history::log::LoggedOp;
+use wire::pg::backend::{BackendMessage, FieldDescription};
+use wire::pg::{Target, TxnStatus};
+
+use super::*;
+use crate::machine::{FrontendStep, SessionMachine, TxnSnapshot};
+
+fn shared() -> Arc<TaggingShared> {
+    let s = Arc::new(TaggingShared::new());
+    s.set_catalog(Catalog::from_rows(vec![("public".into(), "acc".into(), Some("id".into()))]));
+    s
+}
+
+fn body(m: &BackendMessage) -> (u8, Bytes) {
+    let raw = m.to_bytes();
+    (raw[0], raw.slice(5..))
+}
+
+fn field(n: &str) -> FieldDescription {
+    FieldDescription {
+        name: Bytes::copy_from_slice(n.as_bytes()),
+        table_oid: 0,
+        column: 0,
+        type_oid: 25,
+        type_size: -1,
+        type_modifier: -1,
+        format: 0,
+    }
+}
+
+fn row(vals: &[&str]) -> BackendMessage {
+    BackendMessage::DataRow {
+        values: vals.iter().map(|v| Some(Bytes::copy_from_slice(v.as_bytes()))).collect(),
+    }
+}
+
+fn text(s: &'static str) -> Bytes {
+    Bytes::from_static(s.as_bytes())
+}
+
+/// A machine with tagging, and every transaction's ops as intents and ends reported them.
+struct Tagged {
+    m: SessionMachine,
+    intents: Vec<TxnSnapshot>,
+    ops: Vec<LoggedOp>,
+}
+
+impl Tagged {
+    fn new(shared: Arc<TaggingShared>) -> Self {
+        Tagged {
+            m: SessionMachine::with_tagging(Some(Tagger::new(shared))),
+            intents: Vec::new(),
+            ops: Vec::new(),
+        }
+    }
+
+    /// Offers a frontend message; returns the rewritten frame, if any. Panics if it has to wait.
+    fn send(&mut self, msg: FrontendMessage) -> Option<Bytes> {
+        match self.m.on_frontend(&msg, 0) {
+            FrontendStep::Forward { intent, frame } => {
+                if let Some(i) = intent {
+                    self.ops.extend(i.ops.iter().cloned());
+                    self.intents.push(i);
+                }
+                frame
+            }
+            FrontendStep::Wait => panic!("{msg:?} had to wait"),
+        }
+    }
+
+    fn feed(&mut self, m: &BackendMessage) -> Outgoing {
+        let (tag, b) = body(m);
+        let reply = self.m.on_backend(tag, &b, 0).unwrap_or_else(|e| panic!("{e}"));
+        for end in reply.ends {
+            self.ops.extend(end.txn.ops);
+        }
+        reply.outgoing
+    }
+
+    /// Every op reported so far, and those of the open transaction.
+    fn all_ops(&self) -> Vec<LoggedOp> {
+        self.ops.iter().chain(self.m.ops()).cloned().collect()
+    }
+
+    fn broken(&self) -> bool {
+        self.m.tagger().is_some_and(Tagger::is_broken)
+    }
+}
+
+#[test]
+fn simple_query_read_then_hidden_update_then_absent() {
+    let mut t = Tagged::new(shared());
+    assert!(t.send(FrontendMessage::Query { sql: text("BEGIN") }).is_none());
+    t.feed(&BackendMessage::CommandComplete { tag: text("BEGIN") });
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::InTransaction));
+    assert!(t.send(FrontendMessage::Query { sql: text("SELECT bal FROM acc WHERE id = 1") }).is_some());
+    let rd =
+        BackendMessage::RowDescription { fields: vec![field("bal"), field("krait_v0"), field("krait_v1")] };
+    let want = body(&BackendMessage::RowDescription { fields: vec![field("bal")] });
+    assert_eq!(t.feed(&rd), Outgoing::Replace(want.0, want.1));
+    let want = body(&row(&["10"]));
+    assert_eq!(t.feed(&row(&["10", "77", "1"])), Outgoing::Replace(want.0, want.1));
+    assert_eq!(t.feed(&BackendMessage::CommandComplete { tag: text("SELECT 1") }), Outgoing::Same);
+    assert_eq!(t.feed(&BackendMessage::ReadyForQuery(TxnStatus::InTransaction)), Outgoing::Same);
+
+    assert!(
+        t.send(FrontendMessage::Query { sql: text("UPDATE acc SET bal = bal + 1 WHERE id = 1") }).is_some()
+    );
+    let rd = BackendMessage::RowDescription {
+        fields: vec![field("krait_v0"), field("krait_v1"), field("krait_v2")],
+    };
+    assert_eq!(t.feed(&rd), Outgoing::Drop);
+    assert_eq!(t.feed(&row(&["90", "1", "77"])), Outgoing::Drop);
+    t.feed(&BackendMessage::CommandComplete { tag: text("UPDATE 1") });
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::InTransaction));
+
+    t.send(FrontendMessage::Query { sql: text("SELECT * FROM acc WHERE id = 5") });
+    t.feed(&BackendMessage::RowDescription {
+        fields: vec![field("id"), field("krait_v0"), field("krait_v1")],
+    });
+    t.feed(&BackendMessage::CommandComplete { tag: text("SELECT 0") });
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::InTransaction));
+
+    let ops = t.all_ops();
+    assert_eq!(ops.len(), 4, "{ops:?}");
+    // The ops cite their statement texts in the transaction: BEGIN is 0.
+    assert!(matches!(&ops[0], LoggedOp::Read { observed: Observed::PreHistory(_), stmt: Some(1), .. }));
+    // The update's read of the version it replaced is the version the SELECT saw.
+    let (LoggedOp::Read { observed: a, .. }, LoggedOp::Read { observed: b, .. }) = (&ops[0], &ops[1]) else {
+        panic!("{ops:?}")
+    };
+    assert_eq!(a, b);
+    assert!(matches!(&ops[2], LoggedOp::Write { stmt: Some(2), .. }));
+    assert!(matches!(&ops[3], LoggedOp::Read { observed: Observed::Absent, .. }));
+    assert!(!t.broken() && t.m.outstanding() == 0);
+}
+
+#[test]
+fn extended_protocol_reuses_the_plan_and_answers_describe_with_nodata() {
+    let mut t = Tagged::new(shared());
+    let parse = FrontendMessage::Parse {
+        name: text("s"),
+        query: text("UPDATE acc SET bal = $1 WHERE id = $2"),
+        param_types: vec![],
+    };
+    assert!(t.send(parse).is_some());
+    t.send(FrontendMessage::Describe { target: Target::Statement, name: text("s") });
+    t.send(FrontendMessage::Sync);
+    t.feed(&BackendMessage::ParseComplete);
+    t.feed(&BackendMessage::ParameterDescription { types: vec![23, 23] });
+    let rd = BackendMessage::RowDescription { fields: vec![field("krait_v0"), field("krait_v1")] };
+    assert_eq!(t.feed(&rd), Outgoing::Replace(btag::NO_DATA, Bytes::new()));
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::Idle));
+    for xmin in ["100", "101", "102"] {
+        let bind = FrontendMessage::Bind {
+            portal: Bytes::new(),
+            statement: text("s"),
+            param_formats: vec![],
+            params: vec![Some(text("5")), Some(text("1"))],
+            result_formats: vec![1, 1],
+        };
+        // Two per-column formats become four.
+        let Some(raw) = t.send(bind) else { panic!("bind not widened") };
+        assert_eq!(&raw[raw.len() - 10..], &[0, 4, 0, 1, 0, 1, 0, 0, 0, 0]);
+        t.send(FrontendMessage::Execute { portal: Bytes::new(), max_rows: 0 });
+        // The Sync commits: it waits for the Execute's rows, so the intent carries the write.
+        assert_eq!(t.m.on_frontend(&FrontendMessage::Sync, 0), FrontendStep::Wait);
+        t.feed(&BackendMessage::BindComplete);
+        assert_eq!(t.feed(&row(&[xmin, "1"])), Outgoing::Drop);
+        t.feed(&BackendMessage::CommandComplete { tag: text("UPDATE 1") });
+        t.send(FrontendMessage::Sync);
+        t.feed(&BackendMessage::ReadyForQuery(TxnStatus::Idle));
+    }
+    assert_eq!(t.intents.len(), 3);
+    assert!(t.intents.iter().all(|i| matches!(&i.ops[..], [LoggedOp::Write { .. }])), "{:?}", t.intents);
+    assert_eq!(t.all_ops().len(), 3, "no op twice, none late");
+}
+
+#[test]
+fn error_positions_after_the_splice_move_back() {
+    let err = |p: &str| {
+        let mut b = BytesMut::new();
+        for f in ["SERROR", "C42703", &format!("P{p}"), "Mx"] {
+            b.extend_from_slice(f.as_bytes());
+            b.extend_from_slice(&[0]);
+        }
+        b.extend_from_slice(&[0]);
+        b.freeze()
+    };
+    assert_eq!(move_error_position(&err("100"), (15, 60)), Some(err("40")));
+    assert_eq!(move_error_position(&err("12"), (15, 60)), None);
+    let msg = |m: &str| {
+        let mut b = BytesMut::new();
+        for f in ["SERROR", "C08P01", &format!("M{m}")] {
+            b.extend_from_slice(f.as_bytes());
+            b.extend_from_slice(&[0]);
+        }
+        b.extend_from_slice(&[0]);
+        b.freeze()
+    };
+    assert_eq!(
+        unwiden_format_error(&msg("bind message has 10 result formats but query has 4 columns"), 2),
+        Some(msg("bind message has 8 result formats but query has 2 columns"))
+    );
+}
+
+#[test]
+fn an_error_skips_to_sync_and_unknown_tables_mark_the_catalog_stale() {
+    let s = shared();
+    let mut t = Tagged::new(s.clone());
+    s.catalog_stale.store(false, Ordering::Relaxed);
+    let parse = FrontendMessage::Parse {
+        name: Bytes::new(),
+        query: text("SELECT * FROM other"),
+        param_types: vec![],
+    };
+    assert!(t.send(parse).is_none());
+    t.send(FrontendMessage::Bind {
+        portal: Bytes::new(),
+        statement: Bytes::new(),
+        param_formats: vec![],
+        params: vec![],
+        result_formats: vec![],
+    });
+    t.send(FrontendMessage::Execute { portal: Bytes::new(), max_rows: 0 });
+    t.feed(&BackendMessage::ErrorResponse(wire::pg::backend::ErrorFields::error("42P01", "nope")));
+    t.send(FrontendMessage::Sync);
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::Idle));
+    assert!(!t.broken());
+    assert_eq!(t.m.outstanding(), 0);
+    // Unknown table: counted when it completes; here it failed, so count via a completed one.
+    t.send(FrontendMessage::Query { sql: text("SELECT * FROM other") });
+    t.feed(&BackendMessage::CommandComplete { tag: text("SELECT 0") });
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::Idle));
+    assert!(s.catalog_stale.load(Ordering::Relaxed));
+    assert_eq!(s.metrics.opaque_count(OpaqueKind::UnknownTable), 1);
+    assert!(s.metrics.render().contains("krait_tagging_opaque_total{kind=\"unknown_table\"} 1"));
+}

@@ -1,0 +1,331 @@
+//! Steps 1 to 4 of a session, before the message loop: TLS negotiation and the startup packet, the
+//! connection to the database, the authentication relay, and learning the recording horizon. Cancel
+//! requests are relayed from here too.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tracing::{debug, info, warn};
+use wire::pg::backend::{Authentication, BackendMessage, ErrorFields};
+use wire::pg::frontend::tag as ftag;
+use wire::pg::{
+    Frame, MAX_AUTH_MESSAGE_LEN, MAX_STARTUP_LEN, ProtocolError, StartupPacket, split_frame, split_startup,
+};
+
+use super::{BoxStream, MAX_BACKEND_MESSAGE, SessionError, Shared};
+use crate::config::ClientTlsMode;
+use crate::interpret::fence::{Injected, Injection};
+use crate::interpret::inject::run_at_startup;
+use crate::interpret::shared::TaggingShared;
+use crate::metrics::Metrics;
+use crate::tls::{ALPN_POSTGRESQL, UpstreamTls};
+
+/// Learns the recording horizon if no session has yet (DESIGN.md §3; `interpret::versions`). It is durable
+/// in the log before any read is classified against it, so a crash can never leave a log whose recorded
+/// reads were classified against a horizon the next run does not know.
+pub(super) async fn learn_horizon(
+    shared: &Shared,
+    t: &TaggingShared,
+    upstream: &mut BoxStream,
+    sbuf: &mut BytesMut,
+) -> Result<(), SessionError> {
+    use std::sync::atomic::Ordering;
+    let _learning = t.horizon_learning.lock().await;
+    if t.book.horizon().is_some() || t.horizon_unanswered.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    match run_at_startup(upstream, sbuf, t, Injection::Horizon).await {
+        Ok(Injected::Horizon(Some(horizon))) => {
+            let ticket = shared.recorder.log().append_horizon(&horizon).map_err(SessionError::Log)?;
+            ticket.wait_async().await.map_err(SessionError::Log)?;
+            info!(
+                xmin = horizon.xmin,
+                xmax = horizon.xmax,
+                running = horizon.running.len(),
+                "recording horizon learnt"
+            );
+            t.book.set_horizon(horizon);
+        }
+        Ok(_) => {
+            t.horizon_unanswered.store(true, Ordering::Relaxed);
+            warn!(
+                "the database cannot tell the recording horizon (pg_current_snapshot needs PostgreSQL 13); \
+                 versions no recorded transaction wrote are taken as pre-history"
+            );
+        }
+        Err(e) => {
+            warn!("cannot learn the recording horizon: {e}");
+            return Err(SessionError::UpstreamIo(e));
+        }
+    }
+    Ok(())
+}
+
+/// Steps 1 and 2: SSLRequest/GSSENCRequest negotiation, TLS, and the startup packet. Returns `None` when the
+/// connection was a CancelRequest (relayed) or was refused.
+pub(super) async fn negotiate(
+    shared: &Arc<Shared>,
+    tcp: TcpStream,
+) -> Result<Option<(BoxStream, BytesMut, StartupPacket)>, SessionError> {
+    let tls_mode = shared.config.tls.mode;
+    let acceptor = shared.tls.as_ref().filter(|_| tls_mode != ClientTlsMode::Disable);
+    let mut secured = false;
+    // PostgreSQL 17 "direct TLS": the first byte is a TLS handshake record, not a length.
+    let mut first = [0u8; 1];
+    let direct = matches!(tcp.peek(&mut first).await, Ok(1) if first[0] == 0x16);
+    let mut stream: BoxStream = Box::new(tcp);
+    if direct {
+        let Some(acceptor) = acceptor else {
+            return Err(SessionError::ClientProtocol(ProtocolError::invalid(
+                "startup",
+                "direct TLS but TLS is disabled",
+            )));
+        };
+        let tls = acceptor.acceptor().accept(stream).await.map_err(SessionError::Handshake)?;
+        if tls.get_ref().1.alpn_protocol() != Some(ALPN_POSTGRESQL) {
+            return Err(SessionError::Handshake(std::io::Error::other(
+                "direct TLS without ALPN \"postgresql\"",
+            )));
+        }
+        stream = Box::new(tls);
+        secured = true;
+    }
+    let mut buf = BytesMut::with_capacity(1024);
+    loop {
+        let body = loop {
+            match split_startup(&mut buf, MAX_STARTUP_LEN).map_err(SessionError::ClientProtocol)? {
+                Some(body) => break body,
+                None => {
+                    if stream.read_buf(&mut buf).await.map_err(SessionError::ClientIo)? == 0 {
+                        return Ok(None);
+                    }
+                }
+            }
+        };
+        match StartupPacket::decode(&body).map_err(SessionError::ClientProtocol)? {
+            StartupPacket::SslRequest if !secured && acceptor.is_some() => {
+                // Bytes sent after SSLRequest but before the handshake could be injected by a
+                // man in the middle (CVE-2021-23214); refuse them.
+                if !buf.is_empty() {
+                    return Err(SessionError::ClientProtocol(ProtocolError::invalid(
+                        "SSLRequest",
+                        "unencrypted bytes after SSLRequest",
+                    )));
+                }
+                stream.write_all(b"S").await.map_err(SessionError::ClientIo)?;
+                let acceptor = acceptor.map(|a| a.acceptor()).ok_or_else(|| {
+                    SessionError::ClientProtocol(ProtocolError::invalid("SSLRequest", "TLS is disabled"))
+                })?;
+                stream = Box::new(acceptor.accept(stream).await.map_err(SessionError::Handshake)?);
+                secured = true;
+            }
+            StartupPacket::SslRequest | StartupPacket::GssEncRequest => {
+                stream.write_all(b"N").await.map_err(SessionError::ClientIo)?;
+            }
+            StartupPacket::CancelRequest { pid, secret } => {
+                relay_cancel(shared, pid, secret).await;
+                return Ok(None);
+            }
+            packet @ StartupPacket::Startup { .. } => {
+                if tls_mode == ClientTlsMode::Require && !secured {
+                    send_fatal(&mut stream, "28000", "krait: this proxy requires TLS (use sslmode=require)")
+                        .await;
+                    return Ok(None);
+                }
+                return Ok(Some((stream, buf, packet)));
+            }
+        }
+    }
+}
+
+/// Opens a connection to the database, with TLS if configured.
+pub(super) async fn connect_upstream(shared: &Shared) -> Result<BoxStream, std::io::Error> {
+    let timeout = Duration::from_millis(shared.config.upstream.connect_timeout_ms);
+    let tcp = tokio::time::timeout(timeout, TcpStream::connect(&shared.config.upstream.address))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out"))??;
+    let _ = tcp.set_nodelay(true);
+    match &shared.upstream_tls {
+        UpstreamTls::Disable => Ok(Box::new(tcp)),
+        UpstreamTls::Tls(connector, name) => {
+            let mut tcp = tcp;
+            let mut req = BytesMut::new();
+            StartupPacket::SslRequest.encode(&mut req);
+            tcp.write_all(&req).await?;
+            let mut answer = [0u8; 1];
+            tcp.read_exact(&mut answer).await?;
+            if answer[0] != b'S' {
+                return Err(std::io::Error::other(
+                    "the database does not accept TLS (upstream.tls requires it)",
+                ));
+            }
+            Ok(Box::new(connector.connect(name.clone(), tcp).await?))
+        }
+    }
+}
+
+pub(super) async fn relay_cancel(shared: &Shared, pid: i32, secret: Bytes) {
+    let target = shared.cancel_keys.lock().ok().and_then(|k| k.get(&(pid, secret)).cloned());
+    // An unknown key is ignored silently, as PostgreSQL does, so keys cannot be probed.
+    let Some((upstream_pid, upstream_secret)) = target else { return };
+    match connect_upstream(shared).await {
+        Ok(mut s) => {
+            let mut buf = BytesMut::new();
+            StartupPacket::CancelRequest { pid: upstream_pid, secret: upstream_secret }.encode(&mut buf);
+            if s.write_all(&buf).await.is_ok() {
+                Metrics::inc(&shared.metrics.cancels_relayed);
+                let _ = s.shutdown().await;
+            }
+        }
+        Err(e) => {
+            Metrics::inc(&shared.metrics.upstream_errors);
+            warn!("cannot relay a cancel request: {e}");
+        }
+    }
+}
+
+/// Sends a FATAL ErrorResponse; the caller closes the connection next. Errors are ignored: the client may
+/// already be gone.
+pub(super) async fn send_fatal(
+    stream: &mut (impl AsyncWrite + Unpin + ?Sized),
+    sqlstate: &str,
+    message: &str,
+) {
+    let msg = BackendMessage::ErrorResponse(ErrorFields::with_severity("FATAL", sqlstate, message));
+    let _ = stream.write_all(&msg.to_bytes()).await;
+    let _ = stream.flush().await;
+}
+
+pub(super) async fn read_frame(
+    stream: &mut (impl AsyncRead + Unpin + ?Sized),
+    buf: &mut BytesMut,
+    max: usize,
+) -> Result<Option<Frame>, std::io::Error> {
+    loop {
+        match split_frame(buf, max) {
+            Ok(Some(f)) => return Ok(Some(f)),
+            Ok(None) => {}
+            Err(e) => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+        }
+        if stream.read_buf(buf).await? == 0 {
+            return Ok(None);
+        }
+    }
+}
+
+/// Step 4: relays the authentication exchange. Passwords and SASL messages are forwarded as opaque bytes
+/// and never logged. Returns whether the session reached ReadyForQuery.
+pub(super) async fn relay_auth(
+    shared: &Shared,
+    client: &mut BoxStream,
+    cbuf: &mut BytesMut,
+    upstream: &mut BoxStream,
+    sbuf: &mut BytesMut,
+    cancel_key: &mut Option<(i32, Bytes)>,
+) -> Result<bool, SessionError> {
+    let max = shared.config.listen.max_message_bytes;
+    loop {
+        let Some(frame) =
+            read_frame(upstream, sbuf, MAX_BACKEND_MESSAGE).await.map_err(SessionError::UpstreamIo)?
+        else {
+            send_fatal(client, "08006", "krait: the database closed the connection during startup").await;
+            return Err(SessionError::UpstreamProtocol("closed during startup".into()));
+        };
+        let msg =
+            BackendMessage::decode(&frame).map_err(|e| SessionError::UpstreamProtocol(e.to_string()))?;
+        let mut expects_response = false;
+        let to_client: Bytes = match msg {
+            BackendMessage::Authentication(Authentication::Sasl { mechanisms }) => {
+                // Channel binding cannot cross a terminating proxy (see crate::tls).
+                let kept: Vec<Bytes> = mechanisms.into_iter().filter(|m| !m.ends_with(b"-PLUS")).collect();
+                if kept.is_empty() {
+                    send_fatal(client, "28000", "krait: the database offers only channel-bound SASL").await;
+                    return Ok(false);
+                }
+                expects_response = true;
+                BackendMessage::Authentication(Authentication::Sasl { mechanisms: kept }).to_bytes()
+            }
+            BackendMessage::Authentication(
+                Authentication::CleartextPassword
+                | Authentication::Md5Password { .. }
+                | Authentication::SaslContinue(_)
+                | Authentication::Gss
+                | Authentication::GssContinue(_)
+                | Authentication::Sspi,
+            ) => {
+                expects_response = true;
+                frame.raw().clone()
+            }
+            BackendMessage::BackendKeyData { pid, secret } => {
+                // The client gets a key of our own, mapped to the database's.
+                let mine = Bytes::copy_from_slice(&rand::random::<[u8; 4]>());
+                if let Ok(mut keys) = shared.cancel_keys.lock() {
+                    keys.insert((pid, mine.clone()), (pid, secret));
+                }
+                *cancel_key = Some((pid, mine.clone()));
+                BackendMessage::BackendKeyData { pid, secret: mine }.to_bytes()
+            }
+            BackendMessage::ErrorResponse(ref e) => {
+                client.write_all(frame.raw()).await.map_err(SessionError::ClientIo)?;
+                let _ = client.flush().await;
+                let code = e.code().map(|c| wire::pg::text(c).into_owned()).unwrap_or_default();
+                debug!(sqlstate = %code, "the database refused the session");
+                return Ok(false);
+            }
+            BackendMessage::ReadyForQuery(_) => {
+                client.write_all(frame.raw()).await.map_err(SessionError::ClientIo)?;
+                return Ok(true);
+            }
+            BackendMessage::Authentication(_)
+            | BackendMessage::ParameterStatus { .. }
+            | BackendMessage::NoticeResponse(_)
+            | BackendMessage::NegotiateProtocolVersion { .. } => frame.raw().clone(),
+            other => {
+                return Err(SessionError::UpstreamProtocol(format!(
+                    "unexpected message {:?} during startup",
+                    char::from(other.tag())
+                )));
+            }
+        };
+        client.write_all(&to_client).await.map_err(SessionError::ClientIo)?;
+        if expects_response {
+            client.flush().await.map_err(SessionError::ClientIo)?;
+            // Before login a client may not make the proxy hold more than PostgreSQL itself would.
+            let reply = match read_frame(client, cbuf, max.min(MAX_AUTH_MESSAGE_LEN)).await {
+                Ok(Some(reply)) => reply,
+                Ok(None) => return Ok(false),
+                Err(e) => {
+                    let e = client_read_error(e);
+                    if let SessionError::ClientProtocol(p) = &e {
+                        send_fatal(client, "08P01", &format!("krait: invalid authentication message: {p}"))
+                            .await;
+                    }
+                    return Err(e);
+                }
+            };
+            if reply.tag() != ftag::PASSWORD {
+                return Err(SessionError::ClientProtocol(ProtocolError::invalid(
+                    "authentication",
+                    format!("expected a password message, got {:?}", char::from(reply.tag())),
+                )));
+            }
+            upstream.write_all(reply.raw()).await.map_err(SessionError::UpstreamIo)?;
+        }
+    }
+}
+
+pub(super) fn client_read_error(e: std::io::Error) -> SessionError {
+    match e.kind() {
+        std::io::ErrorKind::InvalidData => match e.into_inner().map(|i| i.downcast::<ProtocolError>()) {
+            Some(Ok(p)) => SessionError::ClientProtocol(*p),
+            Some(Err(other)) => {
+                SessionError::ClientIo(std::io::Error::new(std::io::ErrorKind::InvalidData, other))
+            }
+            None => SessionError::ClientIo(std::io::ErrorKind::InvalidData.into()),
+        },
+        _ => SessionError::ClientIo(e),
+    }
+}
