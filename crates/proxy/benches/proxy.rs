@@ -1,17 +1,20 @@
 //! Throughput of pgbench through Krait against the database directly and against pgbouncer.
 //!
-//! `cargo bench -p proxy --bench proxy` (set `KRAIT_BENCH_SECONDS` to change the 10 s per run). It needs
-//! PostgreSQL on 127.0.0.1:5432 with trust auth, pgbench and psql; pgbouncer is optional (Debian package
-//! `pgbouncer`, run as the `postgres` OS user). It creates and drops a database of its own, `krait_bench`.
+//! `cargo bench -p proxy --bench proxy` (set `KRAIT_BENCH_SECONDS` to change the 10 s per run and
+//! `KRAIT_BENCH_ROUNDS` to repeat every path that many times, alternating, and report the median). It needs
+//! PostgreSQL on 127.0.0.1:5432 with trust auth, pgbench and psql; pgbouncer is optional
+//! (`scripts/bench-deps` installs it; it runs as the `postgres` OS user). It creates and drops a database of
+//! its own, `krait_bench`.
 //!
-//! For each workload (pgbench's built-in select-only `-S` and tpcb-like) and each path it prints tps and
-//! mean latency: direct; through Krait with `log.durability = none`, `group` and `strict`; and through
-//! pgbouncer in session pooling. Nothing is asserted: the figures depend on the machine.
+//! For each workload (pgbench's built-in select-only `-S` and tpcb-like) and each path it prints tps, mean
+//! latency and the ratio to direct: direct; through Krait with tagging off and `log.durability = none`,
+//! `group` and `strict`; through Krait recording everything (xmin tagging, a fence every 20 commits,
+//! `strict`); and through pgbouncer in session pooling. Nothing is asserted: the figures depend on the
+//! machine, and only the ratios of one run compare.
 //!
-//! Tagging is off here (the config has no `[tagging]`): this bench is the proxy's relay and log cost on
-//! pgbench's own driver, next to pgbouncer. The cost of xmin tagging and fences, on the tokio-postgres
-//! workloads of `krait workload run`, and the network and history bytes per 1k transactions, are
-//! `krait bench fig12` and `fig13` (Cobra Fig. 12 and 13; docs/benchmarks.md).
+//! The cost of xmin tagging and fences on the tokio-postgres workloads of `krait workload run`, and the
+//! network and history bytes per 1k transactions, are `krait bench fig12` and `fig13` (Cobra Fig. 12 and 13;
+//! docs/benchmarks.md).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -30,7 +33,10 @@ fn run(cmd: &mut Command) -> Result<String, String> {
     }
 }
 
-fn pgbench(port: u16, workload: &[&str], seconds: u64) -> Result<(f64, f64), String> {
+/// One pgbench run: (tps, mean latency in ms), or why it failed.
+type Run = Result<(f64, f64), String>;
+
+fn pgbench(port: u16, workload: &[&str], seconds: u64) -> Run {
     let port = port.to_string();
     let secs = seconds.to_string();
     let mut args = vec!["-n", "-M", "prepared", "-c", CLIENTS, "-j", "2", "-T", &secs];
@@ -109,51 +115,85 @@ fn main() {
     let tmp = std::env::temp_dir().join(format!("krait-bench-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&tmp);
 
-    println!("pgbench -M prepared, {CLIENTS} clients, {seconds} s per run, scale 5");
-    println!("{:<14} {:<26} {:>10} {:>14}", "workload", "path", "tps", "latency ms");
+    let rounds: usize =
+        std::env::var("KRAIT_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1).max(1);
+    println!("pgbench -M prepared, {CLIENTS} clients, {seconds} s per run, scale 5, median of {rounds}");
+    println!("{:<14} {:<34} {:>10} {:>12} {:>9}", "workload", "path", "tps", "latency ms", "/direct");
     // KRAIT_BENCH_ONLY=select-only (or tpcb-like) runs one workload, e.g. under a profiler.
     let only = std::env::var("KRAIT_BENCH_ONLY").ok();
+    let krait_paths: [(&str, &str, &str); 4] = [
+        ("krait, tagging off, none", "none", ""),
+        ("krait, tagging off, group", "group", ""),
+        ("krait, tagging off, strict", "strict", ""),
+        ("krait, xmin + fences + strict", "strict", "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n"),
+    ];
     for (name, workload) in [("select-only", vec!["-S"]), ("tpcb-like", vec![])] {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
         }
-        let row = |path: &str, r: Result<(f64, f64), String>| match r {
-            Ok((tps, lat)) => println!("{name:<14} {path:<26} {tps:>10.0} {lat:>14.3}"),
-            Err(e) => println!("{name:<14} {path:<26} {:>10} ({e})", "-"),
-        };
-        row("direct", pgbench(5432, &workload, seconds));
-        for durability in ["none", "group", "strict"] {
-            let log = tmp.join(format!("log-{name}-{durability}"));
-            let toml = format!(
-                "[listen]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
-                 [log]\npath = \"{}\"\ndurability = \"{durability}\"\n[admin]\nenabled = false\n",
-                log.display()
-            );
-            let result = runtime.block_on(async {
-                let config = proxy::Config::parse(&toml, Path::new("<bench>")).map_err(|e| e.to_string())?;
-                let handle = proxy::start(config).await.map_err(|e| e.to_string())?;
-                let port = handle.listen_addr().port();
-                let r = tokio::task::spawn_blocking({
-                    let workload: Vec<&'static str> = workload.clone();
-                    move || pgbench(port, &workload, seconds)
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-                handle.shutdown().await.map_err(|e| e.to_string())?;
-                r
-            });
-            row(&format!("krait (durability {durability})"), result);
-            let _ = std::fs::remove_dir_all(&log);
-        }
-        match start_pgbouncer(&tmp) {
-            Ok((mut child, port)) => {
-                row("pgbouncer (session)", pgbench(port, &workload, seconds));
-                let _ = child.kill();
-                let _ = child.wait();
+        // Every path once per round, in the same order, so drift on a shared machine spreads over all.
+        let mut results: Vec<(String, Vec<Run>)> = Vec::new();
+        let mut record =
+            |path: &str, r: Result<(f64, f64), String>| match results.iter_mut().find(|(p, _)| p == path) {
+                Some((_, rs)) => rs.push(r),
+                None => results.push((path.to_owned(), vec![r])),
+            };
+        for round in 0..rounds {
+            record("direct", pgbench(5432, &workload, seconds));
+            for (path, durability, tagging) in krait_paths {
+                let log = tmp.join(format!("log-{name}-{round}-{durability}-{}", tagging.len()));
+                let toml = format!(
+                    "[listen]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
+                     [log]\npath = \"{}\"\ndurability = \"{durability}\"\n[admin]\nenabled = false\n{tagging}",
+                    log.display()
+                );
+                let result = runtime.block_on(async {
+                    let config =
+                        proxy::Config::parse(&toml, Path::new("<bench>")).map_err(|e| e.to_string())?;
+                    let handle = proxy::start(config).await.map_err(|e| e.to_string())?;
+                    let port = handle.listen_addr().port();
+                    let r = tokio::task::spawn_blocking({
+                        let workload: Vec<&'static str> = workload.clone();
+                        move || pgbench(port, &workload, seconds)
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                    handle.shutdown().await.map_err(|e| e.to_string())?;
+                    r
+                });
+                record(path, result);
+                let _ = std::fs::remove_dir_all(&log);
             }
-            Err(e) => row("pgbouncer (session)", Err(e)),
+            match start_pgbouncer(&tmp) {
+                Ok((mut child, port)) => {
+                    record("pgbouncer (session)", pgbench(port, &workload, seconds));
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+                Err(e) => record("pgbouncer (session)", Err(e)),
+            }
+        }
+        let direct = results.first().and_then(|(_, rs)| median(rs)).map(|(tps, _)| tps);
+        for (path, rs) in &results {
+            match median(rs) {
+                Some((tps, lat)) => {
+                    let ratio = direct.map_or_else(|| "-".to_owned(), |d| format!("{:.2}", tps / d));
+                    println!("{name:<14} {path:<34} {tps:>10.0} {lat:>12.3} {ratio:>9}");
+                }
+                None => {
+                    let why = rs.iter().find_map(|r| r.as_ref().err()).cloned().unwrap_or_default();
+                    println!("{name:<14} {path:<34} {:>10} ({why})", "-");
+                }
+            }
         }
     }
     let _ = setup(&format!("drop database if exists {DB} with (force)"));
     let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// The run with the median throughput among those that succeeded: its (tps, latency).
+fn median(runs: &[Run]) -> Option<(f64, f64)> {
+    let mut ok: Vec<(f64, f64)> = runs.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+    ok.sort_by(|a, b| a.0.total_cmp(&b.0));
+    ok.get(ok.len().checked_sub(1)? / 2).copied()
 }
