@@ -33,7 +33,7 @@ pub enum Expect {
     Parse,
     /// Bind: BindComplete.
     Bind,
-    /// Describe: [ParameterDescription,] RowDescription or NoData.
+    /// Describe: ParameterDescription (statements only), then RowDescription or NoData.
     Describe(Target),
     /// Execute: rows, then CommandComplete, EmptyQueryResponse or PortalSuspended.
     Execute {
