@@ -22,6 +22,8 @@ use std::time::Duration;
 
 const DB: &str = "krait_bench";
 const CLIENTS: &str = "8";
+/// Tagging is on by default (xmin); the relay-and-log rows turn it off.
+const OFF: &str = "[tagging]\nstrategy = \"off\"\n";
 
 fn run(cmd: &mut Command) -> Result<String, String> {
     let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
@@ -122,9 +124,9 @@ fn main() {
     // KRAIT_BENCH_ONLY=select-only (or tpcb-like) runs one workload, e.g. under a profiler.
     let only = std::env::var("KRAIT_BENCH_ONLY").ok();
     let krait_paths: [(&str, &str, &str); 4] = [
-        ("krait, tagging off, none", "none", ""),
-        ("krait, tagging off, group", "group", ""),
-        ("krait, tagging off, strict", "strict", ""),
+        ("krait, tagging off, none", "none", OFF),
+        ("krait, tagging off, group", "group", OFF),
+        ("krait, tagging off, strict", "strict", OFF),
         ("krait, xmin + fences + strict", "strict", "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n"),
     ];
     for (name, workload) in [("select-only", vec!["-S"]), ("tpcb-like", vec![])] {

@@ -313,15 +313,28 @@ impl SessionMachine {
         self.replies.expected()
     }
 
-    /// Whether `msg` must wait for the rows of earlier statements: it may commit, so its write-ahead intent
-    /// must hold all of the transaction's ops. The server runs messages in order, so this costs a pipelining
-    /// client one round trip and never waits on anything the server would not answer ([`Self::may_commit`]
-    /// is false for messages it skips or ignores). A tagger that lost track does not wait: its ops are
-    /// given up anyway.
+    /// Whether `msg` must wait for the rows of earlier statements: it may commit, and rows still to come are
+    /// writes, which its write-ahead intent must hold (DESIGN.md §3). Rows that are reads need no wait: they
+    /// follow the intent as late ops, and a crash that loses them can hide an anomaly, never fake one. The
+    /// server runs messages in order, so a wait costs a pipelining client one round trip and never waits on
+    /// anything the server would not answer ([`Self::may_commit`] is false for messages it skips or
+    /// ignores). A tagger that lost track does not wait: its ops are given up anyway.
     fn must_wait_for_rows(&self, msg: &FrontendMessage) -> bool {
         self.tagger.as_ref().is_some_and(|t| !t.is_broken())
-            && self.replies.rows_pending()
+            && self.replies.writes_pending()
             && self.may_commit(msg)
+    }
+
+    /// Whether a commit point needs a write-ahead intent: unless tagging (in step) shows that the transaction
+    /// wrote nothing so far and that nothing still to run (the unanswered requests and `next`) writes. A
+    /// transaction that only read is then logged once, when it ends: a crash before that loses a reader,
+    /// which can hide an anomaly, never fake one (the same argument as the recorder's read-only commits).
+    fn needs_intent(&self, next: &Reading) -> bool {
+        let reads_only = self.tagger.as_ref().is_some_and(|t| !t.is_broken())
+            && self.ops.as_slice().iter().all(|op| matches!(op, history::log::LoggedOp::Read { .. }))
+            && self.replies.writes_nothing()
+            && next.writes_nothing();
+        !reads_only
     }
 
     /// Offers one frontend message that is about to be forwarded. On [`FrontendStep::Wait`] nothing changed.
@@ -358,7 +371,8 @@ impl SessionMachine {
                 if commits {
                     self.predicted = TxnStatus::Idle;
                 }
-                let intent = if commits { self.intent() } else { None };
+                let intent =
+                    if commits && self.needs_intent(&Reading::Nothing) { self.intent() } else { None };
                 self.replies.push(Expect::Sync, Reading::Nothing, commits, commits);
                 FrontendStep::Forward { intent, frame: None }
             }
@@ -442,12 +456,12 @@ impl SessionMachine {
                     self.add_statement(sql, now_ns);
                 }
                 let may_commit = may_commit && !records_nothing;
-                let intent = if may_commit { self.intent() } else { None };
                 let stmt = self.current_statement();
                 let (reading, frame) = match self.tagger.as_mut() {
                     Some(t) => t.query(sql, stmt, &mut self.ops),
                     None => (Reading::Nothing, None),
                 };
+                let intent = if may_commit && self.needs_intent(&reading) { self.intent() } else { None };
                 // Every Query may end the transaction: it ends with ReadyForQuery, which closes an implicit one.
                 let text = Arc::from(wire::pg::text(sql).as_ref());
                 let expect = Expect::Query { sql: text, kinds, done: 0, recorded: !records_nothing };
@@ -489,7 +503,6 @@ impl SessionMachine {
                     self.add_statement(sql.as_bytes(), now_ns);
                 }
                 let may_commit = may_commit && !records_nothing;
-                let intent = if may_commit { self.intent() } else { None };
                 let reading = match &self.tagger {
                     Some(_) => Reading::Execute {
                         portal: tagging.unwrap_or_else(PortalPlan::unknown),
@@ -498,6 +511,7 @@ impl SessionMachine {
                     },
                     None => Reading::Nothing,
                 };
+                let intent = if may_commit && self.needs_intent(&reading) { self.intent() } else { None };
                 let expect = Expect::Execute { portal: portal.clone(), kind, recorded: !records_nothing };
                 self.replies.push(expect, reading, may_end, may_commit);
                 FrontendStep::Forward { intent, frame: None }
@@ -541,8 +555,9 @@ impl SessionMachine {
     /// may have committed it was forwarded and not answered, else aborted (the server rolls back a
     /// transaction whose connection dies before COMMIT).
     pub fn on_disconnect(&mut self, now_ns: u64) -> Option<TxnEnd> {
-        let in_doubt =
-            self.replies.commits_in_flight() > 0 && self.txn.as_ref().is_some_and(|t| t.intent_written);
+        // A request that may have committed it is unanswered (with or without an intent: a transaction that
+        // only read has none).
+        let in_doubt = self.replies.commits_in_flight() > 0 && self.txn.is_some();
         let outcome = if in_doubt { Outcome::Indeterminate } else { Outcome::Aborted };
         self.passthrough = true;
         self.end_txn(outcome, now_ns)

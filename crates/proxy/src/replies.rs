@@ -171,9 +171,15 @@ impl ReplyQueue {
         self.commits_in_flight
     }
 
-    /// Whether an unanswered request may still return rows (and so ops).
-    pub fn rows_pending(&self) -> bool {
-        self.queue.iter().any(|r| r.reading.may_have_rows())
+    /// Whether an unanswered request will still return writes (and so ops a write-ahead intent must carry).
+    pub fn writes_pending(&self) -> bool {
+        self.queue.iter().any(|r| r.reading.brings_writes())
+    }
+
+    /// Whether every unanswered request writes nothing, as tagging planned it. A fast-path function call
+    /// may write whatever it likes.
+    pub fn writes_nothing(&self) -> bool {
+        self.queue.iter().all(|r| r.expect != Expect::FunctionCall && r.reading.writes_nothing())
     }
 
     /// After an ErrorResponse in the extended protocol: drops every request up to the queued Sync, which

@@ -89,9 +89,28 @@ pub enum Reading {
 }
 
 impl Reading {
-    /// Whether the request's replies may carry rows, so ops may still come from it.
-    pub fn may_have_rows(&self) -> bool {
-        matches!(self, Reading::Execute { .. } | Reading::Query { .. })
+    /// The plans of the statements whose replies are still to come.
+    fn plans_to_come(&self) -> &[StmtPlan] {
+        match self {
+            Reading::Execute { portal, .. } => std::slice::from_ref(portal.plan.as_ref()),
+            Reading::Query { plans, at, .. } => plans.get(*at..).unwrap_or_default(),
+            _ => &[],
+        }
+    }
+
+    /// Whether rows still to come are writes: a commit behind this request waits for them, so that its
+    /// write-ahead intent carries them (DESIGN.md §3).
+    pub fn brings_writes(&self) -> bool {
+        self.plans_to_come().iter().any(StmtPlan::writes_rows)
+    }
+
+    /// Whether what the request still runs writes nothing, as tagging planned it (a Query string that did not
+    /// parse may write).
+    pub fn writes_nothing(&self) -> bool {
+        match self {
+            Reading::Query { plans, .. } if plans.is_empty() => false,
+            _ => self.plans_to_come().iter().all(StmtPlan::writes_nothing),
+        }
     }
 }
 
@@ -247,6 +266,8 @@ impl Tagger {
         let planned = self.plan(&wire::pg::text(query));
         let (plan, rewritten) = match planned {
             Some(mut p) if p.aligned && p.stmts.len() == 1 => (p.stmts.pop(), p.rewritten),
+            // Not parsed: nothing is rewritten, and each run is counted as not checked.
+            Some(mut p) if p.stmts.len() == 1 => (p.stmts.pop(), None),
             _ => (None, None),
         };
         let plan = Arc::new(plan.unwrap_or(StmtPlan::Control));

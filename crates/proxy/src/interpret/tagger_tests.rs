@@ -242,3 +242,86 @@ fn an_error_skips_to_sync_and_unknown_tables_mark_the_catalog_stale() {
     assert_eq!(s.metrics.opaque_count(OpaqueKind::UnknownTable), 1);
     assert!(s.metrics.render().contains("krait_tagging_opaque_total{kind=\"unknown_table\"} 1"));
 }
+
+#[test]
+fn a_transaction_that_only_reads_needs_no_wait_and_no_intent() {
+    let mut t = Tagged::new(shared());
+    let parse = FrontendMessage::Parse {
+        name: text("r"),
+        query: text("SELECT bal FROM acc WHERE id = $1"),
+        param_types: vec![],
+    };
+    t.send(parse);
+    t.send(FrontendMessage::Sync);
+    t.feed(&BackendMessage::ParseComplete);
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::Idle));
+    // pgbench -M prepared -S: Bind, Execute and Sync in one go. The Sync commits, but what is still to come
+    // are reads: it goes at once, and no intent is logged for a transaction that only reads.
+    t.send(FrontendMessage::Bind {
+        portal: Bytes::new(),
+        statement: text("r"),
+        param_formats: vec![],
+        params: vec![Some(text("1"))],
+        result_formats: vec![],
+    });
+    t.send(FrontendMessage::Execute { portal: Bytes::new(), max_rows: 0 });
+    t.send(FrontendMessage::Sync);
+    assert!(t.intents.is_empty(), "{:?}", t.intents);
+    t.feed(&BackendMessage::BindComplete);
+    t.feed(&row(&["10", "77", "1"]));
+    t.feed(&BackendMessage::CommandComplete { tag: text("SELECT 1") });
+    let (tag, b) = body(&BackendMessage::ReadyForQuery(TxnStatus::Idle));
+    let reply = t.m.on_backend(tag, &b, 0).unwrap_or_else(|e| panic!("{e}"));
+    let [end] = &reply.ends[..] else { panic!("{:?}", reply.ends) };
+    assert!(!end.intent_written);
+    assert!(matches!(&end.txn.ops[..], [LoggedOp::Read { .. }]), "{:?}", end.txn.ops);
+
+    // A read whose Sync is unanswered when the connection drops may have committed.
+    t.send(FrontendMessage::Bind {
+        portal: Bytes::new(),
+        statement: text("r"),
+        param_formats: vec![],
+        params: vec![Some(text("2"))],
+        result_formats: vec![],
+    });
+    t.send(FrontendMessage::Execute { portal: Bytes::new(), max_rows: 0 });
+    t.send(FrontendMessage::Sync);
+    let end = t.m.on_disconnect(0).expect("the open transaction");
+    assert_eq!(end.outcome, history::Outcome::Indeterminate);
+    assert!(t.intents.is_empty());
+}
+
+#[test]
+fn a_commit_after_a_write_or_an_opaque_statement_still_logs_an_intent() {
+    for sql in
+        ["UPDATE acc SET bal = 1 WHERE id = 1", "SELECT nextval('s') FROM acc", "EXPLAIN ANALYZE SELECT 1"]
+    {
+        let mut t = Tagged::new(shared());
+        t.send(FrontendMessage::Query { sql: Bytes::copy_from_slice(sql.as_bytes()) });
+        assert_eq!(t.intents.len(), 1, "{sql}: an autocommit statement that may write has an intent");
+    }
+    // A prepared statement the parser cannot read may write too, and is counted as not checked.
+    let s = shared();
+    let mut t = Tagged::new(s.clone());
+    t.send(FrontendMessage::Parse {
+        name: Bytes::new(),
+        query: text("UPDATE acc SET ("),
+        param_types: vec![],
+    });
+    t.send(FrontendMessage::Bind {
+        portal: Bytes::new(),
+        statement: Bytes::new(),
+        param_formats: vec![],
+        params: vec![],
+        result_formats: vec![],
+    });
+    t.send(FrontendMessage::Execute { portal: Bytes::new(), max_rows: 0 });
+    t.send(FrontendMessage::Sync);
+    assert_eq!(t.intents.len(), 1);
+    t.feed(&BackendMessage::ParseComplete);
+    t.feed(&BackendMessage::BindComplete);
+    t.feed(&BackendMessage::CommandComplete { tag: text("UPDATE 1") });
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::Idle));
+    assert_eq!(s.metrics.opaque_count(OpaqueKind::Unparsed), 1);
+    assert!(t.all_ops().iter().any(|op| matches!(op, LoggedOp::Opaque { kind, .. } if kind == "unparsed")));
+}

@@ -207,6 +207,23 @@ pub enum StmtPlan {
     Savepoint(SavepointCmd),
 }
 
+impl StmtPlan {
+    /// Whether running it writes nothing: transaction control, a savepoint command, or a read, whose rows are
+    /// all it does. An opaque statement may write.
+    pub fn writes_nothing(&self) -> bool {
+        match self {
+            StmtPlan::Control | StmtPlan::Savepoint(_) => true,
+            StmtPlan::Rows(r) => r.kind == RowKind::Read,
+            StmtPlan::Opaque(_) => false,
+        }
+    }
+
+    /// Whether its rows are writes, which a write-ahead intent must carry (DESIGN.md §3).
+    pub fn writes_rows(&self) -> bool {
+        matches!(self, StmtPlan::Rows(r) if r.kind != RowKind::Read)
+    }
+}
+
 /// A savepoint command, with the savepoint's name as PostgreSQL compares it (unquoted names folded to
 /// lower case).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -306,7 +323,19 @@ pub fn plan_statement(stmt: &mut Statement, catalog: &Catalog) -> StmtPlan {
             StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "SQL-level PREPARE/EXECUTE and cursors"))
         }
         Statement::Merge(_) => StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "MERGE")),
-        Statement::Explain { .. } | Statement::ExplainTable { .. } => StmtPlan::Control,
+        Statement::Explain { analyze, options, .. } => {
+            // EXPLAIN ANALYZE runs its statement, writes included.
+            let analyzes = *analyze
+                || options
+                    .as_ref()
+                    .is_some_and(|o| o.iter().any(|u| u.name.value.eq_ignore_ascii_case("analyze")));
+            if analyzes {
+                StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "EXPLAIN ANALYZE runs its statement"))
+            } else {
+                StmtPlan::Control
+            }
+        }
+        Statement::ExplainTable { .. } => StmtPlan::Control,
         other => {
             let text = other.to_string();
             let word = text.split_whitespace().next().unwrap_or("").to_uppercase();
