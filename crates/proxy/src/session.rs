@@ -35,6 +35,18 @@ use crate::tls::{ReloadableTls, UpstreamTls};
 mod startup;
 use startup::{connect_upstream, learn_horizon, negotiate, relay_auth, send_fatal};
 
+/// How much room a pump's read buffer gets before each read. `read_buf` reads only into spare capacity, and a
+/// buffer whose frames were just split off may have a few bytes of it left: a reply would then arrive in
+/// pieces, each forwarded with a send of its own.
+const READ_ROOM: usize = 16 * 1024;
+
+/// Makes sure the next read can take a whole typical reply (reusing the buffer's memory when it can).
+fn make_room(buf: &mut BytesMut) {
+    if buf.capacity() - buf.len() < READ_ROOM / 2 {
+        buf.reserve(READ_ROOM);
+    }
+}
+
 /// A byte stream to a client or the database, plain or TLS.
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
@@ -366,6 +378,7 @@ async fn client_to_server(
             sw.write_all(&out).await.map_err(|e| Failure::Other(SessionError::UpstreamIo(e)))?;
             out.clear();
         }
+        make_room(&mut cbuf);
         match cr.read_buf(&mut cbuf).await {
             Ok(0) => return Ok(End::ClientClosed),
             Ok(_) => {}
@@ -431,7 +444,7 @@ async fn server_to_client(
                 Ok(None) => break,
                 Err(e) => return Err(Failure::Other(SessionError::UpstreamProtocol(e.to_string()))),
             };
-            let mut tickets = Vec::new();
+            let mut tickets: Vec<history::log::DurabilityTicket> = Vec::new();
             let outgoing = {
                 let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
                 let Core { machine, recorder, injector, inject_send } = &mut *guard;
@@ -481,13 +494,11 @@ async fn server_to_client(
                 }
                 outgoing
             };
-            if !tickets.is_empty() {
-                // Everything before the commit reply may go now; the reply itself waits for durability.
-                cw.write_all(&out).await.map_err(|e| Failure::Other(SessionError::ClientIo(e)))?;
-                out.clear();
-                for t in tickets {
-                    t.wait_async().await.map_err(|e| Failure::Other(SessionError::Log(e)))?;
-                }
+            // The commit reply waits until its outcome is as durable as promised. What came before it waits
+            // with it, so that a reply goes to the client in one send (the client needs the whole of it
+            // anyway; the rows in `out` are at most one read's worth).
+            for t in tickets {
+                t.wait_async().await.map_err(|e| Failure::Other(SessionError::Log(e)))?;
             }
             if frame.tag() == btag::ERROR_RESPONSE {
                 debug!("database error relayed");
@@ -507,6 +518,7 @@ async fn server_to_client(
             cw.write_all(&out).await.map_err(|e| Failure::Other(SessionError::ClientIo(e)))?;
             out.clear();
         }
+        make_room(&mut sbuf);
         match sr.read_buf(&mut sbuf).await {
             Ok(0) => return Ok(End::ServerClosed),
             Ok(_) => {}

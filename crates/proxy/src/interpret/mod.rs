@@ -20,9 +20,13 @@
 //! - The first session loads the primary keys before its client's first message; a statement that names
 //!   an unknown table is opaque and makes the next idle session reload the catalog.
 //! - A statement is rewritten once (at Query or Parse); a prepared statement keeps its plan for every Bind.
-//! - A message that may commit (Query, Execute, Sync) waits until the rows of every earlier statement have
-//!   arrived, so the write-ahead intent carries all the ops. A client that pipelines Execute and Sync pays
-//!   one extra round trip per batch.
+//! - A message that may commit (Query, Execute, Sync) waits while rows of earlier statements that are
+//!   *writes* are still to come, so the write-ahead intent carries every write. A client that pipelines a
+//!   write's Execute and its Sync pays one extra round trip per batch; reads never wait.
+//! - A transaction that wrote nothing, and whose unanswered statements are all planned as reads or
+//!   transaction control, logs no intent: it is logged once, when it ends. A crash in between loses a
+//!   reader, which can hide an anomaly but never fake one. (A SELECT that calls a user function is planned
+//!   as a read: what the function writes is an unrecorded writer's either way.)
 //! - Ops that arrive after the intent (an autocommit statement's rows: its intent is logged before it is
 //!   forwarded, since it commits as it runs; or a COMMIT in the same query string as the statements, e.g.
 //!   `UPDATE ...; COMMIT`) go to the log in a late-ops record just before the outcome, whose fsync covers
