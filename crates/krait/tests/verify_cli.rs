@@ -201,14 +201,16 @@ fn commands_exit_quietly_when_the_reader_of_stdout_goes_away() {
         &["history", "stats", accept],
         &["history", "stats", accept, "--json"],
     ] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_krait"))
+        // The reader is gone before krait starts, so every write to stdout fails (closing the read end after
+        // the spawn raced with a fast command on a loaded machine: its output could fit the pipe first).
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let child = Command::new(env!("CARGO_BIN_EXE_krait"))
             .args(args)
-            .stdout(Stdio::piped())
+            .stdout(writer)
             .stderr(Stdio::piped())
             .spawn()
             .expect("the krait binary runs");
-        // The reader goes away before krait has read the history, so every write to stdout fails.
-        drop(child.stdout.take());
         let out = child.wait_with_output().expect("krait ends");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("panicked") && !stderr.contains("error"), "{args:?}: {stderr}");
