@@ -23,7 +23,7 @@
 //! leading keywords ([`crate::sql`]), erring on the safe side:
 //! - whether forwarding a message may commit, because the write-ahead intent must reach the log first
 //!   (DESIGN.md §3). With tagging in step, a transaction that wrote nothing and runs nothing that may
-//!   write needs none: it is logged once, at its end ([`SessionMachine::needs_intent`]);
+//!   write needs none: it is logged once, at its end (see `needs_intent`);
 //! - whether it may end the transaction. While such a message is unanswered, the next statement-bearing
 //!   message waits ([`FrontendStep::Wait`]), so each statement is attributed to the transaction it really
 //!   ran in. Clients that do not pipeline across transaction boundaries never wait.
