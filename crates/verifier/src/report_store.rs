@@ -85,10 +85,17 @@ fn id_number(id: &str) -> Option<u64> {
 }
 
 impl ReportStore {
-    /// Opens (creating it if needed) `data_dir/reports/`.
+    /// Opens (creating it if needed) `data_dir/reports/`. Reports quote statement texts, which may hold
+    /// values a client sent, so the folder is its owner's alone (0700) and so is each report (0600), as
+    /// the history log is.
     pub fn open(data_dir: &Path) -> Result<Self, ReportStoreError> {
         let dir = data_dir.join("reports");
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(io(&dir))?;
+        }
         Ok(ReportStore { dir })
     }
 
@@ -130,7 +137,11 @@ impl ReportStore {
         loop {
             let id = format!("r{next:06}");
             let path = self.dir.join(format!("{id}.json"));
-            match OpenOptions::new().write(true).create_new(true).open(&path) {
+            let mut options = OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            match options.open(&path) {
                 Ok(mut f) => {
                     f.write_all(text.as_bytes()).map_err(io(&path))?;
                     f.sync_all().map_err(io(&path))?;

@@ -50,6 +50,14 @@ fn a_write_skew_in_the_log_is_rejected_and_its_report_stored() {
     let id = rejects[0].0.clone().expect("the report was stored");
     assert!(!store.load(&id).expect("the stored report loads").is_accept());
     assert!(feeder.new_rejects().is_empty(), "each reject is announced once");
+    // Reports quote statement texts: only their owner may read them, as the log.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+        assert_eq!(mode(store.dir()), 0o700);
+        assert_eq!(mode(&store.dir().join(format!("{id}.json"))), 0o600);
+    }
 }
 
 #[test]
