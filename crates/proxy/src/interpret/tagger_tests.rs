@@ -44,6 +44,17 @@ fn text(s: &'static str) -> Bytes {
     Bytes::from_static(s.as_bytes())
 }
 
+/// A Bind of `statement` to the unnamed portal, with text parameters.
+fn bind(statement: &'static str, params: &[&'static str], result_formats: Vec<i16>) -> FrontendMessage {
+    FrontendMessage::Bind {
+        portal: Bytes::new(),
+        statement: text(statement),
+        param_formats: vec![],
+        params: params.iter().map(|p| Some(text(p))).collect(),
+        result_formats,
+    }
+}
+
 /// A machine with tagging, and every transaction's ops as intents and ends reported them.
 struct Tagged {
     m: SessionMachine,
@@ -158,15 +169,8 @@ fn extended_protocol_reuses_the_plan_and_answers_describe_with_nodata() {
     assert_eq!(t.feed(&rd), Outgoing::Replace(btag::NO_DATA, Bytes::new()));
     t.feed(&BackendMessage::ReadyForQuery(TxnStatus::Idle));
     for xmin in ["100", "101", "102"] {
-        let bind = FrontendMessage::Bind {
-            portal: Bytes::new(),
-            statement: text("s"),
-            param_formats: vec![],
-            params: vec![Some(text("5")), Some(text("1"))],
-            result_formats: vec![1, 1],
-        };
         // Two per-column formats become four.
-        let Some(raw) = t.send(bind) else { panic!("bind not widened") };
+        let Some(raw) = t.send(bind("s", &["5", "1"], vec![1, 1])) else { panic!("bind not widened") };
         assert_eq!(&raw[raw.len() - 10..], &[0, 4, 0, 1, 0, 1, 0, 0, 0, 0]);
         t.send(FrontendMessage::Execute { portal: Bytes::new(), max_rows: 0 });
         // The Sync commits: it waits for the Execute's rows, so the intent carries the write.
@@ -221,13 +225,7 @@ fn an_error_skips_to_sync_and_unknown_tables_mark_the_catalog_stale() {
         param_types: vec![],
     };
     assert!(t.send(parse).is_none());
-    t.send(FrontendMessage::Bind {
-        portal: Bytes::new(),
-        statement: Bytes::new(),
-        param_formats: vec![],
-        params: vec![],
-        result_formats: vec![],
-    });
+    t.send(bind("", &[], vec![]));
     t.send(FrontendMessage::Execute { portal: Bytes::new(), max_rows: 0 });
     t.feed(&BackendMessage::ErrorResponse(wire::pg::backend::ErrorFields::error("42P01", "nope")));
     t.send(FrontendMessage::Sync);
@@ -257,13 +255,7 @@ fn a_transaction_that_only_reads_needs_no_wait_and_no_intent() {
     t.feed(&BackendMessage::ReadyForQuery(TxnStatus::Idle));
     // pgbench -M prepared -S: Bind, Execute and Sync in one go. The Sync commits, but what is still to come
     // are reads: it goes at once, and no intent is logged for a transaction that only reads.
-    t.send(FrontendMessage::Bind {
-        portal: Bytes::new(),
-        statement: text("r"),
-        param_formats: vec![],
-        params: vec![Some(text("1"))],
-        result_formats: vec![],
-    });
+    t.send(bind("r", &["1"], vec![]));
     t.send(FrontendMessage::Execute { portal: Bytes::new(), max_rows: 0 });
     t.send(FrontendMessage::Sync);
     assert!(t.intents.is_empty(), "{:?}", t.intents);
@@ -277,13 +269,7 @@ fn a_transaction_that_only_reads_needs_no_wait_and_no_intent() {
     assert!(matches!(&end.txn.ops[..], [LoggedOp::Read { .. }]), "{:?}", end.txn.ops);
 
     // A read whose Sync is unanswered when the connection drops may have committed.
-    t.send(FrontendMessage::Bind {
-        portal: Bytes::new(),
-        statement: text("r"),
-        param_formats: vec![],
-        params: vec![Some(text("2"))],
-        result_formats: vec![],
-    });
+    t.send(bind("r", &["2"], vec![]));
     t.send(FrontendMessage::Execute { portal: Bytes::new(), max_rows: 0 });
     t.send(FrontendMessage::Sync);
     let end = t.m.on_disconnect(0).expect("the open transaction");
@@ -308,13 +294,7 @@ fn a_commit_after_a_write_or_an_opaque_statement_still_logs_an_intent() {
         query: text("UPDATE acc SET ("),
         param_types: vec![],
     });
-    t.send(FrontendMessage::Bind {
-        portal: Bytes::new(),
-        statement: Bytes::new(),
-        param_formats: vec![],
-        params: vec![],
-        result_formats: vec![],
-    });
+    t.send(bind("", &[], vec![]));
     t.send(FrontendMessage::Execute { portal: Bytes::new(), max_rows: 0 });
     t.send(FrontendMessage::Sync);
     assert_eq!(t.intents.len(), 1);
