@@ -37,7 +37,7 @@ use wire::pg::backend::tag as btag;
 use wire::pg::{FrontendMessage, Target, TxnStatus};
 
 use crate::interpret::StmtPlan;
-use crate::interpret::ops::TxnOps;
+use crate::interpret::ops::{TxnOps, reads_only};
 use crate::interpret::tagger::{Outgoing, PortalPlan, Reading, Tagger};
 pub use crate::replies::Expect;
 use crate::replies::ReplyQueue;
@@ -206,6 +206,11 @@ impl SessionMachine {
         self.tagger.as_ref()
     }
 
+    /// Whether tagging is on and has not lost track, so the ops tell the transaction's whole story.
+    pub fn tagging_in_step(&self) -> bool {
+        self.tagger.as_ref().is_some_and(|t| !t.is_broken())
+    }
+
     /// The ops collected so far and not yet in an intent or an end (with tagging on).
     pub fn ops(&self) -> &[history::log::LoggedOp] {
         self.ops.as_slice()
@@ -321,9 +326,7 @@ impl SessionMachine {
     /// anything the server would not answer ([`Self::may_commit`] is false for messages it skips or
     /// ignores). A tagger that lost track does not wait: its ops are given up anyway.
     fn must_wait_for_rows(&self, msg: &FrontendMessage) -> bool {
-        self.tagger.as_ref().is_some_and(|t| !t.is_broken())
-            && self.replies.writes_pending()
-            && self.may_commit(msg)
+        self.tagging_in_step() && self.replies.writes_pending() && self.may_commit(msg)
     }
 
     /// Whether a commit point needs a write-ahead intent: unless tagging (in step) shows that the transaction
@@ -331,8 +334,8 @@ impl SessionMachine {
     /// transaction that only read is then logged once, when it ends: a crash before that loses a reader,
     /// which can hide an anomaly, never fake one (the same argument as the recorder's read-only commits).
     fn needs_intent(&self, next: &Reading) -> bool {
-        let reads_only = self.tagger.as_ref().is_some_and(|t| !t.is_broken())
-            && self.ops.as_slice().iter().all(|op| matches!(op, history::log::LoggedOp::Read { .. }))
+        let reads_only = self.tagging_in_step()
+            && reads_only(self.ops.as_slice())
             && self.replies.writes_nothing()
             && next.writes_nothing();
         !reads_only

@@ -19,6 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use history::log::{DurabilityTicket, HistoryLog, LogError, LoggedTxn};
 use history::{CollectorId, Outcome, SessionId, TxnId};
 
+use crate::interpret::ops::reads_only;
 use crate::machine::{TxnEnd, TxnSnapshot};
 use crate::metrics::Metrics;
 
@@ -202,9 +203,4 @@ impl SessionRecorder {
     fn saw(&mut self, seq: u64) {
         self.last_seq = Some(self.last_seq.map_or(seq, |s| s.max(seq)));
     }
-}
-
-/// Whether every op is a recorded read: no write, and no opaque statement (which may have written).
-fn reads_only(ops: &[history::log::LoggedOp]) -> bool {
-    ops.iter().all(|op| matches!(op, history::log::LoggedOp::Read { .. }))
 }

@@ -481,7 +481,7 @@ async fn server_to_client(
                         t.committed();
                     }
                     // The ops tell whether it wrote only while tagging is on and in step with the replies.
-                    let ops_known = machine.tagger().is_some_and(|t| !t.is_broken()) && !lost;
+                    let ops_known = machine.tagging_in_step() && !lost;
                     let ticket =
                         recorder.end(end, ops_known).map_err(|e| Failure::Other(SessionError::Log(e)))?;
                     tickets.extend(ticket);

@@ -109,6 +109,11 @@ impl TxnOps {
     }
 }
 
+/// Whether every op is a recorded read: no write, and no opaque statement (which may have written).
+pub fn reads_only(ops: &[LoggedOp]) -> bool {
+    ops.iter().all(|op| matches!(op, LoggedOp::Read { .. }))
+}
+
 /// The statement an op came from.
 fn op_stmt(op: &LoggedOp) -> Option<u32> {
     match op {
