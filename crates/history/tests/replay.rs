@@ -62,7 +62,53 @@ fn describe(event: &Replayed) -> String {
         }
         Replayed::SessionEnded(s) => format!("end S{}", s.0),
         Replayed::Gap(LogGap { after_txns }) => format!("gap after {after_txns}"),
+        Replayed::DiscoveredWrite { txn, write, .. } => format!("T{} wrote {write}", txn.0),
     }
+}
+
+fn discovered(id: u64, k: &str, write: u64) -> LogRecord {
+    LogRecord::DiscoveredWrite { txn: TxnId(id), key: key(k), write: WriteId(write) }
+}
+
+#[test]
+fn a_discovered_write_joins_its_transaction_once_pending_or_finished_and_never_a_stranger() {
+    let mut replayer = Replayer::new();
+    let got = events(
+        &mut replayer,
+        vec![
+            intent(writes(1, 1, 0, "a")),
+            // Read while T1's outcome is on its way: it joins the pending intent.
+            discovered(1, "f", 100),
+            outcome(1, Outcome::Committed),
+            // Read after T1 finished: an event for whoever holds T1 now; two readers may log it twice.
+            discovered(1, "g", 101),
+            discovered(1, "g", 101),
+        ],
+    );
+    assert_eq!(got, [vec![], vec![], vec!["T1 Committed @0"], vec!["T1 wrote w101"], vec!["T1 wrote w101"]]);
+    let err = replayer.apply(5, discovered(9, "a", 102)).unwrap_err();
+    assert!(err.to_string().contains("T9, which has no record"), "{err}");
+
+    // The one-shot replay gives T1 both writes, each once, after its own.
+    let records = vec![
+        intent(writes(1, 1, 0, "a")),
+        discovered(1, "f", 100),
+        discovered(1, "f", 100),
+        outcome(1, Outcome::Committed),
+        discovered(1, "g", 101),
+        discovered(1, "g", 101),
+    ];
+    let h = replay(records.into_iter().enumerate().map(|(i, r)| Ok((i as u64, r)))).expect("replays");
+    let written: Vec<(String, WriteId)> = h.transactions[0]
+        .ops
+        .iter()
+        .filter_map(|op| match *op {
+            Op::Write { key, write, .. } => Some((h.keys.name(key)?.to_string(), write)),
+            _ => None,
+        })
+        .collect();
+    let want = [("accounts:a", WriteId(1)), ("accounts:f", WriteId(100)), ("accounts:g", WriteId(101))];
+    assert_eq!(written, want.map(|(k, w)| (k.to_owned(), w)));
 }
 
 #[test]

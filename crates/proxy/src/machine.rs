@@ -81,6 +81,9 @@ pub struct TxnSnapshot {
     /// Its reads and writes of rows, when tagging is on ([`crate::interpret`]): in an intent, those so
     /// far; at the end, those not already in its intent.
     pub ops: Vec<history::log::LoggedOp>,
+    /// The database transaction ids it owns, as far as tagging learnt them (the `xmin` of rows it wrote,
+    /// and its own id when asked for): in an intent, those so far; at the end, all of them.
+    pub xids: Vec<u32>,
 }
 
 /// A transaction that ended, with how.
@@ -101,6 +104,8 @@ struct OpenTxn {
     snap: TxnSnapshot,
     intent_written: bool,
     had_error: bool,
+    /// Whether the database was asked for its id ([`FrontendStep::LearnXid`]).
+    xid_asked: bool,
     /// How many requests had been pushed when it opened: a ReadyForQuery answers a Sync or Query pushed
     /// earlier, and then says nothing about this transaction (see [`SessionMachine::answers`]).
     opened_tick: u64,
@@ -116,6 +121,11 @@ pub enum FrontendStep {
         /// The frame to forward instead of the client's, when tagging rewrote it.
         frame: Option<Bytes>,
     },
+    /// Do not forward it yet: it may commit a transaction that ran a statement which may have written rows
+    /// the proxy could not see (a SQL function, an unparsed statement). Ask the database for the
+    /// transaction's id first (an injected `pg_current_xact_id_if_assigned()`, see `versions`, "Discovered
+    /// writes"), give the answer to [`SessionMachine::learned_xid`], then offer the same message again.
+    LearnXid,
     /// Do not forward it yet: a request that may end the transaction is unanswered, or (with tagging) the
     /// message may commit and rows of earlier statements are still to come, which its write-ahead intent
     /// must carry. Make sure the server flushes its output (send it a Flush), wait for more replies, then
@@ -341,10 +351,67 @@ impl SessionMachine {
         !reads_only
     }
 
+    /// Whether `msg` may commit an explicit transaction block that ran a statement which may have written
+    /// rows unseen, whose id the database was not asked for yet. Only where the database told the
+    /// recording horizon (so it has `pg_current_xact_id_if_assigned()`, PostgreSQL 13 and later), and only
+    /// in a block that has not failed: the injected query must not be what fails the client's transaction.
+    fn wants_xid(&self, msg: &FrontendMessage) -> bool {
+        let asks = |t: &OpenTxn| !t.xid_asked && !t.had_error;
+        self.tagging_in_step()
+            && self.txn.as_ref().is_some_and(asks)
+            && self.predicted == TxnStatus::InTransaction
+            && !self.server_skipping
+            && !self.copy_in
+            && self.tagger.as_ref().is_some_and(|t| t.shared().book.horizon().is_some())
+            && self.may_commit(msg)
+            && self.ops.may_have_written_unseen()
+    }
+
+    /// The database's answer to [`FrontendStep::LearnXid`]: the transaction's id (its low 32 bits, as
+    /// `xmin` shows it), or `None` when it has none (it wrote nothing) or the question failed.
+    pub fn learned_xid(&mut self, xid: Option<u32>) {
+        if let Some(x) = xid {
+            self.ops.own_xids(&[x]);
+        }
+    }
+
+    /// Notes, once the recorded transaction `id` is in the log, that it owns the database ids `xids`, so
+    /// that reads by any session of versions they stamped are discovered writes of `id`.
+    pub fn own_xids(&self, xids: &[u32], id: history::TxnId) {
+        if let (false, Some(t)) = (xids.is_empty(), &self.tagger) {
+            t.shared().book.own(xids, id);
+        }
+    }
+
+    /// Notes that a discovered write is in the log: later reads of it, by any session, are plain reads of
+    /// a recorded version.
+    pub fn discovered_logged(&self, key: &history::KeyName, write: history::WriteId) {
+        if let Some(t) = &self.tagger {
+            t.shared().book.insert(write);
+            t.shared().book.set_tombstone(key, None);
+        }
+    }
+
+    /// Writes of other transactions that this session's reads discovered since the last call, to be
+    /// logged before any record of this session that cites them.
+    pub fn take_discovered(&mut self) -> Vec<crate::interpret::DiscoveredWrite> {
+        self.ops.take_discovered()
+    }
+
     /// Offers one frontend message that is about to be forwarded. On [`FrontendStep::Wait`] nothing changed.
     pub fn on_frontend(&mut self, msg: &FrontendMessage, now_ns: u64) -> FrontendStep {
         if self.must_wait_for_rows(msg) {
             return FrontendStep::Wait;
+        }
+        if self.wants_xid(msg) {
+            // Only at rest inside the block: an injected query must not land in the client's pipeline.
+            if !self.replies.is_empty() {
+                return FrontendStep::Wait;
+            }
+            if let Some(t) = self.txn.as_mut() {
+                t.xid_asked = true;
+            }
+            return FrontendStep::LearnXid;
         }
         let step = self.offer(msg, now_ns);
         if matches!(step, FrontendStep::Forward { .. }) && !matches!(msg, FrontendMessage::Flush) {
@@ -594,9 +661,16 @@ impl SessionMachine {
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 self.txn = Some(OpenTxn {
-                    snap: TxnSnapshot { seq, statements: vec![text], start_ns: now_ns, ops: Vec::new() },
+                    snap: TxnSnapshot {
+                        seq,
+                        statements: vec![text],
+                        start_ns: now_ns,
+                        ops: Vec::new(),
+                        xids: Vec::new(),
+                    },
                     intent_written: false,
                     had_error: false,
+                    xid_asked: false,
                     opened_tick,
                 });
             }
@@ -613,11 +687,13 @@ impl SessionMachine {
         t.intent_written = true;
         let mut snap = t.snap.clone();
         snap.ops = self.ops.for_intent();
+        snap.xids = self.ops.xids().to_vec();
         Some(snap)
     }
 
     fn end_txn(&mut self, outcome: Outcome, now_ns: u64) -> Option<TxnEnd> {
         let mut t = self.txn.take()?;
+        t.snap.xids = self.ops.xids().to_vec();
         t.snap.ops = self.ops.take_at_end(t.intent_written);
         if let (true, Some(tagger)) = (t.intent_written, &self.tagger) {
             let late = t.snap.ops.len() as u64;

@@ -29,7 +29,7 @@ impl Harness {
         self.clock += 1;
         match self.m.on_frontend(&msg, self.clock) {
             FrontendStep::Forward { intent, .. } => self.intents.extend(intent),
-            FrontendStep::Wait => panic!("{msg:?} had to wait"),
+            FrontendStep::Wait | FrontendStep::LearnXid => panic!("{msg:?} had to wait"),
         }
     }
 

@@ -19,6 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use history::log::{DurabilityTicket, HistoryLog, LogError, LoggedTxn};
 use history::{CollectorId, Outcome, SessionId, TxnId};
 
+use crate::interpret::DiscoveredWrite;
 use crate::interpret::ops::reads_only;
 use crate::machine::{TxnEnd, TxnSnapshot};
 use crate::metrics::Metrics;
@@ -88,9 +89,9 @@ pub struct SessionRecorder {
 }
 
 impl SessionRecorder {
-    /// Logs the intent of a transaction about to (maybe) commit. The ticket is not waited on: the outcome's
-    /// fsync covers the intent too.
-    pub fn intent(&mut self, snap: TxnSnapshot) -> Result<(), LogError> {
+    /// Logs the intent of a transaction about to (maybe) commit, and returns its id. The ticket is not
+    /// waited on: the outcome's fsync covers the intent too.
+    pub fn intent(&mut self, snap: TxnSnapshot) -> Result<TxnId, LogError> {
         let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
         let seq = snap.seq;
         let txn = self.rec.logged(self.id, id, snap);
@@ -102,7 +103,18 @@ impl SessionRecorder {
         let _ticket = result?;
         self.intents.insert(seq, (id, may_have_written));
         self.saw(seq);
-        Ok(())
+        Ok(id)
+    }
+
+    /// Logs a write of another transaction that a read of this session discovered. Call before logging
+    /// anything of this session that cites it. The ticket is not waited on: the records that cite it come
+    /// later and carry their own durability.
+    pub fn discovered(&mut self, found: DiscoveredWrite) -> Result<(), LogError> {
+        let result = self.rec.log.append_discovered_write(found.writer, found.key, found.write);
+        if result.is_err() {
+            Metrics::inc(&self.rec.metrics.log_errors);
+        }
+        result.map(drop)
     }
 
     /// Logs a fence transaction the proxy ran itself at position `seq` of the session (DESIGN.md §3
@@ -135,29 +147,35 @@ impl SessionRecorder {
         })
     }
 
-    /// Logs how a transaction ended (after an intent, with the ops that came after it, if any). Returns the
-    /// ticket to wait on before the client may see a commit: none for a commit that wrote nothing, when
+    /// Logs how a transaction ended (after an intent, with the ops that came after it, if any). Returns its
+    /// id, and the ticket to wait on before the client may see a commit: none for a commit that wrote
+    /// nothing, when
     /// `ops_known` says the ops are the transaction's whole story (row-level tagging on and in step). A
     /// read-only transaction lost in a crash can hide an anomaly, never fake one, so its client need not
     /// wait for an fsync; its record is still flushed with the next one (DESIGN.md §3, durability).
-    pub fn end(&mut self, end: TxnEnd, ops_known: bool) -> Result<Option<DurabilityTicket>, LogError> {
+    pub fn end(
+        &mut self,
+        end: TxnEnd,
+        ops_known: bool,
+    ) -> Result<(TxnId, Option<DurabilityTicket>), LogError> {
         let commit_ns = (end.outcome == Outcome::Committed).then_some(end.end_ns);
         let outcome = end.outcome;
         let seq = end.txn.seq;
         let intent = self.intents.remove(&end.txn.seq);
         let read_only = ops_known && !intent.is_some_and(|(_, wrote)| wrote) && reads_only(&end.txn.ops);
-        let result = match intent.map(|(id, _)| id) {
+        let id = match intent {
+            Some((id, _)) => id,
+            None => TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed)),
+        };
+        let result = match intent {
             // Ops that came after the intent go first; the outcome's ticket covers them.
-            Some(id) if !end.txn.ops.is_empty() => self
+            Some(_) if !end.txn.ops.is_empty() => self
                 .rec
                 .log
                 .append_late_ops(id, end.txn.ops, end.txn.statements)
                 .and_then(|_| self.rec.log.append_outcome(id, outcome, commit_ns)),
-            Some(id) => self.rec.log.append_outcome(id, outcome, commit_ns),
-            None => {
-                let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
-                self.rec.log.append_finished(self.rec.logged(self.id, id, end.txn), outcome, commit_ns)
-            }
+            Some(_) => self.rec.log.append_outcome(id, outcome, commit_ns),
+            None => self.rec.log.append_finished(self.rec.logged(self.id, id, end.txn), outcome, commit_ns),
         };
         let ticket = match result {
             Ok(t) => t,
@@ -174,14 +192,14 @@ impl SessionRecorder {
             Outcome::Indeterminate => &m.txns_indeterminate,
         });
         if outcome == Outcome::Committed && !read_only {
-            Ok(Some(ticket))
+            Ok((id, Some(ticket)))
         } else {
             if outcome == Outcome::Committed {
                 Metrics::inc(&m.read_only_commits_unwaited);
             }
             // No one waits on an abort or a read-only commit, but the verifier reads it only once durable.
             ticket.request();
-            Ok(None)
+            Ok((id, None))
         }
     }
 

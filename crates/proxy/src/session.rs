@@ -266,7 +266,7 @@ async fn message_loop(
         let Core { machine, recorder: rec, .. } = &mut *guard;
         if let Some(end) = machine.on_disconnect(now_ns()) {
             debug!(seq = end.txn.seq, outcome = ?end.outcome, "transaction open at disconnect");
-            if let Err(e) = rec.end(end, false) {
+            if let Err(e) = rec.end(end, false).map(drop) {
                 warn!("cannot record the transaction open at disconnect: {e}");
             }
         }
@@ -344,9 +344,11 @@ async fn client_to_server(
                     let step = machine.on_frontend(&msg, now_ns());
                     if let FrontendStep::Forward { intent, frame } = &step {
                         if let Some(snap) = intent {
-                            recorder
+                            let id = recorder
                                 .intent(snap.clone())
                                 .map_err(|e| Failure::Other(SessionError::Log(e)))?;
+                            // Only now that the intent is in the log may a reader name it as a writer.
+                            machine.own_xids(&snap.xids, id);
                         }
                         if let Some(rewritten) = frame {
                             forward = rewritten.clone();
@@ -356,6 +358,19 @@ async fn client_to_server(
                 };
                 match step {
                     FrontendStep::Forward { .. } => break,
+                    FrontendStep::LearnXid => {
+                        let frame = {
+                            let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
+                            guard.injector.as_mut().map(|t| t.start_injection(Injection::Xid))
+                        };
+                        match frame {
+                            Some(frame) => {
+                                out.extend_from_slice(&frame);
+                                finish_injection(core, replied, sw, &mut out).await?;
+                            }
+                            None => core.lock().unwrap_or_else(|p| p.into_inner()).machine.learned_xid(None),
+                        }
+                    }
                     FrontendStep::Wait => {
                         // The replies we wait for may sit in the server's output buffer until it is told to
                         // flush: send what we hold, plus a Flush, which has no reply of its own.
@@ -408,6 +423,16 @@ async fn inject_between_transactions(
         }
     };
     out.extend_from_slice(&frame);
+    finish_injection(core, replied, sw, out).await
+}
+
+/// Sends `out`, which ends with an injection's frames, and waits until the injection is over.
+async fn finish_injection(
+    core: &Mutex<Core>,
+    replied: &Notify,
+    sw: &mut (impl AsyncWrite + Unpin),
+    out: &mut BytesMut,
+) -> Result<(), Failure> {
     sw.write_all(out).await.map_err(|e| Failure::Other(SessionError::UpstreamIo(e)))?;
     out.clear();
     loop {
@@ -462,6 +487,7 @@ async fn server_to_client(
                                 .map_err(|e| Failure::Other(SessionError::Log(e)))?;
                         }
                         InjectStep::Done(None) => {}
+                        InjectStep::Learned(xid) => machine.learned_xid(xid),
                     }
                     continue;
                 }
@@ -474,6 +500,13 @@ async fn server_to_client(
                             (Reply { ends: desync.ends, outgoing: Outgoing::Same }, true)
                         }
                     };
+                // Discovered writes go to the log before any record of this session that cites them, and
+                // into the book only then, so no other session's record can cite them earlier either.
+                for found in machine.take_discovered() {
+                    let (key, write) = (found.key.clone(), found.write);
+                    recorder.discovered(found).map_err(|e| Failure::Other(SessionError::Log(e)))?;
+                    machine.discovered_logged(&key, write);
+                }
                 for end in ends {
                     if end.outcome == history::Outcome::Committed
                         && let Some(t) = injector.as_mut()
@@ -482,8 +515,12 @@ async fn server_to_client(
                     }
                     // The ops tell whether it wrote only while tagging is on and in step with the replies.
                     let ops_known = machine.tagging_in_step() && !lost;
-                    let ticket =
+                    let (xids, aborted) = (end.txn.xids.clone(), end.outcome == history::Outcome::Aborted);
+                    let (id, ticket) =
                         recorder.end(end, ops_known).map_err(|e| Failure::Other(SessionError::Log(e)))?;
+                    if !aborted {
+                        machine.own_xids(&xids, id);
+                    }
                     tickets.extend(ticket);
                 }
                 if lost {

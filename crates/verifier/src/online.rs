@@ -197,6 +197,11 @@ impl Feeder {
             // Not acted on online: rounds verify on as if the log were whole (one-shot verification of the
             // replayed history is where a gap counts).
             Replayed::Gap(_) => Ok(()),
+            Replayed::DiscoveredWrite { txn, key, write } => {
+                let key = self.ids.key(key, txn, &self.replayer, &mut self.verifier)?;
+                self.verifier.discovered_write(txn, key, write);
+                Ok(())
+            }
         }
     }
 
@@ -290,6 +295,26 @@ struct VerifierIds {
 }
 
 impl VerifierIds {
+    /// The verifier's key for the replayer's `key`, which `txn` cites.
+    fn key(
+        &mut self,
+        key: Key,
+        txn: TxnId,
+        replayer: &Replayer,
+        verifier: &mut OnlineVerifier,
+    ) -> Result<Key, OnlineError> {
+        let at = key.0 as usize;
+        Ok(match self.keys.get(at).copied().flatten() {
+            Some(local) => local,
+            None => {
+                let name = replayer.keys().name(key).ok_or(OnlineError::UnknownName { txn })?;
+                let local = verifier.intern_key(name.clone());
+                set(&mut self.keys, at, local);
+                local
+            }
+        })
+    }
+
     fn translate(
         &mut self,
         txn: &mut Transaction,
@@ -299,16 +324,7 @@ impl VerifierIds {
         let id = txn.id;
         for op in &mut txn.ops {
             let (Op::Read { key, stmt, .. } | Op::Write { key, stmt, .. }) = op;
-            let at = key.0 as usize;
-            *key = match self.keys.get(at).copied().flatten() {
-                Some(local) => local,
-                None => {
-                    let name = replayer.keys().name(*key).ok_or(OnlineError::UnknownName { txn: id })?;
-                    let local = verifier.intern_key(name.clone());
-                    set(&mut self.keys, at, local);
-                    local
-                }
-            };
+            *key = self.key(*key, id, replayer, verifier)?;
             let Some(stmt) = stmt else { continue };
             let at = stmt.0 as usize;
             *stmt = match self.statements.get(at).copied().flatten() {

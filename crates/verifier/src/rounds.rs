@@ -182,6 +182,10 @@ enum Known {
     Aborted { writer: TxnId },
     /// Written by a transaction removed after a reject: later reads of it cannot be judged.
     Quarantined,
+    /// Written by a transaction that was admitted before the write was discovered (a SQL function's or a
+    /// trigger's write that a later read revealed, DESIGN.md §3): what rounds and collection decided
+    /// without it stands, so later reads of it cannot be judged.
+    DiscoveredLate,
     /// Its key's base version (written by `writer`): reads of it read the key's initial version in the
     /// residual history.
     Base { writer: TxnId },
@@ -318,6 +322,22 @@ impl OnlineVerifier {
             self.ending.insert(session);
         } else {
             self.epochs.end(session);
+        }
+    }
+
+    /// Adds a write of `txn` that a later read discovered (DESIGN.md §3, "every version has an owner"). A
+    /// transaction still waiting for admission gets it as its last write of `key`; one admitted already
+    /// does not (rounds and collection have decided without it), so reads of `write` are then counted as
+    /// unverifiable, never judged.
+    pub fn discovered_write(&mut self, txn: TxnId, key: Key, write: WriteId) {
+        let op = Op::Write { key, write, stmt: None };
+        let waiting = self.waiting.values_mut().flat_map(|q| q.iter_mut()).find(|t| t.id == txn);
+        match waiting {
+            Some(t) if !t.ops.contains(&op) => t.ops.push(op),
+            Some(_) => {}
+            None => {
+                self.known.entry(write).or_insert(Known::DiscoveredLate);
+            }
         }
     }
 

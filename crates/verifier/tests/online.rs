@@ -222,3 +222,36 @@ fn a_report_names_the_keys_and_statements_of_the_log_whatever_order_they_were_fi
     let sql = t1.ops[2].sql.as_deref();
     assert_eq!(sql, Some("UPDATE accounts SET v = v - 1 WHERE k = 'x'"));
 }
+
+/// The lost update of `integration-tests/tests/proxy_unrecorded_writers.rs`, as the proxy logs it: T1 and
+/// T2 write x through a SQL function (discovered by T3's and T4's reads), T1 having read x's initial
+/// version first. One-shot, the discovered writes join their transactions and the cycle is found. Online,
+/// T1 and T2 were admitted before their writes were discovered: rounds have decided without them, so the
+/// reads of them are unverifiable, never judged.
+#[test]
+fn writes_discovered_after_admission_are_unverifiable_online_and_checked_one_shot() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let t1 = logged(1, 1, 0, vec![read("x", Observed::PreHistory(0))], false);
+    let t2 = logged(2, 2, 0, vec![], false);
+    let _covered = log.append_intent(t1).expect("intent");
+    let _ = log.append_finished(t2, Outcome::Committed, Some(10)).expect("finished");
+    let _ = log.append_discovered_write(TxnId(2), key("x"), WriteId(12)).expect("discovered");
+    let t3 = logged(3, 3, 0, vec![read("x", Observed::Version(WriteId(12)))], false);
+    let _ = log.append_finished(t3, Outcome::Committed, Some(20)).expect("finished");
+    let _ = log.append_outcome(TxnId(1), Outcome::Committed, Some(30)).expect("outcome");
+    let _ = log.append_discovered_write(TxnId(1), key("x"), WriteId(11)).expect("discovered");
+    let t4 = logged(4, 3, 1, vec![read("x", Observed::Version(WriteId(11)))], false);
+    log.append_finished(t4, Outcome::Committed, Some(40)).expect("finished").wait().expect("durable");
+
+    let h = log.replay().expect("replays");
+    let report = verifier::verify(&h, &verifier::Options::default()).expect("verifies");
+    assert!(!report.is_accept(), "{report}");
+
+    let mut feeder = Feeder::new(RoundOptions::online(1_000, Duration::from_secs(3600)), None);
+    feeder.read_log(&log, usize::MAX).expect("reads");
+    feeder.finish().expect("a last round");
+    let s = feeder.status();
+    assert_eq!((s.txns_read, s.rejects), (4, 0), "{s:?}");
+    assert_eq!(feeder.verifier().unverifiable_reads(), 2);
+}

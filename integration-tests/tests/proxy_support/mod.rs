@@ -9,7 +9,7 @@ use std::time::Duration;
 use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
-use history::log::{LogRecord, LoggedTxn};
+use history::log::{LogRecord, LoggedOp, LoggedTxn};
 use history::{Outcome, TxnId};
 use proxy::{Config, ProxyHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -114,7 +114,15 @@ impl TestProxy {
                     out[i].commit_ns = commit_ns;
                 }
                 LogRecord::Finished { txn, outcome, commit_ns } => {
+                    index.insert(txn.id, out.len());
                     out.push(Recorded { txn, outcome: Some(outcome), commit_ns });
+                }
+                LogRecord::DiscoveredWrite { txn, key, write } => {
+                    let op = LoggedOp::Write { key, write, stmt: None };
+                    let ops = &mut out[index[&txn]].txn.ops;
+                    if !ops.contains(&op) {
+                        ops.push(op);
+                    }
                 }
                 LogRecord::LateOps { txn, ops, statements } => {
                     let i = index[&txn];

@@ -111,7 +111,7 @@ pub fn disk_bytes(dir: &std::path::Path) -> u64 {
         .sum()
 }
 
-use crate::{History, Outcome, RecordingHorizon, SessionId, TxnId};
+use crate::{History, KeyName, Outcome, RecordingHorizon, SessionId, TxnId, WriteId};
 
 /// How hard the log works to keep acknowledged transactions across a crash (DESIGN.md §3).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -284,6 +284,15 @@ pub trait HistoryLog: Send + Sync {
     /// ticket need not be waited on: a horizon lost in a crash is learnt again by the next run, and versions
     /// are classified against it only after it is known.
     fn append_horizon(&self, horizon: &RecordingHorizon) -> Result<DurabilityTicket, LogError>;
+
+    /// Appends a write of `txn` that a later read discovered (see [`LogRecord::DiscoveredWrite`]). The ticket
+    /// need not be waited on: the reader's own records come after it and carry its durability.
+    fn append_discovered_write(
+        &self,
+        txn: TxnId,
+        key: KeyName,
+        write: WriteId,
+    ) -> Result<DurabilityTicket, LogError>;
 
     /// The records from sequence number `from_seq` on, in append order. Under `group` and `none` it may
     /// return records not yet fsynced.

@@ -264,6 +264,20 @@ pub enum LogRecord {
     /// a crash window stay unrecorded writers instead of becoming pre-history. Appended last to the enum,
     /// so logs written before it existed still decode.
     HorizonSnapshot(RecordingHorizon),
+    /// A write the proxy learnt of after the fact (DESIGN.md §3, "every version has an owner"): a read
+    /// found a version of `key` stamped with a database transaction id that belongs to the recorded
+    /// transaction `txn`, which wrote it through something the proxy could not map (a SQL function, a
+    /// trigger). Logged by the reading session before any record of its own that cites `write`; a version
+    /// read by several sessions may be logged once by each. Appended last to the enum, so logs written
+    /// before it existed still decode.
+    DiscoveredWrite {
+        /// The transaction that wrote the version; it has an intent (pending or finished) earlier in the log.
+        txn: TxnId,
+        /// The key written.
+        key: KeyName,
+        /// The identity of the version.
+        write: WriteId,
+    },
 }
 
 /// Why a record value could not be decoded.
@@ -360,7 +374,9 @@ impl LogRecord {
     pub fn txn_id(&self) -> Option<TxnId> {
         match self {
             LogRecord::Intent(txn) | LogRecord::Finished { txn, .. } => Some(txn.id),
-            LogRecord::Outcome { txn, .. } | LogRecord::LateOps { txn, .. } => Some(*txn),
+            LogRecord::Outcome { txn, .. }
+            | LogRecord::LateOps { txn, .. }
+            | LogRecord::DiscoveredWrite { txn, .. } => Some(*txn),
             LogRecord::Recovery { .. }
             | LogRecord::SessionEnded { .. }
             | LogRecord::Horizon { .. }

@@ -32,8 +32,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::LogError;
 use super::record::{LogRecord, LoggedTxn};
 use crate::{
-    History, KeyTable, LogGap, Outcome, RecordingHorizon, SessionId, StmtRef, Transaction, TxnId,
-    UncheckedStatement,
+    History, Key, KeyTable, LogGap, Op, Outcome, RecordingHorizon, SessionId, StmtRef, Transaction, TxnId,
+    UncheckedStatement, WriteId,
 };
 
 /// What a log record finished, in the order it finished it.
@@ -46,6 +46,18 @@ pub enum Replayed {
     /// Acknowledged transactions may be missing here: the run of the proxy that ended at this point
     /// crashed under `group` or `none` durability.
     Gap(LogGap),
+    /// A write of an already finished transaction, discovered by a later read ([`LogRecord::DiscoveredWrite`]).
+    /// Every record citing `write` comes after this event. The transaction was committed (or indeterminate
+    /// and, since its version was read, committed after all); it is the transaction's last write of `key`,
+    /// the version every other transaction could see.
+    DiscoveredWrite {
+        /// The transaction that wrote it.
+        txn: TxnId,
+        /// The key written, interned in [`Replayer::keys`].
+        key: Key,
+        /// The version.
+        write: WriteId,
+    },
 }
 
 /// A finished transaction, as [`Replayed::Transaction`] carries it.
@@ -176,6 +188,23 @@ impl Replayer {
                 }
                 self.open_sessions.remove(&session);
                 finished.push(Replayed::SessionEnded(session));
+            }
+            LogRecord::DiscoveredWrite { txn, key, write } => {
+                let key = self.keys.intern(key);
+                let op = Op::Write { key, write, stmt: None };
+                if let Some(intent) = self.pending.get_mut(&txn) {
+                    // Readers may each log the same discovery: the transaction gets the write once.
+                    if !intent.txn.ops.contains(&op) {
+                        intent.txn.ops.push(op);
+                    }
+                } else if self.seen.contains(txn) {
+                    finished.push(Replayed::DiscoveredWrite { txn, key, write });
+                } else {
+                    return Err(inconsistent(
+                        seq,
+                        format!("a discovered write of {txn}, which has no record"),
+                    ));
+                }
             }
             LogRecord::Horizon { xid } => {
                 self.horizon.get_or_insert(RecordingHorizon::from_xmin(xid));
@@ -315,13 +344,23 @@ pub fn replay(
     let mut replayer = Replayer::new();
     let mut slots: Vec<Option<ReplayedTxn>> = Vec::new();
     let mut gaps = Vec::new();
+    let mut slot_of: HashMap<TxnId, usize> = HashMap::new();
     let mut fold = |event: Replayed| match event {
         Replayed::Transaction(t) => {
             let at = usize::try_from(t.position).unwrap_or(usize::MAX);
             if slots.len() <= at {
                 slots.resize(at.saturating_add(1), None);
             }
+            slot_of.insert(t.txn.id, at);
             slots[at] = Some(t);
+        }
+        Replayed::DiscoveredWrite { txn, key, write } => {
+            let op = Op::Write { key, write, stmt: None };
+            if let Some(t) = slot_of.get(&txn).and_then(|&at| slots[at].as_mut())
+                && !t.txn.ops.contains(&op)
+            {
+                t.txn.ops.push(op);
+            }
         }
         Replayed::SessionEnded(_) => {}
         Replayed::Gap(gap) => gaps.push(gap),

@@ -13,7 +13,7 @@ use super::{
     Durability, DurabilityTicket, HistoryLog, LogError, LogOptions, LogRecord, LogStats, LoggedOp, LoggedTxn,
     Tail,
 };
-use crate::{Outcome, RecordingHorizon, SessionId, TxnId};
+use crate::{KeyName, Outcome, RecordingHorizon, SessionId, TxnId, WriteId};
 
 const FORMAT_KEY: &str = "format";
 const FORMAT_TAG: &[u8] = b"krait-history-log 1";
@@ -291,6 +291,15 @@ impl HistoryLog for SledLog {
         self.append(&LogRecord::HorizonSnapshot(horizon.clone()), |_| Ok(()), |_, _| {})
     }
 
+    fn append_discovered_write(
+        &self,
+        txn: TxnId,
+        key: KeyName,
+        write: WriteId,
+    ) -> Result<DurabilityTicket, LogError> {
+        self.append(&LogRecord::DiscoveredWrite { txn, key, write }, |_| Ok(()), |_, _| {})
+    }
+
     fn tail(&self, from_seq: u64) -> Tail<'_> {
         Box::new(TailIter { iter: self.records.range(from_seq.to_be_bytes()..), last: None })
     }
@@ -462,7 +471,8 @@ fn scan_run(records: &sled::Tree, run_start: u64) -> Result<RunScan, LogError> {
             LogRecord::SessionEnded { .. }
             | LogRecord::LateOps { .. }
             | LogRecord::Horizon { .. }
-            | LogRecord::HorizonSnapshot(_) => {}
+            | LogRecord::HorizonSnapshot(_)
+            | LogRecord::DiscoveredWrite { .. } => {}
             LogRecord::Recovery { indeterminate, .. } => {
                 for txn in indeterminate {
                     pending.remove(&txn);

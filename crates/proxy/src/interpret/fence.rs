@@ -100,6 +100,10 @@ pub fn fence_statements(row: i32) -> Vec<String> {
     v
 }
 
+/// The question [`Injection::Xid`] asks: the open transaction's id as text, NULL if it has none (it wrote
+/// nothing, so there is nothing to discover). PostgreSQL 13 and later.
+pub const XID_QUERY: &str = "SELECT pg_current_xact_id_if_assigned()::text";
+
 /// Reads the two (xmin, id) rows of a fence's replies from their DataRow values.
 pub fn fence_row(values: &[Option<Bytes>]) -> Option<[Bytes; 2]> {
     match values {
@@ -108,12 +112,15 @@ pub fn fence_row(values: &[Option<Bytes>]) -> Option<[Bytes; 2]> {
     }
 }
 
-/// A query the proxy runs on a client's connection between two client transactions, with every reply
-/// swallowed.
+/// A query the proxy runs on a client's connection between two client transactions (or, for the
+/// transaction's id, inside one before its COMMIT), with every reply swallowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Injection {
     /// Reload the primary-key catalog ([`super::PK_QUERY`]).
     Catalog,
+    /// Ask the open transaction's id ([`XID_QUERY`]), before its COMMIT (see `versions`, "Discovered
+    /// writes").
+    Xid,
     /// Learn the recording horizon ([`super::versions::HORIZON_QUERY`]).
     Horizon,
     /// A fence transaction, preceded by the fence table's setup when `setup` is set.
@@ -132,6 +139,7 @@ impl Injection {
         let sql = match self {
             Injection::Catalog => return vec![super::PK_QUERY.to_owned()],
             Injection::Horizon => return vec![super::versions::HORIZON_QUERY.to_owned()],
+            Injection::Xid => return vec![XID_QUERY.to_owned()],
             Injection::Fence { setup: false, row } => fence_sql(row),
             // The setup commits on its own: in the fence's transaction, the fence would read its own insert.
             Injection::Fence { setup: true, row } => {
@@ -150,6 +158,8 @@ pub enum Injected {
     /// The horizon query ran: the database's answer, if it could give one. The caller logs it and only
     /// then sets it (see `VersionBook::set_horizon`).
     Horizon(Option<history::RecordingHorizon>),
+    /// The transaction's id (its low 32 bits, as `xmin` shows it), if it has one and the query worked.
+    Xid(Option<u32>),
     /// A fence ran: its ops, and whether it committed.
     Fence {
         /// The fence's read and write (empty if it failed before returning rows).
@@ -219,6 +229,12 @@ impl InjectedReplies {
                     self.sent_commit = true;
                     return Step::Send(FENCE_COMMIT);
                 }
+                if body.first() == Some(&b'E') && self.what == Injection::Xid {
+                    // The client's block failed under the question (it should not: see
+                    // `SessionMachine::wants_xid`). Its COMMIT will say so; rolling back here would hide it.
+                    self.error = true;
+                    return Step::Done;
+                }
                 if body.first() == Some(&b'E') {
                     // A failed block (an error after BEGIN): roll it back before handing the connection back.
                     self.error = true;
@@ -255,6 +271,18 @@ impl InjectedReplies {
                     .and_then(|s| history::RecordingHorizon::parse_snapshot(s).ok())
                     .filter(|_| !self.error);
                 Injected::Horizon(horizon)
+            }
+            Injection::Xid => {
+                let xid8 = self
+                    .rows
+                    .first()
+                    .and_then(|r| r.first())
+                    .and_then(|v| v.as_ref())
+                    .and_then(|b| std::str::from_utf8(b).ok())
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .filter(|_| !self.error);
+                // xid8 is (epoch << 32) | xid; a row's xmin shows the xid.
+                Injected::Xid(xid8.map(|x| x as u32))
             }
             Injection::Fence { .. } => {
                 let committed = self.committed && !self.error;

@@ -38,6 +38,8 @@ pub enum InjectStep {
     Send(Bytes),
     /// Done; record the fence if there was one.
     Done(Option<FenceTxn>),
+    /// Done: the open transaction's id, for [`crate::machine::SessionMachine::learned_xid`].
+    Learned(Option<u32>),
 }
 
 /// One session's injected queries. See the module docs.
@@ -136,6 +138,7 @@ impl Injector {
                 let Some(replies) = self.injecting.take() else { return InjectStep::Done(None) };
                 match replies.finish(&self.shared) {
                     Injected::Catalog | Injected::Horizon(_) => InjectStep::Done(None),
+                    Injected::Xid(xid) => InjectStep::Learned(xid),
                     Injected::Fence { ops, committed } => InjectStep::Done(Some(FenceTxn {
                         ops,
                         statements: super::fence::fence_statements(self.shared.fence_row),

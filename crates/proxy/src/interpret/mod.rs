@@ -74,12 +74,11 @@ pub mod tagger;
 pub mod versions;
 
 use bytes::Bytes;
-use history::log::LoggedOp;
 use serde::Deserialize;
 
 pub use catalog::{Catalog, Lookup, PK_QUERY, TableInfo};
 pub use plan::{Opaque, OpaqueKind, PlannedQuery, RowKind, RowPlan, SavepointCmd, StmtPlan, plan_query};
-pub use versions::{TagError, VersionBook};
+pub use versions::{DiscoveredWrite, RowOps, TagError, VersionBook};
 
 /// Which version-tagging strategy the proxy uses (`[tagging] strategy`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -148,7 +147,8 @@ pub trait VersionStrategy: Send + Sync {
         extras: &[Option<Bytes>],
         stmt: Option<u32>,
         book: &VersionBook,
-    ) -> Result<Vec<LoggedOp>, StrategyError>;
+        own: &[u32],
+    ) -> Result<RowOps, StrategyError>;
 }
 
 /// PostgreSQL's `xmin` (see [`versions`]).
@@ -174,8 +174,9 @@ impl VersionStrategy for XminStrategy {
         extras: &[Option<Bytes>],
         stmt: Option<u32>,
         book: &VersionBook,
-    ) -> Result<Vec<LoggedOp>, StrategyError> {
-        Ok(versions::row_ops(plan, extras, stmt, book)?)
+        own: &[u32],
+    ) -> Result<RowOps, StrategyError> {
+        Ok(versions::row_ops(plan, extras, stmt, book, own)?)
     }
 }
 
@@ -205,7 +206,8 @@ impl VersionStrategy for ColumnStrategy {
         _extras: &[Option<Bytes>],
         _stmt: Option<u32>,
         _book: &VersionBook,
-    ) -> Result<Vec<LoggedOp>, StrategyError> {
+        _own: &[u32],
+    ) -> Result<RowOps, StrategyError> {
         Err(StrategyError::NotImplemented("the column strategy's row tags"))
     }
 }

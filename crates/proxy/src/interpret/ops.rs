@@ -11,6 +11,7 @@ use history::log::LoggedOp;
 use history::{KeyName, Observed, WriteId};
 
 use super::plan::SavepointCmd;
+use super::versions::DiscoveredWrite;
 
 /// The ops of the open transaction. See the module docs.
 #[derive(Debug, Default)]
@@ -20,6 +21,11 @@ pub struct TxnOps {
     savepoints: Vec<(String, usize)>,
     /// How many of the ops went into the transaction's write-ahead intent.
     in_intent: usize,
+    /// The database transaction ids the open transaction is known to own: the `xmin` of rows it wrote, and
+    /// its own id once asked for (see `versions`, "Discovered writes").
+    xids: Vec<u32>,
+    /// Writes of other transactions that this session's reads discovered, not yet logged.
+    discovered: Vec<DiscoveredWrite>,
 }
 
 impl TxnOps {
@@ -47,6 +53,39 @@ impl TxnOps {
             return;
         }
         self.ops.push(op);
+    }
+
+    /// Notes database transaction ids the open transaction owns.
+    pub fn own_xids(&mut self, xids: &[u32]) {
+        for &x in xids {
+            if !self.xids.contains(&x) {
+                self.xids.push(x);
+            }
+        }
+    }
+
+    /// The database transaction ids the open transaction is known to own.
+    pub fn xids(&self) -> &[u32] {
+        &self.xids
+    }
+
+    /// Notes writes of other transactions that a read discovered.
+    pub fn discovered(&mut self, found: Vec<DiscoveredWrite>) {
+        self.discovered.extend(found);
+    }
+
+    /// Takes the discovered writes not yet logged.
+    pub fn take_discovered(&mut self) -> Vec<DiscoveredWrite> {
+        std::mem::take(&mut self.discovered)
+    }
+
+    /// Whether an op is a statement that may have written rows the proxy did not see: one it could not map
+    /// that is not known to only read (an aggregate, a predicate read) and is not a mapped UPDATE's note.
+    pub fn may_have_written_unseen(&self) -> bool {
+        self.ops.iter().any(|op| {
+            matches!(op, LoggedOp::Opaque { kind, .. }
+                if !matches!(kind.as_str(), "aggregate" | "predicate" | "read_committed_update" | "no_primary_key"))
+        })
     }
 
     /// Follows a savepoint command that succeeded. ROLLBACK TO SAVEPOINT takes back the writes made since
@@ -98,6 +137,7 @@ impl TxnOps {
         let mut ops = std::mem::take(&mut self.ops);
         let in_intent = std::mem::take(&mut self.in_intent);
         self.savepoints.clear();
+        self.xids.clear();
         if intent_written { ops.split_off(in_intent.min(ops.len())) } else { ops }
     }
 
@@ -106,6 +146,7 @@ impl TxnOps {
         self.ops.clear();
         self.savepoints.clear();
         self.in_intent = 0;
+        self.xids.clear();
     }
 }
 

@@ -376,9 +376,11 @@ impl Tagger {
                 let (kept, extras) = data_row_for_client(plan, body).map_err(|e| e.to_string())?;
                 if !self.broken {
                     let found = XminStrategy
-                        .row_ops(rows, &extras, stmt, &self.shared.book)
+                        .row_ops(rows, &extras, stmt, &self.shared.book, ops.xids())
                         .map_err(|e| e.to_string())?;
-                    for op in found {
+                    ops.own_xids(&found.xids);
+                    ops.discovered(found.discovered);
+                    for op in found.ops {
                         self.push_op(op, ops);
                     }
                 }

@@ -81,7 +81,7 @@ impl Tagged {
                 }
                 frame
             }
-            FrontendStep::Wait => panic!("{msg:?} had to wait"),
+            FrontendStep::Wait | FrontendStep::LearnXid => panic!("{msg:?} had to wait"),
         }
     }
 
@@ -304,4 +304,51 @@ fn a_commit_after_a_write_or_an_opaque_statement_still_logs_an_intent() {
     t.feed(&BackendMessage::ReadyForQuery(TxnStatus::Idle));
     assert_eq!(s.metrics.opaque_count(OpaqueKind::Unparsed), 1);
     assert!(t.all_ops().iter().any(|op| matches!(op, LoggedOp::Opaque { kind, .. } if kind == "unparsed")));
+}
+
+#[test]
+fn a_commit_after_a_function_call_first_asks_the_transactions_id_once() {
+    let s = shared();
+    let mut t = Tagged::new(s.clone());
+    let query = |sql: &'static str| FrontendMessage::Query { sql: text(sql) };
+    let at_rest_in_block = |t: &mut Tagged| {
+        t.feed(&BackendMessage::ReadyForQuery(TxnStatus::InTransaction));
+    };
+    // Without a horizon the database may not have pg_current_xact_id_if_assigned(): no question.
+    t.send(query("BEGIN"));
+    t.feed(&BackendMessage::CommandComplete { tag: text("BEGIN") });
+    at_rest_in_block(&mut t);
+    t.send(query("SELECT bump(1)"));
+    t.feed(&BackendMessage::CommandComplete { tag: text("SELECT 1") });
+    at_rest_in_block(&mut t);
+    assert!(matches!(t.m.on_frontend(&query("COMMIT"), 0), FrontendStep::Forward { .. }));
+
+    let s = shared();
+    assert!(s.book.set_horizon(history::RecordingHorizon::from_xmin(1000)));
+    let mut t = Tagged::new(s.clone());
+    t.send(query("BEGIN"));
+    t.feed(&BackendMessage::CommandComplete { tag: text("BEGIN") });
+    at_rest_in_block(&mut t);
+    t.send(query("SELECT bump(1)"));
+    t.feed(&BackendMessage::CommandComplete { tag: text("SELECT 1") });
+    // Asked only once the block is at rest: while the call's ReadyForQuery is to come, the COMMIT waits.
+    assert_eq!(t.m.on_frontend(&query("COMMIT"), 0), FrontendStep::Wait);
+    at_rest_in_block(&mut t);
+    // A read-only question is not asked again after the answer; the intent carries the id.
+    assert_eq!(t.m.on_frontend(&query("COMMIT"), 0), FrontendStep::LearnXid);
+    t.m.learned_xid(Some(1500));
+    t.send(query("COMMIT"));
+    let [intent] = &t.intents[..] else { panic!("{:?}", t.intents) };
+    assert_eq!(intent.xids, vec![1500]);
+
+    // A block that only read and wrote mapped rows is not asked: what it wrote came back with its xmin.
+    let mut t = Tagged::new(s);
+    t.send(query("BEGIN"));
+    t.feed(&BackendMessage::CommandComplete { tag: text("BEGIN") });
+    at_rest_in_block(&mut t);
+    t.send(query("SELECT bal FROM acc WHERE id = 1"));
+    t.feed(&row(&["1", "1100", "1"]));
+    t.feed(&BackendMessage::CommandComplete { tag: text("SELECT 1") });
+    at_rest_in_block(&mut t);
+    assert!(matches!(t.m.on_frontend(&query("COMMIT"), 0), FrontendStep::Forward { .. }));
 }

@@ -36,6 +36,15 @@
 //!   client that pipelines COMMIT behind its writes (one query string) lets the database commit before the
 //!   proxy has read that row; another session's read of the new version can then be processed first and
 //!   be recorded as pre-history. Fences avoid this by sending COMMIT only after their row is in.
+//! - **Discovered writes.** A write the interpreter could not map (a SQL function, a trigger) still
+//!   stamps its version with its transaction's id. The proxy learns the ids of recorded transactions: the
+//!   `xmin` of each row a mapped INSERT or UPDATE returned, and, for a transaction that ran a statement
+//!   that may write unseen, `pg_current_xact_id_if_assigned()` asked before its COMMIT. Once a transaction
+//!   has an intent in the log, its ids are its own in the book ([`VersionBook::own`]). A read of a version
+//!   whose `xmin` one of them owns is a read of that transaction's write: the reading session logs the
+//!   write as discovered ([`history::log::LogRecord::DiscoveredWrite`]) before any record of its own, and
+//!   the verifier checks it like any other (a transaction reading its own such write gets the write in its
+//!   ops first). The book keeps the latest [`MAX_OWNED_XIDS`] ids.
 //! - The book lives in memory. After a restart, the proxy seeds it from the log's write ops
 //!   ([`VersionBook::seed_from`]), so versions written by an earlier run stay `Version`, not pre-history.
 //!
@@ -56,12 +65,12 @@
 //!   concurrent update committed in between, PostgreSQL updates the newer version (EvalPlanQual) while the
 //!   snapshot still shows the older one, so the recorded read can be older than the replaced version.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 use bytes::Bytes;
 use history::log::LoggedOp;
-use history::{KeyName, Observed, RecordingHorizon, WriteId};
+use history::{KeyName, Observed, RecordingHorizon, TxnId, WriteId};
 
 use super::plan::{PkValue, RowKind, RowPlan};
 
@@ -132,6 +141,54 @@ pub struct VersionBook {
     seen: Mutex<HashSet<u64>>,
     /// The recording horizon, once known.
     horizon: std::sync::OnceLock<RecordingHorizon>,
+    /// Which recorded transaction owns which database transaction id (32 bits, as `xmin` shows it).
+    owners: Mutex<OwnedXids>,
+}
+
+/// How many database transaction ids the book remembers owners for; older ones are forgotten first, and a
+/// read of a version they stamped is then an unrecorded writer's again (unverifiable, never wrong).
+pub const MAX_OWNED_XIDS: usize = 1 << 18;
+
+/// A bounded map from database transaction id to the recorded transaction that owns it.
+#[derive(Debug, Default)]
+struct OwnedXids {
+    owner: HashMap<u32, TxnId>,
+    /// Insertion order, oldest first, for eviction.
+    order: VecDeque<u32>,
+}
+
+/// What a read of a version found: the [`Observed`] it records, and whether the version's writer was
+/// discovered by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sighting {
+    /// A recorded, pre-history or unrecorded writer's version, as the module docs classify it.
+    Plain(Observed),
+    /// A version the reading transaction itself wrote through something unmapped.
+    Own(WriteId),
+    /// A version the recorded transaction `writer` wrote through something unmapped.
+    Theirs {
+        /// Its writer.
+        writer: TxnId,
+        /// Its identity.
+        write: WriteId,
+    },
+}
+
+/// A write of another recorded transaction that a read revealed, for the session to log before any
+/// record of its own (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiscoveredWrite {
+    /// The transaction that wrote it.
+    pub writer: TxnId,
+    /// The key written.
+    pub key: KeyName,
+    /// The version.
+    pub write: WriteId,
+}
+
+/// The 32-bit transaction id in an `xmin` value (its text), if it is one.
+pub fn parse_xid(xmin: &[u8]) -> Option<u32> {
+    std::str::from_utf8(xmin).ok()?.parse::<u32>().ok()
 }
 
 /// The 64-bit id of the 32-bit transaction id `xid` nearest to `near` (PostgreSQL's circular order:
@@ -239,22 +296,87 @@ impl VersionBook {
         }
     }
 
-    /// What a read of the version (`key`, `xmin`) observed, by the rule in the module docs.
+    /// Notes that the recorded transaction `txn` owns the database transaction ids `xids`: call once its
+    /// intent (or outcome) is in the log, so that a reader's discovery never names a transaction the log
+    /// does not hold yet.
+    pub fn own(&self, xids: &[u32], txn: TxnId) {
+        let Ok(mut owned) = self.owners.lock() else { return };
+        for &xid in xids {
+            if owned.owner.insert(xid, txn).is_none() {
+                owned.order.push_back(xid);
+                if owned.order.len() > MAX_OWNED_XIDS
+                    && let Some(old) = owned.order.pop_front()
+                {
+                    owned.owner.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn owner(&self, xid: u32) -> Option<TxnId> {
+        self.owners.lock().ok()?.owner.get(&xid).copied()
+    }
+
+    /// What a read of the version (`key`, `xmin`) observed, by the rule in the module docs, for a reader
+    /// that knows of none of its own transaction's ids.
     pub fn observed(&self, key: &KeyName, xmin: &[u8]) -> Observed {
+        match self.sighting(key, xmin, &[]) {
+            Sighting::Plain(o) => o,
+            Sighting::Own(w) | Sighting::Theirs { write: w, .. } => Observed::Version(w),
+        }
+    }
+
+    /// What a read of the version (`key`, `xmin`) found, by a transaction whose own database ids (so far)
+    /// are `own`: see the module docs.
+    pub fn sighting(&self, key: &KeyName, xmin: &[u8], own: &[u32]) -> Sighting {
         self.saw(key);
         let w = version_id(key, xmin);
         if self.contains(w) {
-            return Observed::Version(w);
+            return Sighting::Plain(Observed::Version(w));
         }
-        let Some(horizon) = self.horizon() else { return Observed::PreHistory(w.0) };
+        let Some(horizon) = self.horizon() else { return Sighting::Plain(Observed::PreHistory(w.0)) };
         // xmin is the 32-bit id as text; anything else cannot be placed, so it is not evidence.
-        let Some(xid) = std::str::from_utf8(xmin).ok().and_then(|s| s.parse::<u32>().ok()) else {
-            return Observed::Unrecorded(w.0);
-        };
+        let Some(xid) = parse_xid(xmin) else { return Sighting::Plain(Observed::Unrecorded(w.0)) };
         if xid < FIRST_NORMAL_XID || horizon.had_ended(widen_xid(xid, horizon.xmax)) {
-            Observed::PreHistory(w.0)
-        } else {
-            Observed::Unrecorded(w.0)
+            return Sighting::Plain(Observed::PreHistory(w.0));
+        }
+        if own.contains(&xid) {
+            return Sighting::Own(w);
+        }
+        match self.owner(xid) {
+            Some(writer) => Sighting::Theirs { writer, write: w },
+            None => Sighting::Plain(Observed::Unrecorded(w.0)),
+        }
+    }
+}
+
+/// What one result row revealed: its ops, the database ids it showed the transaction owns, and writes of
+/// other transactions its reads discovered.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct RowOps {
+    /// Reads and writes, in table order.
+    pub ops: Vec<LoggedOp>,
+    /// The `xmin` of each row the statement wrote: ids of the writing transaction (or its subtransaction).
+    pub xids: Vec<u32>,
+    /// Writes of other recorded transactions that its reads found.
+    pub discovered: Vec<DiscoveredWrite>,
+}
+
+impl RowOps {
+    /// A read of the version (`key`, `xmin`) by a transaction owning `own`.
+    fn read(&mut self, key: KeyName, xmin: &[u8], stmt: Option<u32>, own: &[u32], book: &VersionBook) {
+        match book.sighting(&key, xmin, own) {
+            Sighting::Plain(observed) => self.ops.push(LoggedOp::Read { key, observed, stmt }),
+            Sighting::Own(write) => {
+                // Its own unmapped write, read back: the write goes into its ops first.
+                book.insert(write);
+                self.ops.push(LoggedOp::Write { key: key.clone(), write, stmt });
+                self.ops.push(LoggedOp::Read { key, observed: Observed::Version(write), stmt });
+            }
+            Sighting::Theirs { writer, write } => {
+                self.discovered.push(DiscoveredWrite { writer, key: key.clone(), write });
+                self.ops.push(LoggedOp::Read { key, observed: Observed::Version(write), stmt });
+            }
         }
     }
 }
@@ -269,19 +391,21 @@ pub struct TagError {
     pub reason: String,
 }
 
-/// Turns one result row's extra values into ops, in table order. A table whose columns are NULL (the
-/// missing side of an outer join) contributes nothing. Writes are noted in `book`.
+/// Turns one result row's extra values into ops, in table order, for a transaction that owns the
+/// database ids `own` so far. A table whose columns are NULL (the missing side of an outer join)
+/// contributes nothing. Writes are noted in `book`.
 pub fn row_ops(
     plan: &RowPlan,
     extras: &[Option<Bytes>],
     stmt: Option<u32>,
     book: &VersionBook,
-) -> Result<Vec<LoggedOp>, TagError> {
+    own: &[u32],
+) -> Result<RowOps, TagError> {
     let err = |reason: String| TagError { kind: plan.kind, reason };
     if extras.len() != plan.extra_columns() {
         return Err(err(format!("{} values for {} columns", extras.len(), plan.extra_columns())));
     }
-    let mut ops = Vec::new();
+    let mut found = RowOps::default();
     let mut at = 0;
     for t in &plan.tables {
         let cols = &extras[at..at + t.width()];
@@ -292,10 +416,7 @@ pub fn row_ops(
         let key = key_name(&t.namespace, &pk);
         let mut extra = cols[1 + t.pk_arity..].iter();
         match plan.kind {
-            RowKind::Read => {
-                let observed = book.observed(&key, xmin);
-                ops.push(LoggedOp::Read { key, observed, stmt });
-            }
+            RowKind::Read => found.read(key, xmin, stmt, own, book),
             RowKind::Insert | RowKind::Update => {
                 if t.replaced {
                     // NULL: the row was not visible to the statement's snapshot (inserted by this statement's
@@ -303,32 +424,34 @@ pub fn row_ops(
                     match extra.next() {
                         Some(Some(old)) if old.as_ref() == READ_COMMITTED_MARK.as_bytes() => {
                             let kind = "read_committed_update".to_owned();
-                            if !ops.contains(&LoggedOp::Opaque { kind: kind.clone(), stmt }) {
-                                ops.push(LoggedOp::Opaque { kind, stmt });
+                            if !found.ops.contains(&LoggedOp::Opaque { kind: kind.clone(), stmt }) {
+                                found.ops.push(LoggedOp::Opaque { kind, stmt });
                             }
                         }
-                        Some(Some(old)) => {
-                            let observed = book.observed(&key, old);
-                            ops.push(LoggedOp::Read { key: key.clone(), observed, stmt });
-                        }
+                        Some(Some(old)) => found.read(key.clone(), old, stmt, own, book),
                         _ => {}
                     }
                 }
                 let w = version_id(&key, xmin);
                 book.insert(w);
                 book.set_tombstone(&key, None);
-                ops.push(LoggedOp::Write { key, write: w, stmt });
+                if let Some(xid) = parse_xid(xmin)
+                    && !found.xids.contains(&xid)
+                {
+                    found.xids.push(xid);
+                }
+                found.ops.push(LoggedOp::Write { key, write: w, stmt });
             }
             RowKind::Delete => {
                 let Some(Some(deleter)) = extra.next() else { return Err(err("no deleter id".into())) };
                 let w = tombstone_id(&key, deleter);
                 book.insert(w);
                 book.set_tombstone(&key, Some(w));
-                ops.push(LoggedOp::Write { key, write: w, stmt });
+                found.ops.push(LoggedOp::Write { key, write: w, stmt });
             }
         }
     }
-    Ok(ops)
+    Ok(found)
 }
 
 /// The Absent read a point lookup that returned no row records, if its key values are known: literals,
@@ -380,6 +503,15 @@ mod tests {
         }
     }
 
+    fn ops_of(
+        plan: &RowPlan,
+        extras: &[Option<Bytes>],
+        stmt: Option<u32>,
+        book: &VersionBook,
+    ) -> Result<Vec<LoggedOp>, TagError> {
+        row_ops(plan, extras, stmt, book, &[]).map(|found| found.ops)
+    }
+
     fn b(s: &str) -> Option<Bytes> {
         Some(Bytes::copy_from_slice(s.as_bytes()))
     }
@@ -388,7 +520,7 @@ mod tests {
     fn a_recorded_write_is_read_as_a_version_and_anything_else_as_prehistory() {
         let book = VersionBook::new();
         let read = plan(RowKind::Read, false, false);
-        let before = row_ops(&read, &[b("100"), b("7")], Some(0), &book).unwrap_or_default();
+        let before = ops_of(&read, &[b("100"), b("7")], Some(0), &book).unwrap_or_default();
         let key = key_name("accounts", &[b"7"]);
         let v100 = version_id(&key, b"100");
         assert_eq!(
@@ -396,7 +528,7 @@ mod tests {
             vec![LoggedOp::Read { key: key.clone(), observed: Observed::PreHistory(v100.0), stmt: Some(0) }]
         );
         let upd = plan(RowKind::Update, true, false);
-        let ops = row_ops(&upd, &[b("200"), b("7"), b("100")], Some(1), &book).unwrap_or_default();
+        let ops = ops_of(&upd, &[b("200"), b("7"), b("100")], Some(1), &book).unwrap_or_default();
         let v200 = version_id(&key, b"200");
         assert_eq!(
             ops,
@@ -405,21 +537,21 @@ mod tests {
                 LoggedOp::Write { key: key.clone(), write: v200, stmt: Some(1) },
             ]
         );
-        let after = row_ops(&read, &[b("200"), b("7")], None, &book).unwrap_or_default();
+        let after = ops_of(&read, &[b("200"), b("7")], None, &book).unwrap_or_default();
         assert_eq!(
             after,
             vec![LoggedOp::Read { key: key.clone(), observed: Observed::Version(v200), stmt: None }]
         );
         let del = plan(RowKind::Delete, false, true);
-        let ops = row_ops(&del, &[b("200"), b("7"), b("901")], None, &book).unwrap_or_default();
+        let ops = ops_of(&del, &[b("200"), b("7"), b("901")], None, &book).unwrap_or_default();
         assert_eq!(
             ops,
             vec![LoggedOp::Write { key: key.clone(), write: tombstone_id(&key, b"901"), stmt: None }]
         );
         assert_ne!(tombstone_id(&key, b"200"), version_id(&key, b"200"));
-        assert!(row_ops(&read, &[b("1")], None, &book).is_err());
-        assert!(row_ops(&read, &[b("1"), None], None, &book).is_err());
-        assert_eq!(row_ops(&read, &[None, None], None, &book), Ok(vec![]));
+        assert!(ops_of(&read, &[b("1")], None, &book).is_err());
+        assert!(ops_of(&read, &[b("1"), None], None, &book).is_err());
+        assert_eq!(ops_of(&read, &[None, None], None, &book), Ok(vec![]));
     }
 
     #[test]
@@ -441,12 +573,12 @@ mod tests {
         // After a recorded DELETE, "no row" is the tombstone; after a new insert, a live version again, so
         // "no row" then means something Krait did not record deleted it.
         let del = plan(RowKind::Delete, false, true);
-        let ops = row_ops(&del, &[b("5"), b("9"), b("700")], None, &book).unwrap_or_default();
+        let ops = ops_of(&del, &[b("5"), b("9"), b("700")], None, &book).unwrap_or_default();
         let Some(LoggedOp::Write { write, .. }) = ops.first() else { panic!("{ops:?}") };
         let got = absent_read(&p, &[b("9")], &[], None, &book);
         assert!(matches!(got, Some(LoggedOp::Read { observed: Observed::Version(w), .. }) if w == *write));
         let ins = plan(RowKind::Insert, false, false);
-        let _ = row_ops(&ins, &[b("800"), b("9")], None, &book);
+        let _ = ops_of(&ins, &[b("800"), b("9")], None, &book);
         let got = absent_read(&p, &[b("9")], &[], None, &book);
         assert!(matches!(got, Some(LoggedOp::Read { observed: Observed::Unrecorded(_), .. })), "{got:?}");
         // A key never seen reads the initial "no row".
@@ -482,6 +614,59 @@ mod tests {
         // A version this proxy recorded is a version whatever its xmin.
         book.insert(version_id(&key, b"5000"));
         assert_eq!(book.observed(&key, b"5000"), Observed::Version(version_id(&key, b"5000")));
+    }
+
+    #[test]
+    fn an_owned_xid_turns_an_unrecorded_version_into_its_owners_discovered_write() {
+        let book = VersionBook::new();
+        assert!(book.set_horizon(RecordingHorizon::from_xmin(1000)));
+        let key = key_name("accounts", &[b"7"]);
+        let w = version_id(&key, b"1500");
+        let read = plan(RowKind::Read, false, false);
+        let row = [b("1500"), b("7")];
+        let before = row_ops(&read, &row, None, &book, &[]).unwrap_or_default();
+        assert!(matches!(before.ops[..], [LoggedOp::Read { observed: Observed::Unrecorded(_), .. }]));
+        // The reader's own id: its own write, read back.
+        let own = row_ops(&read, &row, Some(2), &book, &[1500]).unwrap_or_default();
+        assert_eq!(
+            own.ops,
+            vec![
+                LoggedOp::Write { key: key.clone(), write: w, stmt: Some(2) },
+                LoggedOp::Read { key: key.clone(), observed: Observed::Version(w), stmt: Some(2) },
+            ]
+        );
+        // Another transaction's id, once it owns it: a discovery for the session to log.
+        let other = VersionBook::new();
+        assert!(other.set_horizon(RecordingHorizon::from_xmin(1000)));
+        other.own(&[1500], TxnId(42));
+        let theirs = row_ops(&read, &row, None, &other, &[]).unwrap_or_default();
+        assert_eq!(
+            theirs.ops,
+            vec![LoggedOp::Read { key: key.clone(), observed: Observed::Version(w), stmt: None }]
+        );
+        assert_eq!(
+            theirs.discovered,
+            vec![DiscoveredWrite { writer: TxnId(42), key: key.clone(), write: w }]
+        );
+        // A pre-history version stays one whoever owns its id; a write tells the writer's ids.
+        other.own(&[900], TxnId(43));
+        let old = row_ops(&read, &[b("900"), b("7")], None, &other, &[]).unwrap_or_default();
+        assert!(matches!(old.ops[..], [LoggedOp::Read { observed: Observed::PreHistory(_), .. }]));
+        let upd = plan(RowKind::Update, true, false);
+        let wrote = row_ops(&upd, &[b("1600"), b("7"), b("1500")], None, &other, &[]).unwrap_or_default();
+        assert_eq!(wrote.xids, vec![1600]);
+        assert_eq!(wrote.discovered.len(), 1, "the replaced version is a discovered write too");
+    }
+
+    #[test]
+    fn the_book_forgets_the_oldest_owners_first() {
+        let book = VersionBook::new();
+        for xid in 0..(MAX_OWNED_XIDS as u32 + 2) {
+            book.own(&[xid], TxnId(u64::from(xid)));
+        }
+        assert_eq!(book.owner(0), None);
+        assert_eq!(book.owner(1), None);
+        assert_eq!(book.owner(2), Some(TxnId(2)));
     }
 
     #[test]

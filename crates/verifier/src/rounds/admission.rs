@@ -137,7 +137,7 @@ impl OnlineVerifier {
                                 ));
                                 drop_ops.push(oi);
                             }
-                            Some(Known::Quarantined) => {
+                            Some(Known::Quarantined | Known::DiscoveredLate) => {
                                 self.unverifiable_reads += 1;
                                 drop_ops.push(oi);
                             }
