@@ -215,3 +215,53 @@ async fn a_lost_update_through_functions_is_caught_by_the_discovered_writes() {
     assert_eq!(discovered(&h), (2, 2), "both functions' writes are discovered:\n{report}");
     exec(&db, &format!("DROP TABLE {t} CASCADE")).await;
 }
+
+/// `[record] exclusive`: the operator asserts every writer goes through the proxy. A write made behind its
+/// back is then reported as a version no recorded transaction wrote (and the report re-checks); without the
+/// assertion, or once a statement the proxy cannot map has run (a function may write in a subtransaction
+/// whose id it never learns), the read is unverifiable instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_exclusive_recording_a_write_behind_the_proxys_back_is_reported() {
+    let t = unique_table("uw_excl");
+    let db = direct().await;
+    exec(
+        &db,
+        &format!(
+            "DROP TABLE IF EXISTS {t} CASCADE; \
+             CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); INSERT INTO {t} VALUES (1, 0), (2, 0); \
+             CREATE OR REPLACE FUNCTION {t}_bump(i int) RETURNS void LANGUAGE sql \
+               AS 'UPDATE {t} SET v = v + 1 WHERE id = i'"
+        ),
+    )
+    .await;
+    let read = format!("SELECT v FROM {t} WHERE id = 1");
+    for (exclusive, suspend) in [(true, false), (false, false), (true, true)] {
+        let what = format!("exclusive = {exclusive}, a function call first: {suspend}");
+        let proxy = start_proxy_with(Opts { tagging: Some("xmin"), exclusive, ..Opts::default() }).await;
+        let c = proxy.connect().await;
+        c.query(&read, &[]).await.expect("read");
+        if suspend {
+            exec(&c, &format!("SELECT {t}_bump(2)")).await;
+        }
+        exec(&db, &format!("UPDATE {t} SET v = v + 1 WHERE id = 1")).await;
+        c.query(&read, &[]).await.expect("read");
+        let active = exclusive && !suspend;
+        let metrics = proxy.admin_get("/metrics").await;
+        let gauge = format!("krait_record_exclusive_active {}", u8::from(active));
+        assert!(metrics.contains(&gauge), "{what}: no {gauge} in\n{metrics}");
+        drop(c);
+        let (report, h) = replay_and_verify(&proxy).await;
+        if active {
+            assert!(!report.is_accept(), "{what}: a write behind the proxy's back, yet:\n{report}");
+            assert!(
+                report.anomalies.iter().any(|a| a.class == verifier::AnomalyClass::UnownedVersion),
+                "{what}:\n{report}"
+            );
+            verifier::check_report(&h, &report).expect("the report re-checks");
+        } else {
+            assert!(report.is_accept(), "{what}: nothing is known of the writer, yet:\n{report}");
+            assert!(unrecorded_reads(&report) >= 1, "{what}: the read is unverifiable:\n{report}");
+        }
+    }
+    exec(&db, &format!("DROP TABLE {t} CASCADE")).await;
+}

@@ -148,6 +148,13 @@ pub enum Observed {
     /// a garbage read or an edge, because its writer's place in the history is unknown. Appended last:
     /// postcard encodes variants by index, so logs written before it existed still decode.
     Unrecorded(u64),
+    /// A version written after this proxy run began, by a writer it did not record, while the operator
+    /// asserted that every writer goes through it (`[record] exclusive`) and nothing it saw could explain
+    /// the version (DESIGN.md §3). The tag is the write id the version would have if a recorded transaction
+    /// had written it: replay resolves the read to that write when some transaction did (the reader's row
+    /// overtook the writer's), and the verifier reports any other as a version no recorded transaction
+    /// wrote. Appended last, so logs written before it existed still decode.
+    Foreign(u64),
 }
 
 /// One read or write, in the order the transaction issued it.

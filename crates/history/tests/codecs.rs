@@ -99,6 +99,7 @@ fn arb_history() -> impl Strategy<Value = History> {
             Just(Observed::Absent),
             prop_oneof![Just(0u64), any::<u64>()].prop_map(Observed::PreHistory),
             prop_oneof![Just(0u64), any::<u64>()].prop_map(Observed::Unrecorded),
+            prop_oneof![Just(0u64), any::<u64>()].prop_map(Observed::Foreign),
         ];
         let op = if n_keys == 0 {
             Just(None).boxed()

@@ -227,6 +227,13 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
                 horizon.xmin
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP krait_record_exclusive_active Whether a version no recorded transaction wrote is reported \
+             ([record] exclusive asserted, not suspended, run horizon known).\n\
+             # TYPE krait_record_exclusive_active gauge\nkrait_record_exclusive_active {}",
+            u8::from(t.book.exclusive_active())
+        );
     }
     out
 }

@@ -62,6 +62,22 @@ pub struct Config {
     /// Fence injection (used when tagging is on).
     #[serde(default)]
     pub fence: crate::interpret::FenceConfig,
+    /// What the operator asserts about recording.
+    #[serde(default)]
+    pub record: RecordConfig,
+}
+
+/// `[record]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordConfig {
+    /// The operator asserts that every writer of the database goes through this proxy: a version written
+    /// during this run that no recorded transaction wrote, and that nothing the proxy saw can explain, is
+    /// then reported as an anomaly ("unowned version") instead of being unverifiable (DESIGN.md §3). Off by
+    /// default. Suspended for the rest of the run (with a warning and on /metrics) once the proxy forwards
+    /// a statement it cannot map that may write, or loses track of a session.
+    #[serde(default)]
+    pub exclusive: bool,
 }
 
 /// `[listen]`.

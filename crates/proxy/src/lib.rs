@@ -171,6 +171,9 @@ pub async fn start(config: Config) -> Result<ProxyHandle, ProxyError> {
     let tagging = match config.tagging.strategy {
         interpret::StrategyName::Xmin => {
             let t = Arc::new(interpret::shared::TaggingShared::new());
+            if config.record.exclusive {
+                t.book.assert_exclusive();
+            }
             // Versions written by earlier runs into this log stay recorded versions, not pre-history.
             let replay_log = log.clone();
             match tokio::task::spawn_blocking(move || replay_log.replay()).await {

@@ -496,6 +496,11 @@ async fn server_to_client(
                         Ok(reply) => (reply, false),
                         Err(desync) => {
                             Metrics::inc(&shared.metrics.desyncs);
+                            if let Some(t) = machine.tagger() {
+                                t.shared()
+                                    .book
+                                    .suspend_exclusive(|| "it lost track of a session's replies".into());
+                            }
                             warn!("{}; relaying unrecorded from now on", desync.reason);
                             (Reply { ends: desync.ends, outgoing: Outgoing::Same }, true)
                         }

@@ -249,7 +249,9 @@ fn check_accept(f: &Facts<'_>, report: &Report, summary: &mut CheckSummary) -> R
                 }
                 Op::Read { key, observed, .. } => {
                     // A version no recorded transaction wrote explains nothing and contradicts nothing.
-                    if skip.contains(&OpRef::new(t.id, oi)) || matches!(observed, Observed::Unrecorded(_)) {
+                    if skip.contains(&OpRef::new(t.id, oi))
+                        || matches!(observed, Observed::Unrecorded(_) | Observed::Foreign(_))
+                    {
                         continue;
                     }
                     let expected = match (own.get(&key), store.get(&key)) {
@@ -348,6 +350,21 @@ impl Checker<'_, '_> {
                         .any(|op| matches!(*op, Op::Write { key, write, .. } if key == k && write == w))
                 }) {
                     return bad(format!("{w} was written to that key"));
+                }
+            }
+            AnomalyClass::UnownedVersion => {
+                need(1)?;
+                let (k, o) = read(0)?;
+                f.included_txn(ops[0].0.id)?;
+                let Observed::Foreign(tag) = o else {
+                    return bad("unowned-version evidence is not a foreign read");
+                };
+                if f.h.transactions.iter().any(|t| {
+                    t.ops
+                        .iter()
+                        .any(|op| matches!(*op, Op::Write { key, write, .. } if key == k && write.0 == tag))
+                }) {
+                    return bad(format!("w{tag} was written to that key by a recorded transaction"));
                 }
             }
             AnomalyClass::DuplicateWrite => {

@@ -115,7 +115,7 @@ impl Epochs {
                 }
             },
             // Written by no recorded fence: someone else wrote the fence row, and epochs cannot be trusted.
-            Observed::Unrecorded(_) => {
+            Observed::Unrecorded(_) | Observed::Foreign(_) => {
                 self.break_with(format!("fence {} read a version of the fence key no fence wrote", f.id));
                 self.max_epoch
             }

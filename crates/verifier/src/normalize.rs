@@ -251,6 +251,33 @@ pub(crate) fn normalize_with(h: &History, repeatable: bool) -> Normalized {
                         });
                         continue;
                     }
+                    // Under `[record] exclusive`, a version no recorded transaction wrote (replay already
+                    // resolved those some transaction did write) is evidence of its own: the database, or a
+                    // writer behind the proxy's back, made it. After a log gap its writer may be lost.
+                    if let Observed::Foreign(tag) = observed {
+                        if after_gap {
+                            out.unverified.push(Unverified {
+                                op: here,
+                                cause: UnverifiableCause::LogGap,
+                                why: format!(
+                                    "read of foreign#{tag} after a log gap: its writer may have been lost"
+                                ),
+                            });
+                        } else {
+                            out.anomalies.push(Found {
+                                class: AnomalyClass::UnownedVersion,
+                                summary: format!(
+                                    "{} read {}={}, a version no recorded transaction wrote, though every writer \
+                                     was to go through the proxy ([record] exclusive)",
+                                    t.id,
+                                    key_name(h, key),
+                                    show(observed)
+                                ),
+                                ops: vec![here],
+                            });
+                        }
+                        continue;
+                    }
                     if let Some(&(w, wi)) = own.get(&key) {
                         if observed != Observed::Version(w) {
                             out.anomalies.push(Found {
@@ -499,5 +526,6 @@ pub(crate) fn show(o: Observed) -> String {
         Observed::PreHistory(tag) => format!("init#{tag}"),
         Observed::Absent => "absent".to_owned(),
         Observed::Unrecorded(tag) => format!("unrecorded#{tag}"),
+        Observed::Foreign(tag) => format!("foreign#{tag}"),
     }
 }

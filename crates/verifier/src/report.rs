@@ -72,6 +72,11 @@ pub enum AnomalyClass {
     /// Causal: a transaction read a version older than a write it causally depends on.
     #[serde(rename = "causality violation")]
     CausalityViolation,
+    /// A read of a version no recorded transaction wrote, while the operator asserted that every writer
+    /// goes through the proxy (`[record] exclusive`, DESIGN.md §3): the database invented it, or something
+    /// wrote behind the proxy's back.
+    #[serde(rename = "unowned version")]
+    UnownedVersion,
 }
 
 impl AnomalyClass {
@@ -95,6 +100,7 @@ impl AnomalyClass {
             AnomalyClass::InternalRead => "internal read",
             AnomalyClass::FracturedRead => "fractured read",
             AnomalyClass::CausalityViolation => "causality violation",
+            AnomalyClass::UnownedVersion => "unowned version",
         }
     }
 }

@@ -255,3 +255,39 @@ fn writes_discovered_after_admission_are_unverifiable_online_and_checked_one_sho
     assert_eq!((s.txns_read, s.rejects), (4, 0), "{s:?}");
     assert_eq!(feeder.verifier().unverifiable_reads(), 2);
 }
+
+/// `[record] exclusive`: a foreign read (a version no recorded transaction owned when it was read) is
+/// reported as an unowned version, one-shot and online, and the report re-checks; one whose tag a recorded
+/// transaction did write (its row reached the proxy after the reader's) is a read of that write.
+#[test]
+fn a_foreign_read_is_an_unowned_version_unless_its_write_turns_up() {
+    for writer_turns_up in [false, true] {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+        let t1 = logged(1, 1, 0, vec![read("x", Observed::Foreign(77))], false);
+        let _ = log.append_finished(t1, Outcome::Committed, Some(10)).expect("finished");
+        let t2 = logged(2, 2, 0, if writer_turns_up { vec![write("x", 77)] } else { vec![] }, false);
+        log.append_finished(t2, Outcome::Committed, Some(5)).expect("finished").wait().expect("durable");
+
+        let h = log.replay().expect("replays");
+        let report = verifier::verify(&h, &verifier::Options::default()).expect("verifies");
+        assert_eq!(report.is_accept(), writer_turns_up, "{report}");
+        if !writer_turns_up {
+            assert_eq!(report.anomalies[0].class, verifier::AnomalyClass::UnownedVersion, "{report}");
+            verifier::check_report(&h, &report).expect("the report re-checks");
+            // The evidence must be a foreign read that no one wrote.
+            let mut forged = h.clone();
+            forged.transactions[1].ops.push(history::Op::Write {
+                key: forged.keys.get(&key("x")).expect("x"),
+                write: WriteId(77),
+                stmt: None,
+            });
+            assert!(verifier::check_report(&forged, &report).is_err());
+        }
+
+        let mut feeder = Feeder::new(RoundOptions::online(1_000, Duration::from_secs(3600)), None);
+        feeder.read_log(&log, usize::MAX).expect("reads");
+        feeder.finish().expect("a last round");
+        assert_eq!(feeder.status().rejects, u64::from(!writer_turns_up), "online, writer: {writer_turns_up}");
+    }
+}

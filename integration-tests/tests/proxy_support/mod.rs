@@ -45,6 +45,8 @@ pub struct Opts {
     pub tagging: Option<&'static str>,
     /// `fence.every`; the proxy's default when unset.
     pub fence_every: Option<u64>,
+    /// `record.exclusive`.
+    pub exclusive: bool,
 }
 
 pub async fn start_proxy() -> TestProxy {
@@ -77,6 +79,9 @@ pub async fn start_proxy_with(opts: Opts) -> TestProxy {
     }
     if let Some(every) = opts.fence_every {
         toml.push_str(&format!("[fence]\nevery = {every}\n"));
+    }
+    if opts.exclusive {
+        toml.push_str("[record]\nexclusive = true\n");
     }
     let config = Config::parse(&toml, Path::new("<test>")).expect("test config");
     let handle = proxy::start(config).await.expect("proxy starts");

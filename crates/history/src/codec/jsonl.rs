@@ -154,6 +154,9 @@ struct OpLine {
     /// A version of an unrecorded writer, with its tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     unrecorded: Option<u64>,
+    /// A version no recorded transaction wrote, under `[record] exclusive`, with its tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    foreign: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     stmt: Option<u32>,
 }
@@ -230,6 +233,7 @@ pub fn encode(history: &History, out: &mut impl Write) -> Result<(), JsonlWriteE
                             Observed::PreHistory(t) => o.pre = Some(t),
                             Observed::Absent => o.absent = true,
                             Observed::Unrecorded(t) => o.unrecorded = Some(t),
+                            Observed::Foreign(t) => o.foreign = Some(t),
                         }
                         o
                     }
@@ -417,21 +421,22 @@ fn decode_txn(
         };
         let op = match (o.r, o.w) {
             (None, Some(w)) => {
-                if o.pre.is_some() || o.absent || o.unrecorded.is_some() {
+                if o.pre.is_some() || o.absent || o.unrecorded.is_some() || o.foreign.is_some() {
                     return Err(bad("a write takes only \"v\""));
                 }
                 let write = WriteId(o.v.ok_or_else(|| bad("a write needs \"v\", its write id"))?);
                 Op::Write { key: key_of(&w)?, write, stmt }
             }
             (Some(r), None) => {
-                let observed = match (o.v, o.pre, o.absent, o.unrecorded) {
-                    (Some(v), None, false, None) => Observed::Version(WriteId(v)),
-                    (None, Some(p), false, None) => Observed::PreHistory(p),
-                    (None, None, true, None) => Observed::Absent,
-                    (None, None, false, Some(u)) => Observed::Unrecorded(u),
+                let observed = match (o.v, o.pre, o.absent, o.unrecorded, o.foreign) {
+                    (Some(v), None, false, None, None) => Observed::Version(WriteId(v)),
+                    (None, Some(p), false, None, None) => Observed::PreHistory(p),
+                    (None, None, true, None, None) => Observed::Absent,
+                    (None, None, false, Some(u), None) => Observed::Unrecorded(u),
+                    (None, None, false, None, Some(f)) => Observed::Foreign(f),
                     _ => {
                         return Err(bad(
-                            "a read needs exactly one of \"v\", \"pre\", \"absent\" and \"unrecorded\"",
+                            "a read needs exactly one of \"v\", \"pre\", \"absent\", \"unrecorded\" and \"foreign\"",
                         ));
                     }
                 };

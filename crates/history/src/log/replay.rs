@@ -32,8 +32,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::LogError;
 use super::record::{LogRecord, LoggedTxn};
 use crate::{
-    History, Key, KeyTable, LogGap, Op, Outcome, RecordingHorizon, SessionId, StmtRef, Transaction, TxnId,
-    UncheckedStatement, WriteId,
+    History, Key, KeyTable, LogGap, Observed, Op, Outcome, RecordingHorizon, SessionId, StmtRef, Transaction,
+    TxnId, UncheckedStatement, WriteId,
 };
 
 /// What a log record finished, in the order it finished it.
@@ -377,7 +377,35 @@ pub fn replay(
         history.transactions.push(t.txn);
         history.unchecked.extend(t.unchecked);
     }
+    resolve_foreign(&mut history);
     Ok(history)
+}
+
+/// Turns each [`Observed::Foreign`] read whose tag some transaction wrote to the same key into a read of
+/// that write: its row reached the proxy after a reader's (an autocommit write commits before its RETURNING
+/// row is read), so the reader could not know it yet. What stays foreign, no recorded transaction wrote.
+pub fn resolve_foreign(history: &mut History) {
+    let foreign = |op: &Op| matches!(op, Op::Read { observed: Observed::Foreign(_), .. });
+    if !history.transactions.iter().any(|t| t.ops.iter().any(foreign)) {
+        return;
+    }
+    let written: HashSet<(crate::Key, WriteId)> = history
+        .transactions
+        .iter()
+        .flat_map(|t| &t.ops)
+        .filter_map(|op| match *op {
+            Op::Write { key, write, .. } => Some((key, write)),
+            Op::Read { .. } => None,
+        })
+        .collect();
+    for op in history.transactions.iter_mut().flat_map(|t| t.ops.iter_mut()) {
+        if let Op::Read { key, observed, .. } = op
+            && let Observed::Foreign(tag) = *observed
+            && written.contains(&(*key, WriteId(tag)))
+        {
+            *observed = Observed::Version(WriteId(tag));
+        }
+    }
 }
 
 fn inconsistent(seq: u64, reason: String) -> LogError {

@@ -531,6 +531,10 @@ fn plain_words(class: AnomalyClass) -> &'static str {
         }
         AnomalyClass::NonRepeatableRead => "a transaction read the same key twice and got different values.",
         AnomalyClass::GarbageRead => "a read returned a value no transaction ever wrote.",
+        AnomalyClass::UnownedVersion => {
+            "a read returned a version no transaction through the proxy wrote, though every writer was to go \
+             through it."
+        }
         AnomalyClass::DuplicateWrite => "two writes carry the same identity.",
         AnomalyClass::FutureRead => "a read returned a write its own transaction made only later.",
         AnomalyClass::FracturedRead => {

@@ -10,7 +10,7 @@
 use history::log::LoggedOp;
 use history::{KeyName, Observed, WriteId};
 
-use super::plan::SavepointCmd;
+use super::plan::{SavepointCmd, may_write_unseen};
 use super::versions::DiscoveredWrite;
 
 /// The ops of the open transaction. See the module docs.
@@ -82,10 +82,7 @@ impl TxnOps {
     /// Whether an op is a statement that may have written rows the proxy did not see: one it could not map
     /// that is not known to only read (an aggregate, a predicate read) and is not a mapped UPDATE's note.
     pub fn may_have_written_unseen(&self) -> bool {
-        self.ops.iter().any(|op| {
-            matches!(op, LoggedOp::Opaque { kind, .. }
-                if !matches!(kind.as_str(), "aggregate" | "predicate" | "read_committed_update" | "no_primary_key"))
-        })
+        self.ops.iter().any(|op| matches!(op, LoggedOp::Opaque { kind, .. } if may_write_unseen(kind)))
     }
 
     /// Follows a savepoint command that succeeded. ROLLBACK TO SAVEPOINT takes back the writes made since

@@ -24,7 +24,7 @@ use wire::pg::FrontendMessage;
 use wire::pg::backend::tag as btag;
 
 use super::ops::TxnOps;
-use super::plan::{OpaqueKind, StmtPlan};
+use super::plan::{OpaqueKind, StmtPlan, may_write_unseen};
 use super::search_path::SearchPath;
 use super::shared::TaggingShared;
 use super::strip::{ClientReply, data_row_for_client, extend_result_formats, row_description_for_client};
@@ -192,9 +192,25 @@ impl Tagger {
         self.broken
     }
 
+    /// A statement about to run: one that may write rows the proxy cannot see suspends `[record]
+    /// exclusive` (see `versions`, "Exclusive recording") before it is forwarded.
+    fn about_to_run(&self, plan: &StmtPlan) {
+        let unseen = match plan {
+            StmtPlan::Opaque(o) => Some(o.kind).filter(|k| may_write_unseen(k.label())),
+            StmtPlan::Rows(r) => r.notes.iter().map(|n| n.kind).find(|k| may_write_unseen(k.label())),
+            _ => None,
+        };
+        if let Some(kind) = unseen {
+            self.shared.book.suspend_exclusive(|| {
+                format!("a statement it cannot map ({}) may have written rows it cannot see", kind.label())
+            });
+        }
+    }
+
     /// Gives up recording ops for this session: the proxy can no longer tell which rows belong to which
     /// statement.
     pub fn lose_track(&mut self, ops: &mut TxnOps) {
+        self.shared.book.suspend_exclusive(|| "it lost track of a session's replies".to_owned());
         if !self.broken {
             self.broken = true;
             self.shared.metrics.broken_sessions.fetch_add(1, Ordering::Relaxed);
@@ -237,7 +253,12 @@ impl Tagger {
     /// frame to send instead if it was rewritten.
     pub fn query(&mut self, sql: &Bytes, stmt: Option<u32>, ops: &mut TxnOps) -> (Reading, Option<Bytes>) {
         let text = wire::pg::text(sql);
-        let (plans, rewritten) = match self.plan(&text) {
+        let planned = self.plan(&text);
+        match &planned {
+            Some(p) => p.stmts.iter().for_each(|s| self.about_to_run(s)),
+            None => self.shared.book.suspend_exclusive(|| "a query string could not be planned".to_owned()),
+        }
+        let (plans, rewritten) = match planned {
             Some(p) if p.aligned => (p.stmts, p.rewritten),
             Some(p) => {
                 // Not parsed: nothing is rewritten, so every reply passes through unchanged.
@@ -300,6 +321,7 @@ impl Tagger {
             self.lose_track(ops);
             Arc::new(StmtPlan::Control)
         });
+        self.about_to_run(&plan);
         let extra = match plan.as_ref() {
             StmtPlan::Rows(r) => r.extra_columns(),
             _ => 0,

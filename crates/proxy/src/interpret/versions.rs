@@ -45,6 +45,16 @@
 //!   write as discovered ([`history::log::LogRecord::DiscoveredWrite`]) before any record of its own, and
 //!   the verifier checks it like any other (a transaction reading its own such write gets the write in its
 //!   ops first). The book keeps the latest [`MAX_OWNED_XIDS`] ids.
+//! - **Exclusive recording** (`[record] exclusive`). When the operator asserts that every writer goes
+//!   through this proxy, a version no recorded transaction owns is not simply unverifiable if its writer
+//!   had not ended by the *run horizon* (the database's snapshot when this run of the proxy began, learnt
+//!   by its first session): it is `Observed::Foreign`, which the verifier reports as a version no recorded
+//!   transaction wrote, unless a recorded write of the same id turns up (an autocommit write commits before
+//!   its RETURNING row reaches the proxy, so another session may read it first). Older ones may come from
+//!   a crash window of an earlier run, and stay unverifiable. The assertion is suspended for the rest of
+//!   the run ([`VersionBook::suspend_exclusive`]) once something the proxy saw could have written versions
+//!   whose ids it cannot learn: a statement it cannot map that may write, or a session it lost track of.
+//!   Ids forgotten from the book (beyond [`MAX_OWNED_XIDS`]) stay unverifiable too.
 //! - The book lives in memory. After a restart, the proxy seeds it from the log's write ops
 //!   ([`VersionBook::seed_from`]), so versions written by an earlier run stay `Version`, not pre-history.
 //!
@@ -143,6 +153,11 @@ pub struct VersionBook {
     horizon: std::sync::OnceLock<RecordingHorizon>,
     /// Which recorded transaction owns which database transaction id (32 bits, as `xmin` shows it).
     owners: Mutex<OwnedXids>,
+    /// The database's snapshot when this run of the proxy began (see "Exclusive recording").
+    run_horizon: std::sync::OnceLock<RecordingHorizon>,
+    /// `[record] exclusive`: asserted by the operator, and why it was suspended, if it was.
+    exclusive: std::sync::atomic::AtomicBool,
+    exclusive_suspended: std::sync::OnceLock<String>,
 }
 
 /// How many database transaction ids the book remembers owners for; older ones are forgotten first, and a
@@ -155,6 +170,14 @@ struct OwnedXids {
     owner: HashMap<u32, TxnId>,
     /// Insertion order, oldest first, for eviction.
     order: VecDeque<u32>,
+    /// The newest id evicted so far (in PostgreSQL's circular order): an unowned id up to it may have
+    /// been owned.
+    newest_evicted: Option<u32>,
+}
+
+/// Whether `a` precedes or is `b` in PostgreSQL's circular order of 32-bit transaction ids.
+fn xid_at_or_before(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) <= 0
 }
 
 /// What a read of a version found: the [`Observed`] it records, and whether the version's writer was
@@ -308,6 +331,9 @@ impl VersionBook {
                     && let Some(old) = owned.order.pop_front()
                 {
                     owned.owner.remove(&old);
+                    if owned.newest_evicted.is_none_or(|n| xid_at_or_before(n, old)) {
+                        owned.newest_evicted = Some(old);
+                    }
                 }
             }
         }
@@ -315,6 +341,55 @@ impl VersionBook {
 
     fn owner(&self, xid: u32) -> Option<TxnId> {
         self.owners.lock().ok()?.owner.get(&xid).copied()
+    }
+
+    /// Whether `xid` may have had an owner the book forgot.
+    fn maybe_forgotten(&self, xid: u32) -> bool {
+        self.owners.lock().map_or(true, |o| o.newest_evicted.is_some_and(|n| xid_at_or_before(xid, n)))
+    }
+
+    /// Sets the run horizon (see "Exclusive recording"), if it is not set yet; returns whether this call
+    /// set it.
+    pub fn set_run_horizon(&self, horizon: RecordingHorizon) -> bool {
+        self.run_horizon.set(horizon).is_ok()
+    }
+
+    /// The run horizon, once known.
+    pub fn run_horizon(&self) -> Option<&RecordingHorizon> {
+        self.run_horizon.get()
+    }
+
+    /// The operator asserts that every writer goes through this proxy (`[record] exclusive`).
+    pub fn assert_exclusive(&self) {
+        self.exclusive.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Suspends the exclusive assertion for the rest of the run: the proxy saw something that may have
+    /// written versions whose ids it cannot learn. The first reason is kept and logged.
+    pub fn suspend_exclusive(&self, reason: impl FnOnce() -> String) {
+        if self.exclusive.load(std::sync::atomic::Ordering::Relaxed)
+            && self.exclusive_suspended.get().is_none()
+        {
+            let reason = reason();
+            if self.exclusive_suspended.set(reason.clone()).is_ok() {
+                tracing::warn!(
+                    "[record] exclusive is suspended for the rest of this run: {reason}; versions no recorded \
+                     transaction wrote are unverifiable from now on"
+                );
+            }
+        }
+    }
+
+    /// Whether an unowned version written during this run is reported (see "Exclusive recording").
+    pub fn exclusive_active(&self) -> bool {
+        self.exclusive.load(std::sync::atomic::Ordering::Relaxed)
+            && self.exclusive_suspended.get().is_none()
+            && self.run_horizon.get().is_some()
+    }
+
+    /// Why the exclusive assertion was suspended, if it was.
+    pub fn exclusive_suspended(&self) -> Option<&str> {
+        self.exclusive_suspended.get().map(String::as_str)
     }
 
     /// What a read of the version (`key`, `xmin`) observed, by the rule in the module docs, for a reader
@@ -343,9 +418,15 @@ impl VersionBook {
         if own.contains(&xid) {
             return Sighting::Own(w);
         }
-        match self.owner(xid) {
-            Some(writer) => Sighting::Theirs { writer, write: w },
-            None => Sighting::Plain(Observed::Unrecorded(w.0)),
+        if let Some(writer) = self.owner(xid) {
+            return Sighting::Theirs { writer, write: w };
+        }
+        let during_this_run =
+            |run: &RecordingHorizon| !run.had_ended(widen_xid(xid, run.xmax)) && !self.maybe_forgotten(xid);
+        if self.exclusive_active() && self.run_horizon().is_some_and(during_this_run) {
+            Sighting::Plain(Observed::Foreign(w.0))
+        } else {
+            Sighting::Plain(Observed::Unrecorded(w.0))
         }
     }
 }
@@ -656,6 +737,30 @@ mod tests {
         let wrote = row_ops(&upd, &[b("1600"), b("7"), b("1500")], None, &other, &[]).unwrap_or_default();
         assert_eq!(wrote.xids, vec![1600]);
         assert_eq!(wrote.discovered.len(), 1, "the replaced version is a discovered write too");
+    }
+
+    #[test]
+    fn under_exclusive_an_unowned_version_of_this_run_is_foreign_until_suspended() {
+        let book = VersionBook::new();
+        assert!(book.set_horizon(RecordingHorizon::from_xmin(1000)));
+        book.assert_exclusive();
+        let key = key_name("accounts", &[b"7"]);
+        // Until the run horizon is known, nothing is foreign.
+        assert!(matches!(book.observed(&key, b"2500"), Observed::Unrecorded(_)));
+        assert!(book.set_run_horizon(RecordingHorizon::from_xmin(2000)));
+        assert!(book.exclusive_active());
+        assert!(matches!(book.observed(&key, b"2500"), Observed::Foreign(_)));
+        // Written before this run began (a crash window of an earlier run): unverifiable.
+        assert!(matches!(book.observed(&key, b"1500"), Observed::Unrecorded(_)));
+        // Owned ids are discovered writes; forgotten ones may have been owned.
+        book.own(&[2600], TxnId(1));
+        assert!(matches!(book.observed(&key, b"2600"), Observed::Version(_)));
+        book.owners.lock().map(|mut o| o.newest_evicted = Some(2550)).unwrap_or_default();
+        assert!(matches!(book.observed(&key, b"2500"), Observed::Unrecorded(_)));
+        assert!(matches!(book.observed(&key, b"2700"), Observed::Foreign(_)));
+        book.suspend_exclusive(|| "a test".into());
+        assert_eq!(book.exclusive_suspended(), Some("a test"));
+        assert!(matches!(book.observed(&key, b"2700"), Observed::Unrecorded(_)));
     }
 
     #[test]

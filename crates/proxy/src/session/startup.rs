@@ -23,9 +23,10 @@ use crate::interpret::shared::TaggingShared;
 use crate::metrics::Metrics;
 use crate::tls::{ALPN_POSTGRESQL, UpstreamTls};
 
-/// Learns the recording horizon if no session has yet (DESIGN.md §3; `interpret::versions`). It is durable
-/// in the log before any read is classified against it, so a crash can never leave a log whose recorded
-/// reads were classified against a horizon the next run does not know.
+/// Learns the database's snapshot once per run of the proxy, before the first session's first message
+/// (DESIGN.md §3; `interpret::versions`): the first run's is the recording horizon, durable in the log before
+/// any read is classified against it, so a crash can never leave a log whose recorded reads were classified
+/// against a horizon the next run does not know; every run's is its run horizon (`[record] exclusive`).
 pub(super) async fn learn_horizon(
     shared: &Shared,
     t: &TaggingShared,
@@ -34,20 +35,23 @@ pub(super) async fn learn_horizon(
 ) -> Result<(), SessionError> {
     use std::sync::atomic::Ordering;
     let _learning = t.horizon_learning.lock().await;
-    if t.book.horizon().is_some() || t.horizon_unanswered.load(Ordering::Relaxed) {
+    if t.book.run_horizon().is_some() || t.horizon_unanswered.load(Ordering::Relaxed) {
         return Ok(());
     }
     match run_at_startup(upstream, sbuf, t, Injection::Horizon).await {
         Ok(Injected::Horizon(Some(horizon))) => {
-            let ticket = shared.recorder.log().append_horizon(&horizon).map_err(SessionError::Log)?;
-            ticket.wait_async().await.map_err(SessionError::Log)?;
-            info!(
-                xmin = horizon.xmin,
-                xmax = horizon.xmax,
-                running = horizon.running.len(),
-                "recording horizon learnt"
-            );
-            t.book.set_horizon(horizon);
+            if t.book.horizon().is_none() {
+                let ticket = shared.recorder.log().append_horizon(&horizon).map_err(SessionError::Log)?;
+                ticket.wait_async().await.map_err(SessionError::Log)?;
+                info!(
+                    xmin = horizon.xmin,
+                    xmax = horizon.xmax,
+                    running = horizon.running.len(),
+                    "recording horizon learnt"
+                );
+                t.book.set_horizon(horizon.clone());
+            }
+            t.book.set_run_horizon(horizon);
         }
         Ok(_) => {
             t.horizon_unanswered.store(true, Ordering::Relaxed);

@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use history::{Key, Observed, Op, Transaction, TxnId, WriteId};
 
 use super::{CheckError, CheckSummary, Facts, bad, final_write};
+use crate::gc::is_initial;
 use crate::options::Level;
 use crate::report::{OpRef, Report, SeenHow};
 
@@ -108,7 +109,7 @@ pub(super) fn initial_after_write(f: &Facts<'_>, level: Level, ops: &[OpRef]) ->
         return bad("op 0 is not a write");
     };
     match external_read_at(reader, ops[1].op) {
-        Some((k, o)) if k == key && !matches!(o, Observed::Version(_) | Observed::Unrecorded(_)) => {}
+        Some((k, o)) if k == key && is_initial(o) => {}
         _ => return bad("op 1 is not an external read of the key's initial version"),
     }
     if final_write(writer, key) != Some(write) || writer.id == reader.id {
@@ -175,7 +176,9 @@ pub(super) fn check_commit_order(
         let mut reads: Vec<(usize, Key, Option<usize>)> = Vec::new();
         for op in 0..t.ops.len() {
             let Some((key, observed)) = external_read_at(t, op) else { continue };
-            if skip.contains(&OpRef::new(t.id, op)) || matches!(observed, Observed::Unrecorded(_)) {
+            if skip.contains(&OpRef::new(t.id, op))
+                || matches!(observed, Observed::Unrecorded(_) | Observed::Foreign(_))
+            {
                 continue;
             }
             let writer = match observed {

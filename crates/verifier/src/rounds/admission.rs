@@ -20,14 +20,18 @@ use crate::report::OpRef;
 use crate::{Anomaly, AnomalyClass, Report, Verdict, verify};
 
 impl OnlineVerifier {
-    /// Whether every version `t` reads is known.
+    /// Whether every version `t` reads is known. A foreign read (`[record] exclusive`) waits for a write
+    /// of its tag too: the writer's row may have reached the proxy after the reader's, and its record then
+    /// comes later. If none comes before admission is forced, the pipeline reports the read.
     fn admissible(&self, t: &Transaction) -> bool {
-        t.ops.iter().all(|op| match *op {
-            Op::Read { observed: Observed::Version(w), .. } => {
-                self.known.contains_key(&w)
-                    || t.ops.iter().any(|o| matches!(o, Op::Write { write, .. } if *write == w))
-            }
-            _ => true,
+        t.ops.iter().all(|op| {
+            let w = match *op {
+                Op::Read { observed: Observed::Version(w), .. } => w,
+                Op::Read { observed: Observed::Foreign(tag), .. } => WriteId(tag),
+                _ => return true,
+            };
+            self.known.contains_key(&w)
+                || t.ops.iter().any(|o| matches!(o, Op::Write { write, .. } if *write == w))
         })
     }
 
@@ -99,6 +103,13 @@ impl OnlineVerifier {
         let mut found: Vec<(AnomalyClass, String, usize)> = Vec::new();
         let mut drop_ops: Vec<usize> = Vec::new();
         for (oi, op) in t.ops.iter_mut().enumerate() {
+            // A foreign read whose tag a known transaction wrote read that write (see `admissible`).
+            if let Op::Read { observed, .. } = op
+                && let Observed::Foreign(tag) = *observed
+                && (self.known.contains_key(&WriteId(tag)) || own.contains(&WriteId(tag)))
+            {
+                *observed = Observed::Version(WriteId(tag));
+            }
             match op {
                 Op::Read { key, observed, .. } => {
                     // The key's name only goes into a reject's summary; building it for every read cost

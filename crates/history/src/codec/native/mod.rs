@@ -46,7 +46,9 @@
 //! frontier.
 //!
 //! From version 2, kind 6's tag is followed by a class byte: 0 a pre-history version, 1 a version of an
-//! unrecorded writer ([`Observed::Unrecorded`](crate::model::Observed::Unrecorded)).
+//! unrecorded writer ([`Observed::Unrecorded`](crate::model::Observed::Unrecorded)), 2 a version no recorded
+//! transaction wrote under `[record] exclusive` ([`Observed::Foreign`](crate::model::Observed::Foreign);
+//! files with none read as before).
 //!
 //! # Failure
 //!
@@ -81,6 +83,8 @@ pub const OLDEST_VERSION: u8 = 1;
 const CLASS_PRE_HISTORY: u8 = 0;
 /// After a pre-history tag (version 2 on): the version's writer was not recorded.
 const CLASS_UNRECORDED: u8 = 1;
+/// After a pre-history tag: the version's writer was not recorded, though every writer should have been.
+const CLASS_FOREIGN: u8 = 2;
 
 /// A chunk is closed once its payload reaches this size, so that a corrupt byte is located within 64 KiB.
 const CHUNK_TARGET: usize = 64 * 1024;

@@ -3,11 +3,11 @@
 
 use super::framing::{Chunks, Rd};
 use super::{
-    CLASS_PRE_HISTORY, CLASS_UNRECORDED, Delta, KEY_ESCAPE, KEY_FRONTIER, KEY_IMPLIED, KEY_NEAR_FIRST,
-    KEY_PREVIOUS, MAGIC, NativeError, NativeErrorKind, OLDEST_VERSION, OP_HAS_STMT, OP_READ_KNOWN,
-    OP_READ_NEW_DELTA, OP_READ_NEW_RAW, OP_READ_PRE, OP_WRITE_KNOWN, OP_WRITE_NEW_DELTA, OP_WRITE_NEW_RAW,
-    TAG_END, TAG_GAPS, TAG_HEADER, TAG_KEYS, TAG_NAMESPACES, TAG_STATEMENTS, TAG_TXNS, TXN_EXPLICIT_SEQ,
-    TXN_FENCE, TXN_HAS_COLLECTOR, TXN_HAS_COMMIT, TXN_HAS_START, TXN_SAME_SESSION, VERSION,
+    CLASS_FOREIGN, CLASS_PRE_HISTORY, CLASS_UNRECORDED, Delta, KEY_ESCAPE, KEY_FRONTIER, KEY_IMPLIED,
+    KEY_NEAR_FIRST, KEY_PREVIOUS, MAGIC, NativeError, NativeErrorKind, OLDEST_VERSION, OP_HAS_STMT,
+    OP_READ_KNOWN, OP_READ_NEW_DELTA, OP_READ_NEW_RAW, OP_READ_PRE, OP_WRITE_KNOWN, OP_WRITE_NEW_DELTA,
+    OP_WRITE_NEW_RAW, TAG_END, TAG_GAPS, TAG_HEADER, TAG_KEYS, TAG_NAMESPACES, TAG_STATEMENTS, TAG_TXNS,
+    TXN_EXPLICIT_SEQ, TXN_FENCE, TXN_HAS_COLLECTOR, TXN_HAS_COMMIT, TXN_HAS_START, TXN_SAME_SESSION, VERSION,
 };
 use crate::codec::bytes::{Cursor, unzigzag};
 use crate::model::{
@@ -241,6 +241,7 @@ fn decode_op(c: &mut Rd<'_>, d: &mut Delta, n_keys: u32, n_stmts: u32) -> Result
             pre_tag = Some(match class {
                 CLASS_PRE_HISTORY => Observed::PreHistory(tag),
                 CLASS_UNRECORDED => Observed::Unrecorded(tag),
+                CLASS_FOREIGN => Observed::Foreign(tag),
                 other => return Err(NativeError::invalid(c.offset(), format!("pre-history class {other}"))),
             });
         }

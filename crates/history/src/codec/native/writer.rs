@@ -4,12 +4,12 @@ use std::collections::HashMap;
 
 use super::framing::ChunkWriter;
 use super::{
-    CHUNK_TARGET, CLASS_PRE_HISTORY, CLASS_UNRECORDED, Delta, InvalidHistory, KEY_ESCAPE, KEY_FRONTIER,
-    KEY_IMPLIED, KEY_NEAR_FIRST, KEY_NEAR_MAX_DISTANCE, KEY_PREVIOUS, MAGIC, OP_HAS_STMT, OP_READ_ABSENT,
-    OP_READ_KNOWN, OP_READ_NEW_DELTA, OP_READ_NEW_RAW, OP_READ_PRE, OP_WRITE_KNOWN, OP_WRITE_NEW_DELTA,
-    OP_WRITE_NEW_RAW, TAG_END, TAG_GAPS, TAG_HEADER, TAG_KEYS, TAG_NAMESPACES, TAG_STATEMENTS, TAG_TXNS,
-    TXN_EXPLICIT_SEQ, TXN_FENCE, TXN_HAS_COLLECTOR, TXN_HAS_COMMIT, TXN_HAS_START, TXN_SAME_SESSION, VERSION,
-    check_references,
+    CHUNK_TARGET, CLASS_FOREIGN, CLASS_PRE_HISTORY, CLASS_UNRECORDED, Delta, InvalidHistory, KEY_ESCAPE,
+    KEY_FRONTIER, KEY_IMPLIED, KEY_NEAR_FIRST, KEY_NEAR_MAX_DISTANCE, KEY_PREVIOUS, MAGIC, OP_HAS_STMT,
+    OP_READ_ABSENT, OP_READ_KNOWN, OP_READ_NEW_DELTA, OP_READ_NEW_RAW, OP_READ_PRE, OP_WRITE_KNOWN,
+    OP_WRITE_NEW_DELTA, OP_WRITE_NEW_RAW, TAG_END, TAG_GAPS, TAG_HEADER, TAG_KEYS, TAG_NAMESPACES,
+    TAG_STATEMENTS, TAG_TXNS, TXN_EXPLICIT_SEQ, TXN_FENCE, TXN_HAS_COLLECTOR, TXN_HAS_COMMIT, TXN_HAS_START,
+    TXN_SAME_SESSION, VERSION, check_references,
 };
 use crate::codec::bytes::{put_varint, varint_len, zigzag};
 use crate::model::{History, Observed, Op, Outcome, Transaction, WriteId};
@@ -210,6 +210,9 @@ fn encode_op(out: &mut Vec<u8>, d: &mut Delta, ord_of: &mut HashMap<u64, u32>, o
         }
         Op::Read { observed: Observed::Unrecorded(t), .. } => {
             (OP_READ_PRE, WritePart::None, Some((t, CLASS_UNRECORDED)))
+        }
+        Op::Read { observed: Observed::Foreign(t), .. } => {
+            (OP_READ_PRE, WritePart::None, Some((t, CLASS_FOREIGN)))
         }
         Op::Read { observed: Observed::Absent, .. } => (OP_READ_ABSENT, WritePart::None, None),
     };

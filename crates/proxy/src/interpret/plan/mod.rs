@@ -98,6 +98,14 @@ impl OpaqueKind {
     ];
 }
 
+/// Whether a statement part not checked, by its label ([`OpaqueKind::label`], or the tagger's
+/// `read_committed_update`), may have written rows the proxy did not see: all but those known to only
+/// read (aggregates, predicate reads), the UPDATE whose rows are mapped, and tables without a primary key
+/// (whose versions no read can name).
+pub fn may_write_unseen(label: &str) -> bool {
+    !matches!(label, "aggregate" | "predicate" | "read_committed_update" | "no_primary_key")
+}
+
 fn opaque(kind: OpaqueKind, detail: impl Into<String>) -> Opaque {
     Opaque { kind, detail: detail.into(), changes_catalog: false }
 }
