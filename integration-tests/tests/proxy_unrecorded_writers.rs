@@ -265,3 +265,88 @@ async fn with_exclusive_recording_a_write_behind_the_proxys_back_is_reported() {
     }
     exec(&db, &format!("DROP TABLE {t} CASCADE")).await;
 }
+
+/// A crash window resolved (issue 14, item 3): an earlier run logged the intents of three transactions and
+/// the top-level ids of two, then crashed before their outcomes. The next run's first session asks the
+/// database, which committed one and rolled back the other; the third stays indeterminate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_resolves_the_crash_window_by_asking_the_database() {
+    use history::log::{HistoryLog, LoggedOp, LoggedTxn};
+    use history::{Durability, KeyName, Outcome, SessionId, SledLog, TxnId, WriteId};
+
+    let t = unique_table("uw_crash");
+    let db = direct().await;
+    exec(&db, &format!("DROP TABLE IF EXISTS {t}; CREATE TABLE {t} (id int PRIMARY KEY)")).await;
+    let mut xids = Vec::new();
+    for (id, end) in [(1, "COMMIT"), (2, "ROLLBACK")] {
+        exec(&db, &format!("BEGIN; INSERT INTO {t} VALUES ({id})")).await;
+        let row = db.query_one("SELECT pg_current_xact_id()::text", &[]).await.expect("xid");
+        let xid8: u64 = row.get::<_, String>(0).parse().expect("an xid8");
+        exec(&db, end).await;
+        xids.push(xid8 as u32);
+    }
+
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("log");
+    let log = SledLog::open(&path, Durability::Strict).expect("the log opens");
+    for (i, xid) in [Some(xids[0]), Some(xids[1]), None].into_iter().enumerate() {
+        let id = TxnId(i as u64 + 1);
+        let mut txn = LoggedTxn::new(id, SessionId(i as u64 + 1), 0);
+        let key = KeyName { namespace: t.to_string(), bytes: (i + 1).to_string().into_bytes() };
+        txn.ops.push(LoggedOp::Write { key, write: WriteId(100 + i as u64), stmt: None });
+        let _covered = log.append_intent(txn).expect("intent");
+        if let Some(x) = xid {
+            let _covered = log.append_xids(id, Some(x), vec![x]).expect("xids");
+        }
+    }
+    log.sync().expect("durable");
+    log.drop_as_if_crashed();
+
+    let proxy =
+        start_proxy_with(Opts { tagging: Some("xmin"), log_path: Some(path), ..Opts::default() }).await;
+    let c = proxy.connect().await;
+    c.query("SELECT 1", &[]).await.expect("a first session");
+    drop(c);
+    let (_, h) = replay_and_verify(&proxy).await;
+    let outcome = |id: u64| h.transactions.iter().find(|t| t.id == TxnId(id)).map(|t| t.outcome);
+    assert_eq!(outcome(1), Some(Outcome::Committed), "the database committed it");
+    assert_eq!(outcome(2), Some(Outcome::Aborted), "the database rolled it back");
+    assert_eq!(outcome(3), Some(Outcome::Indeterminate), "no id, no answer");
+    exec(&db, &format!("DROP TABLE {t}")).await;
+}
+
+/// A transaction's ids outlive the run that recorded it: after a restart on the same log, a read of the
+/// version a SQL function wrote in the earlier run is still a discovered write of its transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_discovered_after_a_restart_still_finds_its_transaction() {
+    let t = unique_table("uw_restart");
+    let db = direct().await;
+    exec(
+        &db,
+        &format!(
+            "DROP TABLE IF EXISTS {t} CASCADE; \
+             CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); INSERT INTO {t} VALUES (1, 0); \
+             CREATE OR REPLACE FUNCTION {t}_bump(i int) RETURNS void LANGUAGE sql \
+               AS 'UPDATE {t} SET v = v + 1 WHERE id = i'"
+        ),
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("log");
+    let opts = || Opts { tagging: Some("xmin"), log_path: Some(path.clone()), ..Opts::default() };
+    let first = start_proxy_with(opts()).await;
+    let c = first.connect().await;
+    exec(&c, &format!("BEGIN; SELECT {t}_bump(1)")).await;
+    exec(&c, "COMMIT").await;
+    drop(c);
+    first.handle.shutdown().await.expect("a clean shutdown");
+
+    let second = start_proxy_with(opts()).await;
+    let c = second.connect().await;
+    c.query(&format!("SELECT v FROM {t} WHERE id = 1"), &[]).await.expect("read");
+    drop(c);
+    let (report, h) = replay_and_verify(&second).await;
+    assert!(report.is_accept(), "{report}");
+    assert_eq!(discovered(&h), (1, 1), "the earlier run's write is discovered:\n{report}");
+    exec(&db, &format!("DROP TABLE {t} CASCADE")).await;
+}

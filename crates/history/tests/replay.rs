@@ -63,7 +63,40 @@ fn describe(event: &Replayed) -> String {
         Replayed::SessionEnded(s) => format!("end S{}", s.0),
         Replayed::Gap(LogGap { after_txns }) => format!("gap after {after_txns}"),
         Replayed::DiscoveredWrite { txn, write, .. } => format!("T{} wrote {write}", txn.0),
+        Replayed::Resolved { txn, outcome } => format!("T{} resolved {outcome:?}", txn.0),
     }
+}
+
+#[test]
+fn a_resolution_after_a_restart_closes_a_crash_window_and_never_names_a_stranger() {
+    let resolved = |id: u64, outcome: Outcome| LogRecord::Resolved { txn: TxnId(id), outcome };
+    let records = vec![
+        intent(writes(1, 1, 0, "a")),
+        intent(writes(2, 2, 0, "b")),
+        LogRecord::Xids { txn: TxnId(1), top: Some(700), xids: vec![700] },
+        recovery(&[1, 2], false),
+        resolved(1, Outcome::Committed),
+        resolved(2, Outcome::Aborted),
+    ];
+    let mut replayer = Replayer::new();
+    let got = events(&mut replayer, records.clone());
+    assert_eq!(
+        got,
+        [
+            vec![],
+            vec![],
+            vec![],
+            vec!["T1 Indeterminate @0", "T2 Indeterminate @1", "end S1", "end S2"],
+            vec!["T1 resolved Committed"],
+            vec!["T2 resolved Aborted"],
+        ]
+    );
+    for bad in [resolved(9, Outcome::Committed), resolved(1, Outcome::Indeterminate)] {
+        assert!(replayer.apply(6, bad).is_err());
+    }
+    let h = replay(records.into_iter().enumerate().map(|(i, r)| Ok((i as u64, r)))).expect("replays");
+    let outcomes: Vec<Outcome> = h.transactions.iter().map(|t| t.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Committed, Outcome::Aborted]);
 }
 
 fn discovered(id: u64, k: &str, write: u64) -> LogRecord {

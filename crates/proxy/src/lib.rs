@@ -174,10 +174,16 @@ pub async fn start(config: Config) -> Result<ProxyHandle, ProxyError> {
             if config.record.exclusive {
                 t.book.assert_exclusive();
             }
-            // Versions written by earlier runs into this log stay recorded versions, not pre-history.
+            // Versions written by earlier runs into this log stay recorded versions, not pre-history; their
+            // transactions own their ids again; those a crash left without an outcome are resolved by the
+            // first session.
             let replay_log = log.clone();
-            match tokio::task::spawn_blocking(move || replay_log.replay()).await {
-                Ok(Ok(h)) => t.book.seed_from(&h),
+            let replayed = tokio::task::spawn_blocking(move || {
+                history::log::replay::replay_keeping_xids(replay_log.tail(0))
+            })
+            .await;
+            match replayed {
+                Ok(Ok((h, xids))) => t.seed_from(&h, xids),
                 Ok(Err(e)) => warn!("cannot replay the log to seed the version book: {e}"),
                 Err(e) => warn!("cannot replay the log to seed the version book: {e}"),
             }

@@ -84,6 +84,8 @@ pub struct TxnSnapshot {
     /// The database transaction ids it owns, as far as tagging learnt them (the `xmin` of rows it wrote,
     /// and its own id when asked for): in an intent, those so far; at the end, all of them.
     pub xids: Vec<u32>,
+    /// Its top-level id among them, when known (see `TxnOps::top_xid`).
+    pub top_xid: Option<u32>,
 }
 
 /// A transaction that ended, with how.
@@ -371,7 +373,7 @@ impl SessionMachine {
     /// `xmin` shows it), or `None` when it has none (it wrote nothing) or the question failed.
     pub fn learned_xid(&mut self, xid: Option<u32>) {
         if let Some(x) = xid {
-            self.ops.own_xids(&[x]);
+            self.ops.top_level(x);
         }
     }
 
@@ -667,6 +669,7 @@ impl SessionMachine {
                         start_ns: now_ns,
                         ops: Vec::new(),
                         xids: Vec::new(),
+                        top_xid: None,
                     },
                     intent_written: false,
                     had_error: false,
@@ -688,12 +691,14 @@ impl SessionMachine {
         let mut snap = t.snap.clone();
         snap.ops = self.ops.for_intent();
         snap.xids = self.ops.xids().to_vec();
+        snap.top_xid = self.ops.top_xid();
         Some(snap)
     }
 
     fn end_txn(&mut self, outcome: Outcome, now_ns: u64) -> Option<TxnEnd> {
         let mut t = self.txn.take()?;
         t.snap.xids = self.ops.xids().to_vec();
+        t.snap.top_xid = self.ops.top_xid();
         t.snap.ops = self.ops.take_at_end(t.intent_written);
         if let (true, Some(tagger)) = (t.intent_written, &self.tagger) {
             let late = t.snap.ops.len() as u64;

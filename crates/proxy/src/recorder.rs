@@ -74,14 +74,23 @@ impl Recorder {
     }
 }
 
+/// A transaction whose intent is in the log.
+#[derive(Clone, Copy)]
+struct LoggedIntent {
+    id: TxnId,
+    /// Whether the intent's ops may have written (a write or an opaque statement).
+    may_have_written: bool,
+    /// The top-level database id and how many ids were logged with it.
+    xids_logged: (Option<u32>, usize),
+}
+
 /// One session's view of the recorder: which of its transactions have an intent in the log.
 pub struct SessionRecorder {
     rec: Arc<Recorder>,
     /// The session id in the history.
     pub id: SessionId,
-    /// Transactions with an intent in the log, by session-order position: the id, and whether the
-    /// intent's ops may have written (a write or an opaque statement).
-    intents: HashMap<u64, (TxnId, bool)>,
+    /// Transactions with an intent in the log, by session-order position.
+    intents: HashMap<u64, LoggedIntent>,
     /// The session-order position of the latest transaction logged, for the session-ended record.
     last_seq: Option<u64>,
     /// Whether the session-ended record is logged (at disconnect, or earlier when the session was lost).
@@ -94,6 +103,7 @@ impl SessionRecorder {
     pub fn intent(&mut self, snap: TxnSnapshot) -> Result<TxnId, LogError> {
         let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
         let seq = snap.seq;
+        let (top, xids) = (snap.top_xid, snap.xids.clone());
         let txn = self.rec.logged(self.id, id, snap);
         let may_have_written = !reads_only(&txn.ops);
         let result = self.rec.log.append_intent(txn);
@@ -101,9 +111,23 @@ impl SessionRecorder {
             Metrics::inc(&self.rec.metrics.log_errors);
         }
         let _ticket = result?;
-        self.intents.insert(seq, (id, may_have_written));
+        // Its ids, for a restart: to own them again, and to resolve it if the run ends before its outcome.
+        self.xids(id, top, &xids)?;
+        self.intents.insert(seq, LoggedIntent { id, may_have_written, xids_logged: (top, xids.len()) });
         self.saw(seq);
         Ok(id)
+    }
+
+    /// Logs the database ids of a recorded transaction, if it has any.
+    fn xids(&mut self, id: TxnId, top: Option<u32>, xids: &[u32]) -> Result<(), LogError> {
+        if xids.is_empty() {
+            return Ok(());
+        }
+        let result = self.rec.log.append_xids(id, top, xids.to_vec());
+        if result.is_err() {
+            Metrics::inc(&self.rec.metrics.log_errors);
+        }
+        result.map(drop)
     }
 
     /// Logs a write of another transaction that a read of this session discovered. Call before logging
@@ -162,11 +186,13 @@ impl SessionRecorder {
         let outcome = end.outcome;
         let seq = end.txn.seq;
         let intent = self.intents.remove(&end.txn.seq);
-        let read_only = ops_known && !intent.is_some_and(|(_, wrote)| wrote) && reads_only(&end.txn.ops);
+        let read_only = ops_known && !intent.is_some_and(|i| i.may_have_written) && reads_only(&end.txn.ops);
         let id = match intent {
-            Some((id, _)) => id,
+            Some(i) => i.id,
             None => TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed)),
         };
+        let (top, xids) = (end.txn.top_xid, end.txn.xids.clone());
+        let logged_before = intent.map(|i| i.xids_logged);
         let result = match intent {
             // Ops that came after the intent go first; the outcome's ticket covers them.
             Some(_) if !end.txn.ops.is_empty() => self
@@ -184,6 +210,9 @@ impl SessionRecorder {
                 return Err(e);
             }
         };
+        if outcome != Outcome::Aborted && logged_before != Some((top, xids.len())) {
+            self.xids(id, top, &xids)?;
+        }
         self.saw(seq);
         let m = &self.rec.metrics;
         Metrics::inc(match outcome {

@@ -197,6 +197,10 @@ impl Feeder {
             // Not acted on online: rounds verify on as if the log were whole (one-shot verification of the
             // replayed history is where a gap counts).
             Replayed::Gap(_) => Ok(()),
+            Replayed::Resolved { txn, outcome } => {
+                self.verifier.resolved(txn, outcome);
+                Ok(())
+            }
             Replayed::DiscoveredWrite { txn, key, write } => {
                 let key = self.ids.key(key, txn, &self.replayer, &mut self.verifier)?;
                 self.verifier.discovered_write(txn, key, write);

@@ -325,6 +325,16 @@ impl OnlineVerifier {
         }
     }
 
+    /// The outcome the database gave, after a restart, for a transaction that was pushed as Indeterminate.
+    /// One still waiting for admission takes it; one admitted already stays Indeterminate (rounds have
+    /// decided with that), which claims less, never more.
+    pub fn resolved(&mut self, txn: TxnId, outcome: Outcome) {
+        let waiting = self.waiting.values_mut().flat_map(|q| q.iter_mut()).find(|t| t.id == txn);
+        if let Some(t) = waiting.filter(|t| t.outcome == Outcome::Indeterminate) {
+            t.outcome = outcome;
+        }
+    }
+
     /// Adds a write of `txn` that a later read discovered (DESIGN.md §3, "every version has an owner"). A
     /// transaction still waiting for admission gets it as its last write of `key`; one admitted already
     /// does not (rounds and collection have decided without it), so reads of `write` are then counted as

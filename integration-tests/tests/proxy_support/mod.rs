@@ -47,6 +47,8 @@ pub struct Opts {
     pub fence_every: Option<u64>,
     /// `record.exclusive`.
     pub exclusive: bool,
+    /// The history log's path, if not a fresh one in the proxy's temporary directory.
+    pub log_path: Option<PathBuf>,
 }
 
 pub async fn start_proxy() -> TestProxy {
@@ -62,7 +64,7 @@ pub async fn start_proxy_with(opts: Opts) -> TestProxy {
          [admin]\naddress = \"127.0.0.1:0\"\n",
         opts.max_message_bytes.unwrap_or(1 << 20),
         opts.upstream.as_deref().unwrap_or(PG_ADDR),
-        dir.path().join("log").display(),
+        opts.log_path.clone().unwrap_or_else(|| dir.path().join("log")).display(),
         opts.durability.unwrap_or("strict"),
     );
     if let Some((cert, key, mode)) = &opts.tls {
@@ -134,7 +136,13 @@ impl TestProxy {
                     out[i].txn.ops.extend(ops);
                     out[i].txn.statements = statements;
                 }
+                LogRecord::Resolved { txn, outcome } => {
+                    if let Some(&i) = index.get(&txn) {
+                        out[i].outcome = Some(outcome);
+                    }
+                }
                 LogRecord::Recovery { .. }
+                | LogRecord::Xids { .. }
                 | LogRecord::SessionEnded { .. }
                 | LogRecord::Horizon { .. }
                 | LogRecord::HorizonSnapshot(_) => {}

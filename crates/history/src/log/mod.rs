@@ -94,7 +94,7 @@ use thiserror::Error;
 
 pub use group_commit::{DurabilityTicket, DurableFuture, FSYNC_BUCKETS_US, LogStats};
 pub use record::{BadStatementIndex, FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError};
-pub use replay::{Replayed, ReplayedTxn, Replayer};
+pub use replay::{Replayed, ReplayedTxn, Replayer, TxnXids};
 pub use sled_log::SledLog;
 
 /// The bytes of every file under a log directory (0 for what cannot be read): what the log costs on disk,
@@ -293,6 +293,15 @@ pub trait HistoryLog: Send + Sync {
         key: KeyName,
         write: WriteId,
     ) -> Result<DurabilityTicket, LogError>;
+
+    /// Appends the database transaction ids of `txn` (see [`LogRecord::Xids`]). The ticket need not be
+    /// waited on: the outcome's covers it.
+    fn append_xids(&self, txn: TxnId, top: Option<u32>, xids: Vec<u32>)
+    -> Result<DurabilityTicket, LogError>;
+
+    /// Appends the outcome the database gave for a transaction an earlier run left without one (see
+    /// [`LogRecord::Resolved`]).
+    fn append_resolved(&self, txn: TxnId, outcome: Outcome) -> Result<DurabilityTicket, LogError>;
 
     /// The records from sequence number `from_seq` on, in append order. Under `group` and `none` it may
     /// return records not yet fsynced.

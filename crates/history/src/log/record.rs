@@ -278,6 +278,28 @@ pub enum LogRecord {
         /// The identity of the version.
         write: WriteId,
     },
+    /// The database transaction ids (32 bits, as a row's `xmin` shows them) of a recorded transaction,
+    /// appended after its intent (or finished record) and again when more are learnt before its outcome. A
+    /// restarted proxy owns them again (discovered writes across restarts) and resolves a transaction left
+    /// Indeterminate by a crash through its `top` id. Appended last to the enum, so logs written before it
+    /// existed still decode.
+    Xids {
+        /// The transaction.
+        txn: TxnId,
+        /// Its top-level id, if known (a subtransaction's id can be aborted while its transaction commits).
+        top: Option<u32>,
+        /// Every id it owns (the top-level one among them), as far as known.
+        xids: Vec<u32>,
+    },
+    /// The outcome of a transaction that an earlier run left without one (a crash, or a lost connection,
+    /// while its COMMIT was in flight), learnt from the database after a restart (`pg_xact_status`). Only
+    /// `Committed` or `Aborted`. Appended last to the enum, so logs written before it existed still decode.
+    Resolved {
+        /// The transaction.
+        txn: TxnId,
+        /// How it ended.
+        outcome: Outcome,
+    },
 }
 
 /// Why a record value could not be decoded.
@@ -376,7 +398,9 @@ impl LogRecord {
             LogRecord::Intent(txn) | LogRecord::Finished { txn, .. } => Some(txn.id),
             LogRecord::Outcome { txn, .. }
             | LogRecord::LateOps { txn, .. }
-            | LogRecord::DiscoveredWrite { txn, .. } => Some(*txn),
+            | LogRecord::DiscoveredWrite { txn, .. }
+            | LogRecord::Xids { txn, .. }
+            | LogRecord::Resolved { txn, .. } => Some(*txn),
             LogRecord::Recovery { .. }
             | LogRecord::SessionEnded { .. }
             | LogRecord::Horizon { .. }

@@ -46,6 +46,14 @@ pub enum Replayed {
     /// Acknowledged transactions may be missing here: the run of the proxy that ended at this point
     /// crashed under `group` or `none` durability.
     Gap(LogGap),
+    /// The outcome the database gave, after a restart, for a transaction already finished as Indeterminate
+    /// ([`LogRecord::Resolved`]).
+    Resolved {
+        /// The transaction.
+        txn: TxnId,
+        /// How it ended: committed or aborted.
+        outcome: Outcome,
+    },
     /// A write of an already finished transaction, discovered by a later read ([`LogRecord::DiscoveredWrite`]).
     /// Every record citing `write` comes after this event. The transaction was committed (or indeterminate
     /// and, since its version was read, committed after all); it is the transaction's last write of `key`,
@@ -73,6 +81,15 @@ pub struct ReplayedTxn {
     pub position: u64,
 }
 
+/// The database transaction ids a transaction owns, from its [`LogRecord::Xids`] records.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TxnXids {
+    /// Its top-level id, if known.
+    pub top: Option<u32>,
+    /// Every id it owns, as far as known.
+    pub xids: Vec<u32>,
+}
+
 /// Turns log records, fed in sequence order, into [`Replayed`] events; see the module documentation.
 #[derive(Debug, Default)]
 pub struct Replayer {
@@ -86,6 +103,8 @@ pub struct Replayer {
     seen: IdRanges,
     /// Intents still waiting for an outcome.
     pending: HashMap<TxnId, ReplayedTxn>,
+    /// The database ids of each transaction, when asked to keep them ([`Replayer::keeping_xids`]).
+    xids: Option<HashMap<TxnId, TxnXids>>,
     /// Intents finished as Indeterminate at their session's end. The Recovery record that ends their run may
     /// still list them; no other record may mention them.
     abandoned: HashSet<TxnId>,
@@ -103,6 +122,12 @@ impl Replayer {
     /// A replayer for a log read from its first record.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Keeps the database ids of each transaction ([`LogRecord::Xids`]), which replay otherwise skips.
+    pub fn keeping_xids(mut self) -> Self {
+        self.xids = Some(HashMap::new());
+        self
     }
 
     /// The key names interned so far; the keys of every replayed transaction refer to this table.
@@ -204,6 +229,31 @@ impl Replayer {
                         seq,
                         format!("a discovered write of {txn}, which has no record"),
                     ));
+                }
+            }
+            // Only a restarting proxy reads them back (to own the ids again, and to resolve a crash window).
+            LogRecord::Xids { txn, top, xids } => {
+                if let Some(kept) = self.xids.as_mut() {
+                    let entry = kept.entry(txn).or_default();
+                    entry.top = entry.top.or(top);
+                    for x in xids {
+                        if !entry.xids.contains(&x) {
+                            entry.xids.push(x);
+                        }
+                    }
+                }
+            }
+            LogRecord::Resolved { txn, outcome } => {
+                if outcome == Outcome::Indeterminate {
+                    return Err(inconsistent(seq, format!("a resolution of {txn} as indeterminate")));
+                }
+                if let Some(mut intent) = self.pending.remove(&txn) {
+                    intent.txn.outcome = outcome;
+                    finished.push(Replayed::Transaction(intent));
+                } else if self.seen.contains(txn) {
+                    finished.push(Replayed::Resolved { txn, outcome });
+                } else {
+                    return Err(inconsistent(seq, format!("a resolution of {txn}, which has no record")));
                 }
             }
             LogRecord::Horizon { xid } => {
@@ -341,7 +391,20 @@ impl IdRanges {
 pub fn replay(
     records: impl IntoIterator<Item = Result<(u64, LogRecord), LogError>>,
 ) -> Result<History, LogError> {
-    let mut replayer = Replayer::new();
+    replay_with(records, Replayer::new()).map(|(h, _)| h)
+}
+
+/// [`replay`], and the database ids of each transaction: what a restarting proxy needs.
+pub fn replay_keeping_xids(
+    records: impl IntoIterator<Item = Result<(u64, LogRecord), LogError>>,
+) -> Result<(History, HashMap<TxnId, TxnXids>), LogError> {
+    replay_with(records, Replayer::new().keeping_xids())
+}
+
+fn replay_with(
+    records: impl IntoIterator<Item = Result<(u64, LogRecord), LogError>>,
+    mut replayer: Replayer,
+) -> Result<(History, HashMap<TxnId, TxnXids>), LogError> {
     let mut slots: Vec<Option<ReplayedTxn>> = Vec::new();
     let mut gaps = Vec::new();
     let mut slot_of: HashMap<TxnId, usize> = HashMap::new();
@@ -353,6 +416,14 @@ pub fn replay(
             }
             slot_of.insert(t.txn.id, at);
             slots[at] = Some(t);
+        }
+        Replayed::Resolved { txn, outcome } => {
+            // Only a transaction no outcome had reached; a crash window, now closed.
+            if let Some(t) = slot_of.get(&txn).and_then(|&at| slots[at].as_mut())
+                && t.txn.outcome == Outcome::Indeterminate
+            {
+                t.txn.outcome = outcome;
+            }
         }
         Replayed::DiscoveredWrite { txn, key, write } => {
             let op = Op::Write { key, write, stmt: None };
@@ -371,6 +442,7 @@ pub fn replay(
     }
     replayer.end_of_log().into_iter().for_each(&mut fold);
     let horizon = replayer.horizon().cloned();
+    let xids = replayer.xids.take().unwrap_or_default();
     let (keys, statements) = replayer.into_tables();
     let mut history = History { keys, statements, gaps, horizon, ..History::default() };
     for t in slots.into_iter().flatten() {
@@ -378,7 +450,7 @@ pub fn replay(
         history.unchecked.extend(t.unchecked);
     }
     resolve_foreign(&mut history);
-    Ok(history)
+    Ok((history, xids))
 }
 
 /// Turns each [`Observed::Foreign`] read whose tag some transaction wrote to the same key into a read of

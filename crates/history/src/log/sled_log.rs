@@ -300,6 +300,29 @@ impl HistoryLog for SledLog {
         self.append(&LogRecord::DiscoveredWrite { txn, key, write }, |_| Ok(()), |_, _| {})
     }
 
+    fn append_xids(
+        &self,
+        txn: TxnId,
+        top: Option<u32>,
+        xids: Vec<u32>,
+    ) -> Result<DurabilityTicket, LogError> {
+        self.append(&LogRecord::Xids { txn, top, xids }, |_| Ok(()), |_, _| {})
+    }
+
+    fn append_resolved(&self, txn: TxnId, outcome: Outcome) -> Result<DurabilityTicket, LogError> {
+        if outcome == Outcome::Indeterminate {
+            return Err(LogError::Refused(format!("a resolution of {txn} must be committed or aborted")));
+        }
+        self.append(
+            &LogRecord::Resolved { txn, outcome },
+            |inner| match inner.pending.contains_key(&txn) {
+                true => Err(LogError::Refused(format!("{txn} is pending in this run; append its outcome"))),
+                false => Ok(()),
+            },
+            |_, _| {},
+        )
+    }
+
     fn tail(&self, from_seq: u64) -> Tail<'_> {
         Box::new(TailIter { iter: self.records.range(from_seq.to_be_bytes()..), last: None })
     }
@@ -472,7 +495,9 @@ fn scan_run(records: &sled::Tree, run_start: u64) -> Result<RunScan, LogError> {
             | LogRecord::LateOps { .. }
             | LogRecord::Horizon { .. }
             | LogRecord::HorizonSnapshot(_)
-            | LogRecord::DiscoveredWrite { .. } => {}
+            | LogRecord::DiscoveredWrite { .. }
+            | LogRecord::Xids { .. }
+            | LogRecord::Resolved { .. } => {}
             LogRecord::Recovery { indeterminate, .. } => {
                 for txn in indeterminate {
                     pending.remove(&txn);

@@ -150,6 +150,45 @@ impl Injector {
     }
 }
 
+/// Runs one query over a connection that has just finished startup, before the client's first message, and
+/// returns its rows, or `None` if the database answered with an error. `sbuf` holds bytes already read from
+/// the database.
+pub async fn query_at_startup<S>(
+    db: &mut S,
+    sbuf: &mut BytesMut,
+    sql: &str,
+) -> std::io::Result<Option<Vec<Vec<Option<Bytes>>>>>
+where
+    S: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    db.write_all(&injected_frames(&[sql])).await?;
+    let (mut rows, mut failed) = (Vec::new(), false);
+    loop {
+        while let Some(frame) =
+            split_frame(sbuf, 1 << 30).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?
+        {
+            match frame.tag() {
+                btag::DATA_ROW => match all_values(&frame.body()) {
+                    Ok((_, values)) => rows.push(values),
+                    Err(_) => failed = true,
+                },
+                btag::ERROR_RESPONSE => failed = true,
+                btag::READY_FOR_QUERY => return Ok((!failed).then_some(rows)),
+                _ => {}
+            }
+        }
+        if db.read_buf(sbuf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+}
+
+/// Every value of a DataRow body.
+fn all_values(body: &Bytes) -> Result<(Bytes, Vec<Option<Bytes>>), super::strip::StripError> {
+    let n = body.get(..2).map_or(0, |b| i16::from_be_bytes([b[0], b[1]]).max(0) as usize);
+    super::strip::split_data_row(body, n)
+}
+
 /// Runs a catalog load or the horizon query over a connection that has just finished startup, before the
 /// client's first message, and swallows the replies. `sbuf` holds bytes already read from the database.
 pub async fn run_at_startup<S>(

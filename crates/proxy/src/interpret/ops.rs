@@ -24,6 +24,9 @@ pub struct TxnOps {
     /// The database transaction ids the open transaction is known to own: the `xmin` of rows it wrote, and
     /// its own id once asked for (see `versions`, "Discovered writes").
     xids: Vec<u32>,
+    /// Its top-level id among them, when known: asked for, or stamped on a row it wrote outside any
+    /// savepoint (a subtransaction's id can be aborted while the transaction commits).
+    top_xid: Option<u32>,
     /// Writes of other transactions that this session's reads discovered, not yet logged.
     discovered: Vec<DiscoveredWrite>,
 }
@@ -64,9 +67,28 @@ impl TxnOps {
         }
     }
 
+    /// Notes the ids stamped on rows the open transaction wrote: outside any savepoint, its top-level id.
+    pub fn wrote(&mut self, xids: &[u32]) {
+        self.own_xids(xids);
+        if self.savepoints.is_empty() && self.top_xid.is_none() {
+            self.top_xid = xids.first().copied();
+        }
+    }
+
+    /// Notes the open transaction's top-level id, as the database told it.
+    pub fn top_level(&mut self, xid: u32) {
+        self.own_xids(&[xid]);
+        self.top_xid = Some(xid);
+    }
+
     /// The database transaction ids the open transaction is known to own.
     pub fn xids(&self) -> &[u32] {
         &self.xids
+    }
+
+    /// The open transaction's top-level id, when known.
+    pub fn top_xid(&self) -> Option<u32> {
+        self.top_xid
     }
 
     /// Notes writes of other transactions that a read discovered.
@@ -135,6 +157,7 @@ impl TxnOps {
         let in_intent = std::mem::take(&mut self.in_intent);
         self.savepoints.clear();
         self.xids.clear();
+        self.top_xid = None;
         if intent_written { ops.split_off(in_intent.min(ops.len())) } else { ops }
     }
 
@@ -144,6 +167,7 @@ impl TxnOps {
         self.savepoints.clear();
         self.in_intent = 0;
         self.xids.clear();
+        self.top_xid = None;
     }
 }
 

@@ -1,7 +1,10 @@
 //! What every session's tagging shares: the catalog cache, the version book, the fence row, the recording
 //! horizon's state and the `/metrics` counters.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+
+use history::log::TxnXids;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::catalog::Catalog;
@@ -83,6 +86,9 @@ pub struct TaggingShared {
     pub horizon_unanswered: std::sync::atomic::AtomicBool,
     /// Held while a session learns the horizon, so exactly one learns it, logs it and sets it.
     pub horizon_learning: tokio::sync::Mutex<()>,
+    /// Transactions earlier runs left without an outcome, with their top-level database id: the first
+    /// session of this run asks the database how they ended (`pg_xact_status`).
+    pub crash_window: std::sync::Mutex<Vec<(history::TxnId, u32)>>,
     /// Counters.
     pub metrics: TaggingMetrics,
 }
@@ -95,6 +101,27 @@ impl TaggingShared {
         let s = TaggingShared { fence_row, ..Self::default() };
         s.catalog_stale.store(true, Ordering::Relaxed);
         s
+    }
+
+    /// Seeds this run's state from the log that earlier runs wrote: their versions, the ids their
+    /// transactions own (oldest first, so the book keeps the newest), and the transactions they left
+    /// without an outcome whose top-level id is known.
+    pub fn seed_from(&self, h: &history::History, mut xids: HashMap<history::TxnId, TxnXids>) {
+        self.book.seed_from(h);
+        let mut owned: Vec<(&history::TxnId, &TxnXids)> = xids.iter().collect();
+        owned.sort_unstable_by_key(|(id, _)| **id);
+        for (id, x) in owned {
+            self.book.own(&x.xids, *id);
+        }
+        let unresolved = h
+            .transactions
+            .iter()
+            .filter(|t| t.outcome == history::Outcome::Indeterminate)
+            .filter_map(|t| Some((t.id, xids.remove(&t.id)?.top?)))
+            .collect();
+        if let Ok(mut w) = self.crash_window.lock() {
+            *w = unresolved;
+        }
     }
 
     /// The current catalog.

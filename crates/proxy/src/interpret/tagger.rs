@@ -400,7 +400,7 @@ impl Tagger {
                     let found = XminStrategy
                         .row_ops(rows, &extras, stmt, &self.shared.book, ops.xids())
                         .map_err(|e| e.to_string())?;
-                    ops.own_xids(&found.xids);
+                    ops.wrote(&found.xids);
                     ops.discovered(found.discovered);
                     for op in found.ops {
                         self.push_op(op, ops);

@@ -216,7 +216,7 @@ pub fn parse_xid(xmin: &[u8]) -> Option<u32> {
 
 /// The 64-bit id of the 32-bit transaction id `xid` nearest to `near` (PostgreSQL's circular order:
 /// within 2^31 of it), as `TransactionIdPrecedes` would place it.
-fn widen_xid(xid: u32, near: u64) -> u64 {
+pub fn widen_xid(xid: u32, near: u64) -> u64 {
     let delta = xid.wrapping_sub(near as u32) as i32;
     near.saturating_add_signed(i64::from(delta))
 }

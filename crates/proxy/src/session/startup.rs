@@ -18,7 +18,7 @@ use wire::pg::{
 use super::{BoxStream, MAX_BACKEND_MESSAGE, SessionError, Shared};
 use crate::config::ClientTlsMode;
 use crate::interpret::fence::{Injected, Injection};
-use crate::interpret::inject::run_at_startup;
+use crate::interpret::inject::{query_at_startup, run_at_startup};
 use crate::interpret::shared::TaggingShared;
 use crate::metrics::Metrics;
 use crate::tls::{ALPN_POSTGRESQL, UpstreamTls};
@@ -51,6 +51,7 @@ pub(super) async fn learn_horizon(
                 );
                 t.book.set_horizon(horizon.clone());
             }
+            resolve_crash_window(shared, t, upstream, sbuf, horizon.xmax).await?;
             t.book.set_run_horizon(horizon);
         }
         Ok(_) => {
@@ -65,6 +66,58 @@ pub(super) async fn learn_horizon(
             return Err(SessionError::UpstreamIo(e));
         }
     }
+    Ok(())
+}
+
+/// Asks the database how the transactions that earlier runs left without an outcome ended, by their
+/// top-level ids (widened to 64 bits next to `xmax`, the run horizon's), and logs each committed or
+/// aborted one as resolved (issue 14, item 3). Those it cannot tell (too old, or a question that fails) stay
+/// indeterminate. Runs once, under the horizon lock, before any session of this run logs anything.
+async fn resolve_crash_window(
+    shared: &Shared,
+    t: &TaggingShared,
+    upstream: &mut BoxStream,
+    sbuf: &mut BytesMut,
+    xmax: u64,
+) -> Result<(), SessionError> {
+    let window = std::mem::take(&mut *t.crash_window.lock().unwrap_or_else(|p| p.into_inner()));
+    // Every one of them had ended before this run's snapshot, so its id lies below xmax; one that does not
+    // would make pg_xact_status fail for all ("in the future").
+    let asked: Vec<(history::TxnId, u64)> = window
+        .into_iter()
+        .map(|(txn, xid)| (txn, crate::interpret::versions::widen_xid(xid, xmax)))
+        .filter(|&(_, xid8)| xid8 < xmax)
+        .collect();
+    if asked.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = asked.iter().map(|(_, x)| format!("'{x}'")).collect();
+    let sql =
+        format!("SELECT x::text, pg_xact_status(x) FROM unnest(ARRAY[{}]::xid8[]) AS x", list.join(","));
+    let rows = match query_at_startup(upstream, sbuf, &sql).await {
+        Ok(Some(rows)) => rows,
+        Ok(None) => {
+            warn!("the database could not tell how {} transactions of an earlier run ended", asked.len());
+            return Ok(());
+        }
+        Err(e) => return Err(SessionError::UpstreamIo(e)),
+    };
+    let text =
+        |v: &Option<bytes::Bytes>| v.as_ref().and_then(|b| std::str::from_utf8(b).ok().map(str::to_owned));
+    let (mut committed, mut aborted) = (0, 0);
+    for row in &rows {
+        let (Some(xid8), status) = (row.first().and_then(text), row.get(1).and_then(text)) else { continue };
+        let outcome = match status.as_deref() {
+            Some("committed") => history::Outcome::Committed,
+            Some("aborted") => history::Outcome::Aborted,
+            _ => continue,
+        };
+        for (txn, _) in asked.iter().filter(|(_, x)| x.to_string() == xid8) {
+            shared.recorder.log().append_resolved(*txn, outcome).map_err(SessionError::Log)?.request();
+            if outcome == history::Outcome::Committed { committed += 1 } else { aborted += 1 }
+        }
+    }
+    info!(asked = asked.len(), committed, aborted, "crash window of an earlier run resolved");
     Ok(())
 }
 
