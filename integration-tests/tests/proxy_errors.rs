@@ -270,3 +270,28 @@ async fn a_session_whose_catalog_load_fails_leaves_no_cancel_key_behind() {
     assert_eq!(held, 0, "cancel keys of ended sessions are still held");
     p.handle.shutdown().await.unwrap();
 }
+
+/// The admin server shares file descriptors with the proxy's clients (issue 19, item 4): a request whose
+/// headers never finish is closed after the timeout, and connections beyond the cap wait in the backlog
+/// until a slot frees, then get the same treatment. Clients are served throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_admin_requests_are_closed_after_the_timeout_and_capped() {
+    let p = start_proxy_with(Opts { admin_limits: Some((300, 4)), ..Opts::default() }).await;
+    let addr = p.handle.admin_addr().expect("admin enabled");
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        let mut s = TcpStream::connect(addr).await.expect("connect to admin");
+        s.write_all(b"GET /metr").await.expect("half a request");
+        held.push(s);
+    }
+    still_serves(&p).await;
+    for (i, s) in held.iter_mut().enumerate() {
+        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+            let mut buf = [0u8; 512];
+            while s.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+        })
+        .await;
+        assert!(closed.is_ok(), "half-sent request {i} still open after 5 s");
+    }
+    assert_eq!(p.admin_get("/healthz").await, "ok\n");
+}

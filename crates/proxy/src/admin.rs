@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use history::log::{FSYNC_BUCKETS_US, HistoryLog};
@@ -14,9 +14,9 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tracing::debug;
 
 use crate::metrics::Metrics;
@@ -33,18 +33,40 @@ pub(crate) struct AdminState {
     pub(crate) tagging: Option<Arc<crate::interpret::shared::TaggingShared>>,
 }
 
+/// How much of the machine the admin server may hold: it shares file descriptors with the proxy's clients.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// The most time a client may take to send a request's headers; a connection lives at most 12 times
+    /// as long (a scraper's keep-alive included).
+    pub(crate) timeout: Duration,
+    /// The most connections served at once; more wait in the kernel's backlog, holding no descriptor.
+    pub(crate) max_connections: usize,
+}
+
 /// Serves admin requests until shutdown.
 pub(crate) async fn serve(
     listener: TcpListener,
     state: Arc<AdminState>,
+    limits: Limits,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
+        // A slot first, then the connection: beyond the cap, connections wait unaccepted.
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(s) => s,
+                Err(_) => return,
+            },
+            _ = shutdown.changed() => return,
+        };
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     debug!("admin accept failed: {e}");
+                    // Out of descriptors, most likely: give them back to the clients for a while.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
@@ -52,12 +74,19 @@ pub(crate) async fn serve(
         };
         let state = state.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let service = service_fn(move |req| {
                 let state = state.clone();
                 async move { Ok::<_, Infallible>(route(&req, &state)) }
             });
-            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
-                debug!("admin connection: {e}");
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.timeout)
+                .serve_connection(TokioIo::new(stream), service);
+            match tokio::time::timeout(limits.timeout * 12, connection).await {
+                Ok(Err(e)) => debug!("admin connection: {e}"),
+                Err(_) => debug!("admin connection closed after {:?}", limits.timeout * 12),
+                Ok(Ok(())) => {}
             }
         });
     }

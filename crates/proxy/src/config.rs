@@ -178,12 +178,32 @@ pub struct AdminConfig {
     /// Where; loopback by default, because the endpoints are unauthenticated.
     #[serde(default = "default_admin_address")]
     pub address: SocketAddr,
+    /// How long a client may take to send a request's headers, and how long a connection may stay open
+    /// in all (times 12), in milliseconds; 5,000 by default. A half-sent request must not hold a file
+    /// descriptor the proxy's clients need.
+    #[serde(default = "default_admin_timeout_ms")]
+    pub timeout_ms: u64,
+    /// The most admin connections served at once (64 by default); more wait in the kernel's backlog.
+    #[serde(default = "default_admin_max_connections")]
+    pub max_connections: usize,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        AdminConfig { enabled: true, address: default_admin_address() }
+        AdminConfig {
+            enabled: true,
+            address: default_admin_address(),
+            timeout_ms: default_admin_timeout_ms(),
+            max_connections: default_admin_max_connections(),
+        }
     }
+}
+
+fn default_admin_timeout_ms() -> u64 {
+    5_000
+}
+fn default_admin_max_connections() -> usize {
+    64
 }
 
 fn yes() -> bool {

@@ -208,7 +208,11 @@ pub async fn start(config: Config) -> Result<ProxyHandle, ProxyError> {
             upstream: config.upstream.address.clone(),
             tagging: tagging.clone(),
         });
-        tokio::spawn(admin::serve(admin, state, stop_rx.clone()));
+        let limits = admin::Limits {
+            timeout: Duration::from_millis(config.admin.timeout_ms.max(1)),
+            max_connections: config.admin.max_connections.max(1),
+        };
+        tokio::spawn(admin::serve(admin, state, limits, stop_rx.clone()));
         Some(addr)
     } else {
         None
@@ -228,7 +232,13 @@ pub async fn start(config: Config) -> Result<ProxyHandle, ProxyError> {
     Ok(ProxyHandle { listen_addr, admin_addr, log, metrics, shared, stop, accept_task })
 }
 
+/// How often a failing client `accept` is logged.
+const ACCEPT_WARNING_INTERVAL: Duration = Duration::from_secs(10);
+
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    // A failing accept repeats every 50 ms: say so once per interval, with how often it failed since.
+    let mut last_warned: Option<Instant> = None;
+    let mut failed_since_warning = 0u64;
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -240,7 +250,11 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
             }
             Err(e) => {
                 // Running out of file descriptors must not end the proxy; back off and retry.
-                warn!("accept failed: {e}");
+                failed_since_warning += 1;
+                if last_warned.is_none_or(|at| at.elapsed() >= ACCEPT_WARNING_INTERVAL) {
+                    warn!("accept failed ({failed_since_warning} times since the last warning): {e}");
+                    (last_warned, failed_since_warning) = (Some(Instant::now()), 0);
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }

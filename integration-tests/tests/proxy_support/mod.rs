@@ -49,6 +49,8 @@ pub struct Opts {
     pub exclusive: bool,
     /// The history log's path, if not a fresh one in the proxy's temporary directory.
     pub log_path: Option<PathBuf>,
+    /// `admin.timeout_ms` and `admin.max_connections`, when set.
+    pub admin_limits: Option<(u64, usize)>,
 }
 
 pub async fn start_proxy() -> TestProxy {
@@ -61,11 +63,13 @@ pub async fn start_proxy_with(opts: Opts) -> TestProxy {
         "[listen]\naddress = \"127.0.0.1:0\"\nmax_message_bytes = {}\nstartup_timeout_ms = 5000\n\
          [upstream]\naddress = \"{}\"\nconnect_timeout_ms = 2000\n\
          [log]\npath = \"{}\"\ndurability = \"{}\"\n\
-         [admin]\naddress = \"127.0.0.1:0\"\n",
+         [admin]\naddress = \"127.0.0.1:0\"\n{}",
         opts.max_message_bytes.unwrap_or(1 << 20),
         opts.upstream.as_deref().unwrap_or(PG_ADDR),
         opts.log_path.clone().unwrap_or_else(|| dir.path().join("log")).display(),
         opts.durability.unwrap_or("strict"),
+        opts.admin_limits
+            .map_or(String::new(), |(t, n)| format!("timeout_ms = {t}\nmax_connections = {n}\n")),
     );
     if let Some((cert, key, mode)) = &opts.tls {
         toml.push_str(&format!(
