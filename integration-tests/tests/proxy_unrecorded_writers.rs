@@ -22,6 +22,23 @@ async fn exec(c: &tokio_postgres::Client, sql: &str) {
     c.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
+/// Creates table `t` (id, v) with the rows `ids` at v = 0, and the SQL function `{t}_bump(i)` that adds 1 to
+/// row i's v: a write the proxy cannot map.
+async fn table_with_bump(db: &tokio_postgres::Client, t: &str, ids: &[i32]) {
+    let rows: Vec<String> = ids.iter().map(|i| format!("({i}, 0)")).collect();
+    exec(
+        db,
+        &format!(
+            "DROP TABLE IF EXISTS {t} CASCADE; \
+             CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); INSERT INTO {t} VALUES {}; \
+             CREATE OR REPLACE FUNCTION {t}_bump(i int) RETURNS void LANGUAGE sql \
+               AS 'UPDATE {t} SET v = v + 1 WHERE id = i'",
+            rows.join(", ")
+        ),
+    )
+    .await;
+}
+
 /// How a scenario's transactions run.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Block {
@@ -224,16 +241,7 @@ async fn a_lost_update_through_functions_is_caught_by_the_discovered_writes() {
 async fn with_exclusive_recording_a_write_behind_the_proxys_back_is_reported() {
     let t = unique_table("uw_excl");
     let db = direct().await;
-    exec(
-        &db,
-        &format!(
-            "DROP TABLE IF EXISTS {t} CASCADE; \
-             CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); INSERT INTO {t} VALUES (1, 0), (2, 0); \
-             CREATE OR REPLACE FUNCTION {t}_bump(i int) RETURNS void LANGUAGE sql \
-               AS 'UPDATE {t} SET v = v + 1 WHERE id = i'"
-        ),
-    )
-    .await;
+    table_with_bump(&db, &t, &[1, 2]).await;
     let read = format!("SELECT v FROM {t} WHERE id = 1");
     for (exclusive, suspend) in [(true, false), (false, false), (true, true)] {
         let what = format!("exclusive = {exclusive}, a function call first: {suspend}");
@@ -321,16 +329,7 @@ async fn a_restart_resolves_the_crash_window_by_asking_the_database() {
 async fn a_write_discovered_after_a_restart_still_finds_its_transaction() {
     let t = unique_table("uw_restart");
     let db = direct().await;
-    exec(
-        &db,
-        &format!(
-            "DROP TABLE IF EXISTS {t} CASCADE; \
-             CREATE TABLE {t} (id int PRIMARY KEY, v int NOT NULL); INSERT INTO {t} VALUES (1, 0); \
-             CREATE OR REPLACE FUNCTION {t}_bump(i int) RETURNS void LANGUAGE sql \
-               AS 'UPDATE {t} SET v = v + 1 WHERE id = i'"
-        ),
-    )
-    .await;
+    table_with_bump(&db, &t, &[1]).await;
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("log");
     let opts = || Opts { tagging: Some("xmin"), log_path: Some(path.clone()), ..Opts::default() };

@@ -247,6 +247,12 @@ impl InjectedReplies {
         Step::More
     }
 
+    /// The first value of the first row, as text, if the injection did not fail.
+    fn first_value(&self) -> Option<&str> {
+        let value = self.rows.first()?.first()?.as_ref()?;
+        std::str::from_utf8(value).ok().filter(|_| !self.error)
+    }
+
     /// Applies the result: a reloaded catalog goes into `shared`, a fence's ops are returned.
     pub fn finish(self, shared: &super::shared::TaggingShared) -> Injected {
         match self.what {
@@ -261,27 +267,12 @@ impl InjectedReplies {
                 }
                 Injected::Catalog
             }
-            Injection::Horizon => {
-                let horizon = self
-                    .rows
-                    .first()
-                    .and_then(|r| r.first())
-                    .and_then(|v| v.as_ref())
-                    .and_then(|b| std::str::from_utf8(b).ok())
-                    .and_then(|s| history::RecordingHorizon::parse_snapshot(s).ok())
-                    .filter(|_| !self.error);
-                Injected::Horizon(horizon)
-            }
+            Injection::Horizon => Injected::Horizon(
+                self.first_value().and_then(|s| history::RecordingHorizon::parse_snapshot(s).ok()),
+            ),
             Injection::Xid => {
-                let xid8 = self
-                    .rows
-                    .first()
-                    .and_then(|r| r.first())
-                    .and_then(|v| v.as_ref())
-                    .and_then(|b| std::str::from_utf8(b).ok())
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .filter(|_| !self.error);
                 // xid8 is (epoch << 32) | xid; a row's xmin shows the xid.
+                let xid8 = self.first_value().and_then(|s| s.parse::<u64>().ok());
                 Injected::Xid(xid8.map(|x| x as u32))
             }
             Injection::Fence { .. } => {
