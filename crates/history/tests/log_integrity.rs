@@ -28,6 +28,25 @@ fn sample_txn(id: u64) -> LoggedTxn {
     t
 }
 
+/// Opens the log's sled store directly, waiting while the just-closed log's directory lock is still held:
+/// sled releases it only when its background flusher exits, after `Db::drop` returns (as `SledLog::open`
+/// waits, see `open_waiting_for_lock`).
+fn sled_open(dir: &std::path::Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match sled::open(dir) {
+            Ok(db) => return db,
+            Err(e)
+                if e.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("cannot open the log's sled store: {e}"),
+        }
+    }
+}
+
 /// Writes five records, closes the log, then lets `damage` rewrite record 2's value through sled.
 fn log_with_damaged_record(damage: impl FnOnce(Vec<u8>) -> Vec<u8>) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -38,7 +57,7 @@ fn log_with_damaged_record(damage: impl FnOnce(Vec<u8>) -> Vec<u8>) -> tempfile:
         }
         log.close().unwrap();
     }
-    let db = sled::open(dir.path()).unwrap();
+    let db = sled_open(dir.path());
     let records = db.open_tree(SledLog::RECORDS_TREE).unwrap();
     let key = 2u64.to_be_bytes();
     let value = records.get(key).unwrap().expect("record 2 exists").to_vec();
@@ -105,7 +124,7 @@ fn a_corrupt_record_in_a_crashed_run_stops_recovery_with_its_seq() {
         log.drop_as_if_crashed();
     }
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = sled_open(dir.path());
         let records = db.open_tree(SledLog::RECORDS_TREE).unwrap();
         records.insert(1u64.to_be_bytes(), &b"\x01garbage"[..]).unwrap();
         db.flush().unwrap();
@@ -118,7 +137,7 @@ fn a_corrupt_record_in_a_crashed_run_stops_recovery_with_its_seq() {
 fn a_foreign_key_in_the_records_tree_is_reported() {
     let dir = log_with_damaged_record(|v| v);
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = sled_open(dir.path());
         db.open_tree(SledLog::RECORDS_TREE)
             .unwrap()
             .insert(b"\x00\x00\x00\x00\x00\x00\x00\x02x", &b""[..])
