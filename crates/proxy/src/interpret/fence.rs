@@ -203,20 +203,17 @@ impl InjectedReplies {
     pub fn on_backend(&mut self, tag: u8, body: &Bytes, book: &VersionBook) -> Step {
         use wire::pg::backend::tag as btag;
         match tag {
-            btag::DATA_ROW => {
-                let n = body.get(..2).map_or(0, |b| i16::from_be_bytes([b[0], b[1]]).max(0) as usize);
-                match super::strip::split_data_row(body, n) {
-                    Ok((_, vals)) => {
-                        if let (Injection::Fence { .. }, 1, Some(w)) =
-                            (self.what, self.rows.len(), fence_row(&vals))
-                        {
-                            book.insert(version_id(&key_name(FENCE_TABLE, &[&w[1]]), &w[0]));
-                        }
-                        self.rows.push(vals)
+            btag::DATA_ROW => match super::strip::data_row_values(body) {
+                Ok(vals) => {
+                    if let (Injection::Fence { .. }, 1, Some(w)) =
+                        (self.what, self.rows.len(), fence_row(&vals))
+                    {
+                        book.insert(version_id(&key_name(FENCE_TABLE, &[&w[1]]), &w[0]));
                     }
-                    Err(_) => self.error = true,
+                    self.rows.push(vals)
                 }
-            }
+                Err(_) => self.error = true,
+            },
             btag::ERROR_RESPONSE => self.error = true,
             // The setup's COMMIT comes before the fence's two rows; only the fence's own counts.
             btag::COMMAND_COMPLETE if body.starts_with(b"COMMIT") => self.committed = self.rows.len() >= 2,

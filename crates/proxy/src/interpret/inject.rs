@@ -168,8 +168,8 @@ where
             split_frame(sbuf, 1 << 30).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?
         {
             match frame.tag() {
-                btag::DATA_ROW => match all_values(&frame.body()) {
-                    Ok((_, values)) => rows.push(values),
+                btag::DATA_ROW => match super::strip::data_row_values(&frame.body()) {
+                    Ok(values) => rows.push(values),
                     Err(_) => failed = true,
                 },
                 btag::ERROR_RESPONSE => failed = true,
@@ -181,12 +181,6 @@ where
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
     }
-}
-
-/// Every value of a DataRow body.
-fn all_values(body: &Bytes) -> Result<(Bytes, Vec<Option<Bytes>>), super::strip::StripError> {
-    let n = body.get(..2).map_or(0, |b| i16::from_be_bytes([b[0], b[1]]).max(0) as usize);
-    super::strip::split_data_row(body, n)
 }
 
 /// Runs a catalog load or the horizon query over a connection that has just finished startup, before the

@@ -61,6 +61,12 @@ pub fn strip_row_description(body: &[u8], extra: usize) -> Result<Bytes, StripEr
     Ok(with_count(keep, &body[2..at]))
 }
 
+/// Every value of a DataRow body (`None` is NULL), for rows of the proxy's own injected queries.
+pub fn data_row_values(body: &Bytes) -> Result<Vec<Option<Bytes>>, StripError> {
+    let n = body.get(..2).map_or(0, |b| i16::from_be_bytes([b[0], b[1]]).max(0) as usize);
+    split_data_row(body, n).map(|(_, values)| values)
+}
+
 /// Splits a DataRow body into the client's row (the first columns) and the extra values (`None` is NULL).
 pub fn split_data_row(body: &Bytes, extra: usize) -> Result<(Bytes, Vec<Option<Bytes>>), StripError> {
     const WHAT: &str = "DataRow";
