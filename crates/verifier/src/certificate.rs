@@ -161,7 +161,7 @@ impl<'a> Certifier<'a> {
         show(self.norm.versions[v as usize].observed())
     }
 
-    fn chain_observed(&self, c: u32) -> Vec<history::Observed> {
+    pub(crate) fn chain_observed(&self, c: u32) -> Vec<history::Observed> {
         self.chains.list[c as usize]
             .versions
             .iter()
@@ -169,7 +169,13 @@ impl<'a> Certifier<'a> {
             .collect()
     }
 
-    fn push_derivation(&mut self, key: history::Key, before: u32, after: u32, basis: Basis) -> usize {
+    pub(crate) fn push_derivation(
+        &mut self,
+        key: history::Key,
+        before: u32,
+        after: u32,
+        basis: Basis,
+    ) -> usize {
         let d = Derivation {
             key: key_name(self.h, key),
             key_id: key.0,
@@ -288,7 +294,11 @@ impl<'a> Certifier<'a> {
         }
     }
 
-    fn memo_derivation(&mut self, k: (u8, u32, u32), make: impl FnOnce(&mut Self) -> usize) -> usize {
+    pub(crate) fn memo_derivation(
+        &mut self,
+        k: (u8, u32, u32),
+        make: impl FnOnce(&mut Self) -> usize,
+    ) -> usize {
         if let Some(&d) = self.memo.get(&k) {
             return d;
         }
@@ -336,7 +346,13 @@ impl<'a> Certifier<'a> {
     }
 
     /// Explains an rw or ww edge between chains, citing derivation `d`.
-    fn constraint_edge(&mut self, ce: &CEdge, d: usize, hypothetical: bool, why: &str) -> CycleEdge {
+    pub(crate) fn constraint_edge(
+        &mut self,
+        ce: &CEdge,
+        d: usize,
+        hypothetical: bool,
+        why: &str,
+    ) -> CycleEdge {
         let (from, to) = (self.txn_id(ce.from), self.txn_id(ce.to));
         let key = self.key_of_version(ce.from_version);
         let kn = key_name(self.h, key);

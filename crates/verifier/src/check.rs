@@ -4,6 +4,8 @@
 //! - An accept report must carry a serial order; replaying the included transactions in that order must give
 //!   every read the value it returned, and the order must keep session order (and real time, for strict
 //!   serializability, with the report's clock-drift threshold).
+//! - A snapshot-isolation accept carries an order whose restriction to each key's writers is the version
+//!   order; the dependency graph it gives is checked for cycles without two adjacent anti-dependencies.
 //! - A reject report's anomalies are checked one by one. Anomalies without a cycle are checked from their
 //!   evidence ops. A cycle must be closed; its wr, so and rt edges must follow from the history directly; its
 //!   ww and rw edges must follow from the version-order fact ([`Derivation`]) they cite. A fact is checked
@@ -11,6 +13,7 @@
 //!   would close (checked the same way, recursively, citing only earlier facts). Facts the solver chose in
 //!   its refutation are counted as assumed, not proved.
 
+mod si;
 mod weak;
 
 use std::collections::{HashMap, HashSet};
@@ -218,6 +221,10 @@ fn check_accept(f: &Facts<'_>, report: &Report, summary: &mut CheckSummary) -> R
     // The weak levels: the order is a commit order, checked against the level's axiom, not replayed.
     if report.level.is_saturation() {
         return weak::check_commit_order(f, report, &position, summary);
+    }
+    // Snapshot isolation: the order gives the version order, whose dependency graph is checked.
+    if report.level == Level::SnapshotIsolation {
+        return si::check_snapshot_order(f, report, &position, summary);
     }
     // Real time: no transaction may come after one that started after it committed (+ drift).
     if report.level == Level::StrictSerializable {
@@ -502,6 +509,14 @@ impl Checker<'_, '_> {
             if cycle[i].to != next.from {
                 return bad(format!("the cycle is not closed: {} then {}", cycle[i].to, next.from));
             }
+        }
+        // Under snapshot isolation only a cycle without two adjacent anti-dependencies is a violation
+        // (PolySI Theorem 1); write skew's two adjacent rw edges are allowed.
+        if self.report.level == Level::SnapshotIsolation
+            && (0..cycle.len())
+                .any(|i| cycle[i].kind == EdgeKind::Rw && cycle[(i + 1) % cycle.len()].kind == EdgeKind::Rw)
+        {
+            return bad("two adjacent anti-dependencies: snapshot isolation allows that cycle");
         }
         let hypothetical = cycle.iter().filter(|e| e.hypothetical).count();
         if within.is_some() != (hypothetical == 1) || hypothetical > 1 {

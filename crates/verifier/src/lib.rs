@@ -13,6 +13,9 @@
 //! 6. `solve`: solving what is left with the `solver` crate — §3.4.
 //! 7. `certificate` and [`report`]: the evidence, and the report a person (and [`check_report`]) can check.
 //!
+//! Snapshot isolation runs stages 1–4, then `si` (PolySI's characterisation on a split polygraph) instead of
+//! stages 5–6; the weak levels run stage 1, then `saturate` (docs/levels.md).
+//!
 //! ```
 //! use history::HistoryBuilder;
 //! use verifier::{Options, verify};
@@ -45,6 +48,7 @@ pub mod report;
 pub mod report_store;
 pub mod rounds;
 mod saturate;
+mod si;
 mod solve;
 
 use history::History;

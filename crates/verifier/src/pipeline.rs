@@ -31,7 +31,7 @@ use crate::report::{
     Verdict,
 };
 use crate::solve::Solved;
-use crate::{chains, constraints, known_graph, normalize, prune, realtime, saturate, solve};
+use crate::{chains, constraints, known_graph, normalize, prune, realtime, saturate, si, solve};
 
 /// The polygraph after pruning (Cobra §2.3, §3.3): the known graph, the chains, the constraints, which of
 /// them are still live, and pruning's decisions.
@@ -202,6 +202,9 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
     if options.level.is_saturation() {
         return Ok(verify_by_saturation(h, options, report, start));
     }
+    if options.level == Level::SnapshotIsolation {
+        return verify_snapshot_isolation(h, options, report, start);
+    }
 
     // Stages 1–5.
     let (built, tally) = build_polygraph(h, options)?;
@@ -297,17 +300,7 @@ fn note_normalized(h: &History, norm: &Normalized, report: &mut Report) {
 fn verify_by_saturation(h: &History, options: &Options, mut report: Report, start: Instant) -> Report {
     // Read committed allows a transaction to read two versions of one key.
     let mut norm = normalize::normalize_with(h, options.level != Level::ReadCommitted);
-    let committed = h.transactions.iter().filter(|t| t.outcome == Outcome::Committed).count() as u64;
-    report.counts = Counts {
-        transactions: h.transactions.len() as u64,
-        committed,
-        aborted: h.transactions.iter().filter(|t| t.outcome == Outcome::Aborted).count() as u64,
-        indeterminate_included: norm.txns.len() as u64 - committed,
-        indeterminate_dropped: norm.dropped.len() as u64,
-        vertices: norm.txns.len() as u64,
-        versions: norm.versions.len() as u64,
-        ..Counts::default()
-    };
+    report.counts = stage_one_counts(h, &norm);
     note_normalized(h, &norm, &mut report);
     if !norm.anomalies.is_empty() {
         let found = std::mem::take(&mut norm.anomalies);
@@ -334,6 +327,79 @@ fn verify_by_saturation(h: &History, options: &Options, mut report: Report, star
     }
     report.timings.report_ms = ms(after);
     report
+}
+
+/// The history's counts and stage 1's.
+fn stage_one_counts(h: &History, norm: &Normalized) -> Counts {
+    let committed = h.transactions.iter().filter(|t| t.outcome == Outcome::Committed).count() as u64;
+    Counts {
+        transactions: h.transactions.len() as u64,
+        committed,
+        aborted: h.transactions.iter().filter(|t| t.outcome == Outcome::Aborted).count() as u64,
+        indeterminate_included: norm.txns.len() as u64 - committed,
+        indeterminate_dropped: norm.dropped.len() as u64,
+        vertices: norm.txns.len() as u64,
+        versions: norm.versions.len() as u64,
+        ..Counts::default()
+    }
+}
+
+/// Snapshot isolation: stages 1–4 as for serializability (without real time), then `si`'s split polygraph
+/// and the solver instead of pruning and stage 6 (PolySI §3–4).
+fn verify_snapshot_isolation(
+    h: &History,
+    options: &Options,
+    mut report: Report,
+    start: Instant,
+) -> Result<Report, VerifyError> {
+    report.options.prune = false;
+    report.options.coalesce = true;
+    let mut norm = normalize::normalize(h);
+    report.counts = stage_one_counts(h, &norm);
+    note_normalized(h, &norm, &mut report);
+    if !norm.anomalies.is_empty() {
+        let found = std::mem::take(&mut norm.anomalies);
+        return Ok(non_cycle_reject(h, report, found, start));
+    }
+    let (mut g, lost) = known_graph::create_known_graph(h, &norm, options.combine);
+    if !lost.is_empty() {
+        return Ok(non_cycle_reject(h, report, lost, start));
+    }
+    let (chains, chain_rw) = chains::combine_writes(&norm, &mut g, options.combine);
+    let (constraints, initial_edges) = constraints::generate(&norm, &chains, &mut g, true);
+    si::add_initial_ww(&norm, &chains, &mut g);
+    let c = &mut report.counts;
+    c.wr_edges = g.edges.iter().filter(|e| matches!(e.origin, Origin::Wr { .. })).count() as u64;
+    c.so_edges = g.edges.iter().filter(|e| e.origin == Origin::So).count() as u64;
+    c.ww_pairs = g.ww_pairs;
+    c.chains = chains.list.len() as u64;
+    c.chain_rw_edges = chain_rw;
+    c.initial_edges = initial_edges;
+    c.constraints_before_prune = constraints.len() as u64;
+    c.constraints_after_prune = constraints.len() as u64;
+    c.known_edges_at_solve = g.edges.len() as u64;
+    report.timings.construct_ms = ms(start);
+
+    let solve_start = Instant::now();
+    let solved = si::solve(&g, &constraints, &norm, &chains)?;
+    report.timings.solve_ms = ms(solve_start);
+    let after = Instant::now();
+    match solved {
+        si::SiSolved::Acyclic { order } => {
+            report.serial_order =
+                Some(order.into_iter().map(|v| h.transactions[norm.txns[v as usize].hist].id).collect());
+        }
+        si::SiSolved::Cyclic { cycle, core } => {
+            let mut cert = Certifier::new(h, &norm, &g, &chains, &constraints, &[], 0);
+            let anomaly = si::SiEvidence::new(&mut cert).anomaly(&cycle, &core);
+            report.verdict = Verdict::Reject;
+            report.derivations = std::mem::take(&mut cert.derivations);
+            report.anomalies.push(anomaly);
+            report.transactions = cert.transactions([]);
+        }
+    }
+    report.timings.report_ms = ms(after);
+    Ok(report)
 }
 
 /// A reject from anomalies found before any cycle search.

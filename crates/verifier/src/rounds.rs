@@ -477,8 +477,8 @@ impl OnlineVerifier {
 
     /// Runs one round: verify the residual history, then collect.
     fn run_round(&mut self) -> Result<(), RoundsError> {
-        if self.options.verify.level.is_saturation() {
-            // Garbage collection's argument (gc.rs) is made for serializability's polygraph; what a weak
+        if !self.options.verify.level.checked_in_rounds() {
+            // Garbage collection's argument (gc.rs) is made for serializability's polygraph; what a weaker
             // level lets a later transaction see of a deleted one has not been argued yet.
             return Err(RoundsError::NotImplemented(format!(
                 "checking {} in rounds (verify the history one-shot)",

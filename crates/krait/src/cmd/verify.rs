@@ -73,6 +73,10 @@ enum LevelArg {
     Serializable,
     /// As serializable, and the order also respects real time, within the clock-drift threshold.
     StrictSerializable,
+    /// Snapshot isolation (PostgreSQL's REPEATABLE READ): each transaction reads one snapshot, which includes
+    /// its session's earlier transactions, and no two concurrent transactions write one key. Write skew is
+    /// allowed; lost updates and long forks are not.
+    SnapshotIsolation,
     /// Causal consistency: every write that happened before a transaction (by session order and reads,
     /// transitively) is visible to it, and no older version of its keys is.
     Causal,
@@ -151,6 +155,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         level: match args.level {
             LevelArg::Serializable => Level::Serializable,
             LevelArg::StrictSerializable => Level::StrictSerializable,
+            LevelArg::SnapshotIsolation => Level::SnapshotIsolation,
             LevelArg::Causal => Level::Causal,
             LevelArg::ReadAtomic => Level::ReadAtomic,
             LevelArg::ReadCommitted => Level::ReadCommitted,
@@ -201,7 +206,7 @@ fn verify_in_rounds(
     if round_size == 0 {
         anyhow::bail!("--rounds needs a positive number of transactions per round");
     }
-    if options.level.is_saturation() {
+    if !options.level.checked_in_rounds() {
         anyhow::bail!(
             "--rounds checks serializability and strict serializability only; verify {} one-shot (without \
              --rounds)",

@@ -11,6 +11,7 @@ impl Report {
         let level = match self.level {
             Level::Serializable => "serializable",
             Level::StrictSerializable => "strict serializable",
+            Level::SnapshotIsolation => "snapshot isolated",
             Level::Causal => "causally consistent",
             Level::ReadAtomic => "read atomic",
             Level::ReadCommitted => "read committed",

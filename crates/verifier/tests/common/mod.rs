@@ -1,0 +1,111 @@
+//! What the level tests share: random histories and their one-line-per-transaction rendering.
+
+use std::collections::HashMap;
+
+use history::{
+    CollectorId, History, Key, KeyName, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId,
+};
+use rand::Rng;
+use rand::rngs::StdRng;
+
+/// A random history: transactions run one after another against a store, each read returning the value
+/// of one of the last few states (so reads can be stale, fractured or non-monotonic), then a few reads are
+/// perturbed (other writes of the key, initial versions, intermediate or aborted writes, garbage).
+pub fn random_history(rng: &mut StdRng) -> History {
+    let keys = 3u32;
+    let mut h = History::default();
+    for k in 0..keys {
+        h.keys.intern(KeyName { namespace: String::new(), bytes: format!("k{k}").into_bytes() });
+    }
+    let n = rng.gen_range(1..=6);
+    let sessions = rng.gen_range(1..=3u64);
+    let mut states: Vec<HashMap<Key, Observed>> = vec![HashMap::new()];
+    let mut next_write = 1u64;
+    let mut txns = Vec::new();
+    let stale = rng.gen_range(0..3usize);
+    for i in 0..n {
+        let mut t = Transaction::new(TxnId(i as u64 + 1), SessionId(rng.gen_range(0..sessions)), 0);
+        t.outcome = if rng.gen_range(0..100) < 8 { Outcome::Aborted } else { Outcome::Committed };
+        t.collector = CollectorId(0);
+        let mut own: HashMap<Key, Observed> = HashMap::new();
+        for _ in 0..rng.gen_range(1..=5) {
+            let key = Key(rng.gen_range(0..keys));
+            if rng.gen_bool(0.55) {
+                let back = rng.gen_range(0..=stale.min(states.len() - 1));
+                let state = &states[states.len() - 1 - back];
+                let seen = own.get(&key).or(state.get(&key)).copied().unwrap_or(Observed::PreHistory(0));
+                t.ops.push(Op::Read { key, observed: seen, stmt: None });
+            } else {
+                let w = WriteId(next_write);
+                next_write += 1;
+                own.insert(key, Observed::Version(w));
+                t.ops.push(Op::Write { key, write: w, stmt: None });
+            }
+        }
+        if t.outcome == Outcome::Committed {
+            let mut s = states.last().cloned().unwrap_or_default();
+            s.extend(own);
+            states.push(s);
+        }
+        txns.push(t);
+    }
+    let writes: Vec<(Key, WriteId)> = txns
+        .iter()
+        .flat_map(|t| t.ops.iter())
+        .filter_map(|op| match *op {
+            Op::Write { key, write, .. } => Some((key, write)),
+            _ => None,
+        })
+        .collect();
+    let perturbations = if rng.gen_bool(0.6) { 0 } else { rng.gen_range(1..=2) };
+    for _ in 0..perturbations {
+        let ti = rng.gen_range(0..txns.len());
+        let reads: Vec<usize> =
+            (0..txns[ti].ops.len()).filter(|&i| matches!(txns[ti].ops[i], Op::Read { .. })).collect();
+        if reads.is_empty() {
+            continue;
+        }
+        let oi = reads[rng.gen_range(0..reads.len())];
+        let Op::Read { key, .. } = txns[ti].ops[oi] else { continue };
+        let same_key: Vec<WriteId> = writes.iter().filter(|(k, _)| *k == key).map(|(_, w)| *w).collect();
+        let observed = match rng.gen_range(0..100) {
+            0..=74 if !same_key.is_empty() => Observed::Version(same_key[rng.gen_range(0..same_key.len())]),
+            0..=89 => Observed::PreHistory(0),
+            90..=94 => Observed::Absent,
+            _ => Observed::Version(WriteId(9_999)),
+        };
+        txns[ti].ops[oi] = Op::Read { key, observed, stmt: None };
+    }
+    let mut seq: HashMap<SessionId, u64> = HashMap::new();
+    let mut order: Vec<usize> = (0..txns.len()).collect();
+    if rng.gen_bool(0.15) {
+        for i in (1..order.len()).rev() {
+            let j = rng.gen_range(0..=i);
+            order.swap(i, j);
+        }
+    }
+    for &i in &order {
+        let s = seq.entry(txns[i].session).or_insert(0);
+        txns[i].seq = *s;
+        *s += 1;
+    }
+    h.transactions = txns;
+    h
+}
+
+/// The history, one line per transaction, for failure messages.
+pub fn compact(h: &History) -> String {
+    let mut out = String::new();
+    for t in &h.transactions {
+        let ops: Vec<String> = t
+            .ops
+            .iter()
+            .map(|op| match *op {
+                Op::Read { key, observed, .. } => format!("r(k{})={observed:?}", key.0),
+                Op::Write { key, write, .. } => format!("w(k{})={}", key.0, write.0),
+            })
+            .collect();
+        out.push_str(&format!("{} s{}#{} {:?}: {}\n", t.id, t.session.0, t.seq, t.outcome, ops.join(" ")));
+    }
+    out
+}
