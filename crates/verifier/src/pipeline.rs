@@ -352,7 +352,6 @@ fn verify_snapshot_isolation(
     mut report: Report,
     start: Instant,
 ) -> Result<Report, VerifyError> {
-    report.options.prune = false;
     report.options.coalesce = true;
     let mut norm = normalize::normalize(h);
     report.counts = stage_one_counts(h, &norm);
@@ -381,11 +380,12 @@ fn verify_snapshot_isolation(
     report.timings.construct_ms = ms(start);
 
     let solve_start = Instant::now();
-    let solved = si::solve(&g, &constraints, &norm, &chains)?;
+    let solved = si::solve(&g, &constraints, &norm, &chains, options.prune)?;
     report.timings.solve_ms = ms(solve_start);
     let after = Instant::now();
     match solved {
-        si::SiSolved::Acyclic { order } => {
+        si::SiSolved::Acyclic { order, residual } => {
+            report.counts.constraints_after_prune = residual;
             report.serial_order =
                 Some(order.into_iter().map(|v| h.transactions[norm.txns[v as usize].hist].id).collect());
         }

@@ -22,8 +22,9 @@
 //! next chain's head when the tail has readers (the wr and rw edges through a reader imply it), but under SI a
 //! ww edge may be followed by an anti-dependency where that wr-then-rw path may not, so [`si_side`] keeps it.
 //!
-//! **Not done here.** Pruning (PolySI §4.2) is not run: a cycle of the serializability known graph is not an SI
-//! violation, and reachability would have to run on the split graph. Verification in rounds does not check SI
+//! **Pruning** (PolySI §4.2) runs on the split graph, not on serializability's known graph (whose cycles need
+//! not be SI violations), and only to find an accept's order faster: a reject is derived again without it, so
+//! that its evidence cites only known edges and the solver's core. Verification in rounds does not check SI
 //! (garbage collection's argument in `gc.rs` is made for serializability).
 
 use std::collections::{HashMap, VecDeque};
@@ -105,8 +106,8 @@ fn split(from: u32, to: u32, rw: bool, n: u32, out: &mut Vec<(u32, u32)>) {
 /// The solver's answer for SI.
 pub(crate) enum SiSolved {
     /// A commit order of the transactions whose restriction to each key's writers is a version order that
-    /// satisfies the characterisation.
-    Acyclic { order: Vec<u32> },
+    /// satisfies the characterisation, and how many constraints pruning left to the solver.
+    Acyclic { order: Vec<u32>, residual: u64 },
     /// A cycle of the split graph (as split-vertex pairs) under some choice of the core's constraints.
     Cyclic { cycle: Vec<(u32, u32)>, core: Vec<u32> },
 }
@@ -143,46 +144,135 @@ fn split_side(edges: &[CEdge], n: u32) -> Vec<(u32, u32)> {
     out
 }
 
-/// Solves the split polygraph of every constraint (no pruning, see the module comment).
+/// The two sides of one constraint, as split-graph edges.
+type SplitSides = [Vec<(u32, u32)>; 2];
+
+/// How many pruning passes run before the solver takes what is left.
+const MAX_PASSES: u32 = 8;
+
+/// Solves the split polygraph. With `prune`, pruning runs first (see [`solve_pruned`]); a reject is always
+/// derived from the unpruned polygraph, so its evidence cites no pruning decision.
 pub(crate) fn solve(
     g: &KnownGraph,
     constraints: &[Constraint],
     norm: &Normalized,
     chains: &Chains,
+    prune: bool,
 ) -> Result<SiSolved, VerifyError> {
     let n = g.vertices;
-    let vertices = n.checked_mul(2).ok_or_else(|| VerifyError::Internal("too many transactions".into()))?;
-    let known = known_split(g);
-    let sides = |c: &Constraint, side: Side| {
-        let (c1, c2) = match side {
-            Side::A => (c.first, c.second),
-            Side::B => (c.second, c.first),
+    n.checked_mul(2).ok_or_else(|| VerifyError::Internal("too many transactions".into()))?;
+    let sides: Vec<SplitSides> = constraints
+        .iter()
+        .map(|c| {
+            [(c.first, c.second), (c.second, c.first)]
+                .map(|(c1, c2)| split_side(&si_side(norm, chains, c1, c2), n))
+        })
+        .collect();
+    if prune && let Some((order, residual)) = solve_pruned(g, &sides)? {
+        return Ok(SiSolved::Acyclic { order, residual });
+    }
+    solve_all(g, &sides)
+}
+
+/// Pruning on the split graph (PolySI §4.2, as Cobra §3.3): a side with an edge `u → v` where `v` already
+/// reaches `u` through known split edges would close a cycle, so the other side holds and its edges become
+/// known; repeated to a fixpoint, then the solver takes the rest. `None` when this finds a cycle or the
+/// solver does, and the caller derives the reject without pruning.
+fn solve_pruned(g: &KnownGraph, sides: &[SplitSides]) -> Result<Option<(Vec<u32>, u64)>, VerifyError> {
+    let (n, vertices) = (g.vertices, g.vertices * 2);
+    let mut known = known_split(g);
+    let mut live = vec![true; sides.len()];
+    for _ in 0..MAX_PASSES {
+        let graph = Graph::from_edges(vertices, &known).map_err(|e| VerifyError::Internal(e.to_string()))?;
+        let reach = match kernels::reachability(&graph, Some(&g.sessions), kernels::Backend::Auto) {
+            Err(KernelError::Cyclic { .. }) => return Ok(None),
+            Err(e) => return Err(VerifyError::Reachability(e)),
+            Ok(r) => r,
         };
-        split_side(&si_side(norm, chains, c1, c2), n)
-    };
-    if constraints.is_empty() {
+        let closes = |side: &[(u32, u32)]| side.iter().any(|&(u, v)| reach.reaches(v, u));
+        let mut added = false;
+        for (ci, [a, b]) in sides.iter().enumerate() {
+            if !live[ci] {
+                continue;
+            }
+            let holds = match (closes(a), closes(b)) {
+                (true, true) => return Ok(None),
+                (true, false) => b,
+                (false, true) => a,
+                (false, false) => continue,
+            };
+            known.extend(holds.iter().filter(|&&(u, v)| !reach.reaches(u, v)));
+            live[ci] = false;
+            added = true;
+        }
+        if !added {
+            break;
+        }
+    }
+    known.sort_unstable();
+    known.dedup();
+    let residual: Vec<usize> = (0..sides.len()).filter(|&ci| live[ci]).collect();
+    let edges = |list: &[(u32, u32)]| list.iter().map(|&(a, b)| Edge::new(a, b)).collect::<Vec<_>>();
+    let mut all = known.clone();
+    if !residual.is_empty() {
+        let p = Polygraph {
+            vertices,
+            known: edges(&known),
+            constraints: residual
+                .iter()
+                .map(|&ci| SConstraint { side_a: edges(&sides[ci][0]), side_b: edges(&sides[ci][1]) })
+                .collect(),
+        };
+        let Solution::Acyclic(model) = solver::solve(&p).map_err(VerifyError::Solver)? else {
+            return Ok(None);
+        };
+        for (&ci, choice) in residual.iter().zip(&model.choices) {
+            all.extend(&sides[ci][side_index(*choice)]);
+        }
+    }
+    match topo(vertices, &all)? {
+        Ok(order) => Ok(Some((order.into_iter().filter(|&v| v < n).collect(), residual.len() as u64))),
+        Err(_) => Ok(None),
+    }
+}
+
+fn side_index(side: Side) -> usize {
+    match side {
+        Side::A => 0,
+        Side::B => 1,
+    }
+}
+
+/// Solves every constraint at once: an order, or a cycle and the solver's core.
+fn solve_all(g: &KnownGraph, sides: &[SplitSides]) -> Result<SiSolved, VerifyError> {
+    let (n, vertices) = (g.vertices, g.vertices * 2);
+    let known = known_split(g);
+    if sides.is_empty() {
         return match topo(vertices, &known)? {
-            Ok(order) => Ok(SiSolved::Acyclic { order: order.into_iter().filter(|&v| v < n).collect() }),
+            Ok(order) => Ok(SiSolved::Acyclic {
+                order: order.into_iter().filter(|&v| v < n).collect(),
+                residual: sides.len() as u64,
+            }),
             Err(cycle) => Ok(SiSolved::Cyclic { cycle: pairs(&cycle), core: Vec::new() }),
         };
     }
-    let edges = |list: Vec<(u32, u32)>| list.into_iter().map(|(a, b)| Edge::new(a, b)).collect::<Vec<_>>();
+    let edges = |list: &[(u32, u32)]| list.iter().map(|&(a, b)| Edge::new(a, b)).collect::<Vec<_>>();
     let p = Polygraph {
         vertices,
-        known: edges(known.clone()),
-        constraints: constraints
-            .iter()
-            .map(|c| SConstraint { side_a: edges(sides(c, Side::A)), side_b: edges(sides(c, Side::B)) })
-            .collect(),
+        known: edges(&known),
+        constraints: sides.iter().map(|[a, b]| SConstraint { side_a: edges(a), side_b: edges(b) }).collect(),
     };
     match solver::solve(&p).map_err(VerifyError::Solver)? {
         Solution::Acyclic(model) => {
             let mut all = known;
-            for (c, choice) in constraints.iter().zip(&model.choices) {
-                all.extend(sides(c, *choice));
+            for (s, choice) in sides.iter().zip(&model.choices) {
+                all.extend(&s[side_index(*choice)]);
             }
             match topo(vertices, &all)? {
-                Ok(order) => Ok(SiSolved::Acyclic { order: order.into_iter().filter(|&v| v < n).collect() }),
+                Ok(order) => Ok(SiSolved::Acyclic {
+                    order: order.into_iter().filter(|&v| v < n).collect(),
+                    residual: sides.len() as u64,
+                }),
                 Err(_) => Err(VerifyError::Internal("the solver's model is cyclic".to_owned())),
             }
         }
@@ -195,7 +285,7 @@ pub(crate) fn solve(
             for side in [Side::A, Side::B] {
                 let mut all = known.clone();
                 for &ci in &core_ids {
-                    all.extend(sides(&constraints[ci as usize], side));
+                    all.extend(&sides[ci as usize][side_index(side)]);
                 }
                 if let Err(cycle) = topo(vertices, &all)? {
                     return Ok(SiSolved::Cyclic { cycle: pairs(&cycle), core: core_ids });

@@ -256,6 +256,9 @@ fn snapshot_isolation_agrees_with_brute_force_and_every_report_checks() {
         let h = if i % 2 == 0 { random_si_history(&mut rng) } else { random_history(&mut rng) };
         let r = verify(&h, &si()).unwrap_or_else(|e| panic!("history {i}: {e}\n{}", compact(&h)));
         let expected = oracle(&h);
+        let unpruned = verify(&h, &Options { prune: false, ..si() }).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(unpruned.verdict, r.verdict, "history {i} without pruning:\n{}", compact(&h));
+        check_report(&h, &unpruned).unwrap_or_else(|e| panic!("history {i} without pruning: {e}"));
         assert_eq!(r.is_accept(), expected, "history {i}:\n{}\n{}", compact(&h), r.render_text());
         if let Err(e) = check_report(&h, &r) {
             panic!("history {i}: the report does not check: {e}\n{}\n{}", r.render_text(), compact(&h));
