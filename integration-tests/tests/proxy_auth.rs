@@ -120,10 +120,15 @@ impl Drop for Cluster {
 }
 
 async fn proxy_for(cluster: &Cluster, upstream_tls: &str) -> TestProxy {
+    proxy_with(cluster, upstream_tls, "").await
+}
+
+/// A proxy in front of `cluster`, with more `[upstream]` settings.
+async fn proxy_with(cluster: &Cluster, upstream_tls: &str, upstream_extra: &str) -> TestProxy {
     let dir = tempfile::tempdir().unwrap();
     let toml = format!(
         "[listen]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:{}\"\ntls = \"{upstream_tls}\"\n\
-         ca = \"{}\"\nserver_name = \"localhost\"\n[log]\npath = \"{}\"\n[admin]\nenabled = false\n",
+         ca = \"{}\"\nserver_name = \"localhost\"\n{upstream_extra}[log]\npath = \"{}\"\n[admin]\nenabled = false\n",
         cluster.port,
         cluster.ca.display(),
         dir.path().join("log").display()
@@ -254,4 +259,25 @@ async fn password_methods_relay_through_the_proxy_over_upstream_tls() {
         assert!(ok && out.trim() == "5", "{out} {err}");
         p.handle.shutdown().await.unwrap();
     }
+}
+
+/// A database that asks for a cleartext password over the proxy's unencrypted upstream connection gets none
+/// (the client hears why), unless `allow_cleartext_password = true`; SCRAM is unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleartext_password_crosses_plain_tcp_only_when_the_config_says_so() {
+    let cluster = tokio::task::spawn_blocking(Cluster::start).await.unwrap();
+    let p = proxy_for(&cluster, "disable").await;
+    let err = tokio_postgres::connect(&conn(&p, "clear_user", "clearpw"), tokio_postgres::NoTls).await.err();
+    let text = format!("{:?}", err.expect("the login is refused"));
+    assert!(text.contains("in clear text") && text.contains("allow_cleartext_password"), "{text}");
+    let c = connect(&conn(&p, "scram_user", "scrampw")).await;
+    let who: String = c.query_one("select current_user::text", &[]).await.unwrap().get(0);
+    assert_eq!(who, "scram_user");
+    p.handle.shutdown().await.unwrap();
+
+    let p = proxy_with(&cluster, "disable", "allow_cleartext_password = true\n").await;
+    let c = connect(&conn(&p, "clear_user", "clearpw")).await;
+    let who: String = c.query_one("select current_user::text", &[]).await.unwrap().get(0);
+    assert_eq!(who, "clear_user");
+    p.handle.shutdown().await.unwrap();
 }

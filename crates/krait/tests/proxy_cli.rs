@@ -28,17 +28,66 @@ fn write_config(dir: &std::path::Path, port: u16) -> std::path::PathBuf {
 #[test]
 fn config_check_accepts_the_shipped_example_and_names_the_bad_setting_otherwise() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../configs/krait.toml");
-    let out = krait(&["config", "check", example]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-
     let dir = tempfile::tempdir().expect("a temp dir");
-    let bad = dir.path().join("bad.toml");
+    // The example requires client TLS with a pair under /etc/krait, which `config init-tls` writes.
+    let tls_dir = dir.path().join("tls");
+    let out = krait(&["config", "init-tls", tls_dir.to_str().expect("utf-8 path")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("SHA-256 fingerprint: ") && stdout.contains("mode = \"require\""), "{stdout}");
     let text = std::fs::read_to_string(example).expect("reads the example");
+    assert!(text.contains("mode = \"require\"\n"), "the example requires client TLS");
+    let local = dir.path().join("example.toml");
+    std::fs::write(&local, text.replace("/etc/krait", tls_dir.to_str().expect("utf-8 path")))
+        .expect("writes");
+    let out = krait(&["config", "check", local.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Without the pair, the check names the missing file.
+    let out = krait(&["config", "check", example]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/etc/krait/server.crt"));
+
+    let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, text.replace("durability = \"strict\"", "durability = \"fast\"")).expect("writes");
     let out = krait(&["config", "check", bad.to_str().expect("utf-8 path")]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("durability"), "{stderr}");
+}
+
+/// `config init-tls` keeps the key to its owner, never overwrites a pair unless told to, and the pair works:
+/// the proxy serves TLS with it.
+#[test]
+fn init_tls_writes_a_private_key_and_refuses_to_overwrite() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let tls = dir.path().join("tls");
+    let tls_s = tls.to_str().expect("utf-8 path");
+    let out = krait(&["config", "init-tls", tls_s, "--name", "proxy.example", "--name", "10.0.0.7"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mode = |p: &std::path::Path| std::fs::metadata(p).expect("exists").permissions().mode() & 0o777;
+    assert_eq!(mode(&tls.join("server.key")), 0o600);
+    assert_eq!(mode(&tls), 0o700);
+    let key_before = std::fs::read(tls.join("server.key")).expect("the key");
+    let again = krait(&["config", "init-tls", tls_s]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    assert_eq!(std::fs::read(tls.join("server.key")).expect("the key"), key_before, "the key is kept");
+    let forced = krait(&["config", "init-tls", tls_s, "--force"]);
+    assert!(forced.status.success());
+    assert_ne!(std::fs::read(tls.join("server.key")).expect("the key"), key_before);
+    let config = dir.path().join("tls.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[listen]\naddress = \"127.0.0.1:0\"\n[tls]\nmode = \"require\"\ncert = \"{tls_s}/server.crt\"\n\
+             key = \"{tls_s}/server.key\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n[log]\npath = \"{}/log\"\n",
+            dir.path().display()
+        ),
+    )
+    .expect("writes the config");
+    let out = krait(&["config", "check", config.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

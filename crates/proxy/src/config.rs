@@ -139,16 +139,34 @@ pub enum UpstreamTlsMode {
 pub struct UpstreamConfig {
     /// The database's address, `host:port`.
     pub address: String,
-    /// `disable`, `require` or `verify-full`.
+    /// `disable`, `require` or `verify-full`, as written; unset, it is `verify-full` when `ca` is given and
+    /// `disable` otherwise ([`UpstreamConfig::tls_mode`]).
     #[serde(default)]
-    pub tls: UpstreamTlsMode,
+    pub tls: Option<UpstreamTlsMode>,
     /// The CA certificate(s) that sign the database's certificate, PEM; needed for `verify-full`.
     pub ca: Option<PathBuf>,
+    /// Whether to relay a password the database asks for in clear text (`password` authentication) over an
+    /// unencrypted upstream connection. Off: such a login is refused with an error that says why, since the
+    /// client may have sent the password to the proxy over TLS believing it protected.
+    #[serde(default)]
+    pub allow_cleartext_password: bool,
     /// The name to verify in the database's certificate; defaults to the host part of `address`.
     pub server_name: Option<String>,
     /// How long to wait for the database to accept a connection.
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
+}
+
+impl UpstreamConfig {
+    /// The TLS mode in force: the one written, else `verify-full` when a CA is given (someone who names the
+    /// CA wants it checked), else `disable`.
+    pub fn tls_mode(&self) -> UpstreamTlsMode {
+        self.tls.unwrap_or(if self.ca.is_some() {
+            UpstreamTlsMode::VerifyFull
+        } else {
+            UpstreamTlsMode::Disable
+        })
+    }
 }
 
 /// `[log]`.
@@ -266,7 +284,7 @@ impl Config {
         if self.upstream.address.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).is_none() {
             return Err(invalid("upstream.address", "must be host:port, e.g. 127.0.0.1:5432"));
         }
-        if self.upstream.tls == UpstreamTlsMode::VerifyFull && self.upstream.ca.is_none() {
+        if self.upstream.tls_mode() == UpstreamTlsMode::VerifyFull && self.upstream.ca.is_none() {
             return Err(invalid(
                 "upstream.ca",
                 "verify-full needs the CA file that signs the database's certificate",
@@ -339,7 +357,13 @@ mod tests {
     fn minimal_config_gets_safe_defaults() {
         let c = parse(MINIMAL).unwrap();
         assert_eq!(c.tls.mode, ClientTlsMode::Disable);
-        assert_eq!(c.upstream.tls, UpstreamTlsMode::Disable);
+        assert_eq!(c.upstream.tls_mode(), UpstreamTlsMode::Disable);
+        assert!(!c.upstream.allow_cleartext_password);
+        // Naming a CA without a mode means checking the database's certificate against it.
+        let with_ca =
+            parse(&MINIMAL.replace("address = \"127.0.0.1:5432\"", "address = \"db:5432\"\nca = \"/c.pem\""))
+                .unwrap();
+        assert_eq!(with_ca.upstream.tls_mode(), UpstreamTlsMode::VerifyFull);
         assert_eq!(c.log.durability, Durability::Strict);
         assert!(c.admin.enabled);
         assert!(c.admin.address.ip().is_loopback(), "the admin server is loopback-only by default");

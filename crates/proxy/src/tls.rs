@@ -128,7 +128,7 @@ pub enum UpstreamTls {
 /// Builds the upstream TLS connector from `[upstream]`.
 pub fn upstream_connector(config: &Config) -> Result<UpstreamTls, TlsError> {
     let builder = ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
-    let client = match config.upstream.tls {
+    let client = match config.upstream.tls_mode() {
         UpstreamTlsMode::Disable => return Ok(UpstreamTls::Disable),
         UpstreamTlsMode::Require => builder
             .dangerous()

@@ -25,6 +25,21 @@ pub enum ConfigCommand {
         /// The configuration file.
         file: PathBuf,
     },
+    /// Write a self-signed certificate and key for TLS towards clients (`[tls] cert` and `key`), and print
+    /// the certificate's SHA-256 fingerprint, which clients can check or pin. For production, a certificate
+    /// from your own CA is better: clients can then verify it with sslmode=verify-full.
+    InitTls {
+        /// The directory for `server.crt` and `server.key` (created with mode 0700 if missing; the key is
+        /// written with mode 0600).
+        dir: PathBuf,
+        /// A name the certificate is for: a DNS name or an IP address, as clients connect to the proxy.
+        /// Repeat for several. Default: localhost and 127.0.0.1.
+        #[arg(long = "name", value_name = "NAME")]
+        names: Vec<String>,
+        /// Replace existing files.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 /// Runs `krait proxy` until Ctrl-C or SIGTERM.
@@ -61,7 +76,49 @@ pub fn config(command: ConfigCommand) -> anyhow::Result<ExitCode> {
             println!("{}: OK", file.display());
             Ok(ExitCode::SUCCESS)
         }
+        ConfigCommand::InitTls { dir, names, force } => init_tls(&dir, names, force),
     }
+}
+
+/// `krait config init-tls`: a self-signed pair, the key readable by its owner only.
+fn init_tls(dir: &std::path::Path, names: Vec<String>, force: bool) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+
+    let names = if names.is_empty() { vec!["localhost".to_owned(), "127.0.0.1".to_owned()] } else { names };
+    let pair = rcgen::generate_simple_self_signed(names.clone())
+        .with_context(|| format!("cannot make a certificate for {names:?}"))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
+    let write = |path: &std::path::Path, mode: u32, text: &str| -> anyhow::Result<()> {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).mode(mode);
+        if force {
+            options.create(true).truncate(true);
+        } else {
+            options.create_new(true);
+        }
+        let mut file = options.open(path).with_context(|| {
+            format!("cannot write {} (pass --force to replace an existing file)", path.display())
+        })?;
+        file.write_all(text.as_bytes()).with_context(|| format!("cannot write {}", path.display()))
+    };
+    write(&key, 0o600, &pair.signing_key.serialize_pem())?;
+    write(&cert, 0o644, &pair.cert.pem())?;
+    let digest = ring::digest::digest(&ring::digest::SHA256, pair.cert.der());
+    let fingerprint: Vec<String> = digest.as_ref().iter().map(|b| format!("{b:02X}")).collect();
+    println!("wrote {} and {} for {}", cert.display(), key.display(), names.join(", "));
+    println!("SHA-256 fingerprint: {}", fingerprint.join(":"));
+    println!(
+        "in the proxy's configuration:\n[tls]\nmode = \"require\"\ncert = \"{}\"\nkey = \"{}\"",
+        cert.display(),
+        key.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Resolves on Ctrl-C or SIGTERM: how `krait proxy` and `krait serve` are told to stop.

@@ -16,7 +16,7 @@ use wire::pg::{
 };
 
 use super::{BoxStream, MAX_BACKEND_MESSAGE, SessionError, Shared};
-use crate::config::ClientTlsMode;
+use crate::config::{ClientTlsMode, UpstreamTlsMode};
 use crate::interpret::fence::{Injected, Injection};
 use crate::interpret::inject::{query_at_startup, run_at_startup};
 use crate::interpret::shared::TaggingShared;
@@ -304,6 +304,17 @@ pub(super) async fn relay_auth(
                 }
                 expects_response = true;
                 BackendMessage::Authentication(Authentication::Sasl { mechanisms: kept }).to_bytes()
+            }
+            BackendMessage::Authentication(Authentication::CleartextPassword)
+                if shared.config.upstream.tls_mode() == UpstreamTlsMode::Disable
+                    && !shared.config.upstream.allow_cleartext_password =>
+            {
+                warn!("refused a login: the database asks for a cleartext password over plain TCP");
+                let msg = "krait: the database asks for the password in clear text and the connection from the \
+                           proxy to it is not encrypted; set [upstream] tls = \"verify-full\" (or \"require\"), or \
+                           allow_cleartext_password = true to relay it anyway";
+                send_fatal(client, "28000", msg).await;
+                return Ok(false);
             }
             BackendMessage::Authentication(
                 Authentication::CleartextPassword
