@@ -132,6 +132,12 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
         &[("", g(&m.connections_active))],
     );
     metric(
+        "krait_session_buffer_bytes",
+        "gauge",
+        "Bytes the open sessions' read and send buffers hold, summed.",
+        &[("", g(&m.session_buffer_bytes))],
+    );
+    metric(
         "krait_transactions_recorded_total",
         "counter",
         "Transactions written to the history log, by outcome.",
