@@ -104,6 +104,7 @@ pub(crate) async fn serve(
                 info!("session ended: {e}");
             }
         }
+        buffers::return_freed_memory();
     }
     .instrument(span)
     .await

@@ -8,8 +8,12 @@
 //!
 //! What the buffers hold shows in `/metrics` as `krait_session_buffer_bytes`, the sum over live sessions.
 //! The gauge moves only when a buffer's size changes, not per message.
+//!
+//! Freed is not returned: glibc's malloc keeps what a session freed in its per-thread arenas, so after a
+//! large message the process stays at its peak. [`return_freed_memory`] hands it back to the system when a
+//! session ends after some session forwarded a large message.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::BytesMut;
 
@@ -66,9 +70,11 @@ impl<'m> PumpBuffers<'m> {
             small.extend_from_slice(read);
             *read = small;
             self.read_held = read.capacity();
+            LARGE_FREED.store(true, Ordering::Relaxed);
         }
         if out.is_empty() && out.capacity() > SHRINK_ABOVE {
             *out = BytesMut::new();
+            LARGE_FREED.store(true, Ordering::Relaxed);
         }
         self.report(out);
     }
@@ -91,6 +97,37 @@ impl Drop for PumpBuffers<'_> {
         self.metrics.session_buffer_bytes.fetch_sub(self.reported, Ordering::Relaxed);
     }
 }
+
+/// Set when a pump gave back a buffer that a large message had grown: that message's parse, copies and
+/// replies were freed with it, in amounts worth returning to the system.
+static LARGE_FREED: AtomicBool = AtomicBool::new(false);
+
+/// Returns the memory malloc holds free to the system, if a large message was forwarded since the last time.
+///
+/// Measured (proxy_memory's 50,000-statement Query, RSS of the test process with the proxy in it): 41.4 MB
+/// after the Query, 41.4 MB after the session closed without this, 38.1 MB with it, from 29.9 MB before
+/// the Query. Most of what the Query took is already returned because its statements are no longer all
+/// parsed at once (`interpret::plan::plan_query`); this gives back most of the rest. Called at a session's
+/// end only, and only after a large message, because `malloc_trim` walks every arena under its lock.
+pub(super) fn return_freed_memory() {
+    if LARGE_FREED.swap(false, Ordering::Relaxed) {
+        trim();
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn trim() {
+    // SAFETY: malloc_trim takes no pointers and may be called from any thread at any time; glibc locks each
+    // arena while it trims it.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Other allocators and C libraries return memory their own way; nothing to do.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn trim() {}
 
 #[cfg(test)]
 mod tests {
@@ -120,6 +157,7 @@ mod tests {
         assert!(gauge(&m) >= 900_000, "{}", gauge(&m));
         out.clear();
         bufs.shrink(&mut read, &mut out);
+        assert!(LARGE_FREED.load(Ordering::Relaxed), "the next session end returns what was freed");
         assert_eq!(&read[..], &[b'x'; 10][..], "the next message's start is kept");
         assert!(read.capacity() <= SHRINK_ABOVE && out.capacity() <= SHRINK_ABOVE);
         assert!(gauge(&m) <= SHRINK_ABOVE as u64, "{}", gauge(&m));
