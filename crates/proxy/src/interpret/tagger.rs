@@ -24,7 +24,7 @@ use wire::pg::FrontendMessage;
 use wire::pg::backend::tag as btag;
 
 use super::ops::TxnOps;
-use super::plan::{OpaqueKind, PkValue, RowPlan, StmtPlan, may_write_unseen};
+use super::plan::{OpaqueKind, PkValue, StmtPlan, may_write_unseen};
 use super::search_path::SearchPath;
 use super::shared::TaggingShared;
 use super::strip::{ClientReply, data_row_for_client, extend_result_formats, row_description_for_client};
@@ -342,7 +342,9 @@ impl Tagger {
         // each in its own allocation: the decoded Bind's values are slices of the read buffer it arrived in,
         // which a named portal would otherwise keep alive, large values and all, until it is closed.
         let named = |i: usize| match plan.as_ref() {
-            StmtPlan::Rows(RowPlan { point: Some(p), .. }) => p.values.contains(&PkValue::Param(i)),
+            StmtPlan::Rows(rows) => {
+                rows.point.as_ref().is_some_and(|p| p.values.contains(&PkValue::Param(i)))
+            }
             _ => false,
         };
         let kept: Vec<Option<Bytes>> = if (0..params.len()).any(named) {
