@@ -13,8 +13,12 @@ use bytes::BytesMut;
 use proxy_support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use wire::pg::backend::BackendMessage;
 use wire::pg::backend::tag as btag;
 use wire::pg::{FrontendMessage, split_frame};
+
+/// The tests here take turns: the RSS figures they print are the whole process's.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One `/proc/self/status` field, in kB (0 where the file or field is missing).
 fn status_kb(field: &str) -> u64 {
@@ -64,6 +68,7 @@ async fn session_buffer_bytes(p: &TestProxy) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_of_fifty_thousand_statements_is_answered_and_its_buffers_shrink_back() {
     const N: usize = 50_000;
+    let _turn = ONE_AT_A_TIME.lock().await;
     let p = start_proxy().await;
     let (mut s, mut buf) = raw_session(&p).await;
     // The pumps count their buffers once they start, just after the client saw ReadyForQuery.
@@ -108,4 +113,76 @@ async fn a_query_of_fifty_thousand_statements_is_answered_and_its_buffers_shrink
     );
     assert!(held <= 2 * 64 * 1024, "the session still holds {held} bytes of buffers (idle: {idle})");
     p.handle.shutdown().await.unwrap();
+}
+
+/// Eight clients that have not logged in each try to send a 60 MiB password message (the probe that took
+/// the proxy from 12 MB to 393 MB when it buffered up to `max_message_bytes` before login): each is refused
+/// from the length alone, and the proxy holds at most PostgreSQL's 65,535 bytes plus a read for each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_have_not_logged_in_cannot_make_the_proxy_buffer_their_messages() {
+    const CLIENTS: usize = 8;
+    const DECLARED: usize = 60 << 20;
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (upstream, received) = upstream_that_asks_for_a_password().await;
+    let p = start_proxy_with(Opts {
+        upstream: Some(upstream),
+        max_message_bytes: Some(64 << 20),
+        tagging: Some("off"),
+        ..Opts::default()
+    })
+    .await;
+    let before = status_kb("VmRSS:");
+    reset_peak();
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let mut s = TcpStream::connect(p.handle.listen_addr()).await.unwrap();
+        s.write_all(&startup_packet()).await.unwrap();
+        let mut buf = BytesMut::new();
+        assert!(matches!(read_backend(&mut s, &mut buf).await, Some(BackendMessage::Authentication(_))));
+        let mut header = vec![b'p'];
+        header.extend_from_slice(&i32::try_from(DECLARED + 4).unwrap().to_be_bytes());
+        s.write_all(&header).await.unwrap();
+        clients.push((s, buf));
+    }
+    // Each sends its body until the proxy's refusal closes the connection.
+    let chunk = vec![b'x'; 1 << 20];
+    let mut sent = 0;
+    for (s, _) in &mut clients {
+        for _ in 0..DECLARED / chunk.len() {
+            if s.write_all(&chunk).await.is_err() {
+                break;
+            }
+            sent += chunk.len();
+        }
+    }
+    for (s, buf) in &mut clients {
+        let mut refused = false;
+        while let Ok(Some(m)) =
+            tokio::time::timeout(Duration::from_secs(10), read_backend_lenient(s, buf)).await
+        {
+            refused |= matches!(m, BackendMessage::ErrorResponse(_));
+        }
+        assert!(refused || buf.is_empty(), "a client was neither refused nor closed");
+    }
+    let peak = status_kb("VmHWM:");
+    eprintln!(
+        "RSS (proxy and test client), kB: {before} before, {peak} peak with {CLIENTS} clients declaring \
+         {DECLARED}-byte password messages ({sent} bytes written before the proxy closed them)"
+    );
+    assert_eq!(received.load(std::sync::atomic::Ordering::Relaxed), 0, "nothing reached the database");
+    assert!(sent < CLIENTS * DECLARED / 2, "the proxy read {sent} bytes of messages it should have refused");
+    p.handle.shutdown().await.unwrap();
+}
+
+/// One backend message, or `None` at EOF or when the connection was reset (a refused client's unread
+/// bytes make the proxy's close a reset).
+async fn read_backend_lenient(s: &mut TcpStream, buf: &mut BytesMut) -> Option<BackendMessage> {
+    loop {
+        if let Some(f) = split_frame(buf, 1 << 20).ok()? {
+            return BackendMessage::decode(&f).ok();
+        }
+        if s.read_buf(buf).await.ok()? == 0 {
+            return None;
+        }
+    }
 }
