@@ -295,7 +295,11 @@ fn render_status(state: &AdminState) -> String {
         "uptime_s": state.started.elapsed().as_secs(),
         "listen": state.listen.to_string(),
         "upstream": state.upstream,
-        "connections": { "active": g(&m.connections_active), "total": g(&m.connections_total) },
+        "connections": {
+            "active": g(&m.connections_active),
+            "total": g(&m.connections_total),
+            "buffer_bytes": g(&m.session_buffer_bytes),
+        },
         "transactions": {
             "committed": g(&m.txns_committed),
             "aborted": g(&m.txns_aborted),
