@@ -9,9 +9,9 @@
 //! What the buffers hold shows in `/metrics` as `krait_session_buffer_bytes`, the sum over live sessions.
 //! The gauge moves only when a buffer's size changes, not per message.
 //!
-//! Freed is not returned: glibc's malloc keeps what a session freed in its per-thread arenas, so after a
-//! large message the process stays at its peak. [`return_freed_memory`] hands it back to the system when a
-//! session ends after some session forwarded a large message.
+//! Freed memory is not returned to the system by itself: glibc's malloc keeps what a session freed in its
+//! per-thread arenas, so after a large message the process stays near its peak. [`return_freed_memory`]
+//! hands it back when a session ends after some session forwarded a large message.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
