@@ -295,3 +295,49 @@ async fn half_sent_admin_requests_are_closed_after_the_timeout_and_capped() {
     }
     assert_eq!(p.admin_get("/healthz").await, "ok\n");
 }
+
+/// Before login the proxy holds a client to PostgreSQL's own limits (10,000 bytes of startup packet, 65,535
+/// of password), far below `max_message_bytes` (1 MiB here): a client that declares more gets a FATAL error
+/// from the proxy as soon as it sent the length, with most of the message still unsent, and nothing of it
+/// reaches the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn before_login_a_message_over_postgresqls_limit_is_refused_from_its_length() {
+    let (upstream, received) = upstream_that_asks_for_a_password().await;
+    let max = 1 << 20;
+    let p = start_proxy_with(Opts {
+        upstream: Some(upstream),
+        max_message_bytes: Some(max),
+        tagging: Some("off"),
+        ..Opts::default()
+    })
+    .await;
+
+    // A startup packet of 20,000 bytes, of which only the first KiB is sent.
+    let mut s = TcpStream::connect(p.handle.listen_addr()).await.unwrap();
+    let mut packet = 20_000i32.to_be_bytes().to_vec();
+    packet.extend_from_slice(&[0, 3, 0, 0]);
+    packet.extend_from_slice(&[b'x'; 1024]);
+    s.write_all(&packet).await.unwrap();
+    let msg = fatal_then_eof(&mut s, &mut BytesMut::new()).await;
+    assert!(msg.contains("invalid startup packet") && msg.contains("limit of 10000 bytes"), "{msg}");
+
+    // A password message that declares half of max_message_bytes, of which only the first KiB is sent.
+    let mut s = TcpStream::connect(p.handle.listen_addr()).await.unwrap();
+    s.write_all(&startup_packet()).await.unwrap();
+    let mut buf = BytesMut::new();
+    match read_backend(&mut s, &mut buf).await {
+        Some(BackendMessage::Authentication(_)) => {}
+        other => panic!("expected the password request, got {other:?}"),
+    }
+    let declared = max / 2;
+    let mut password = vec![b'p'];
+    password.extend_from_slice(&i32::try_from(declared + 4).unwrap().to_be_bytes());
+    password.extend_from_slice(&[b'x'; 1024]);
+    s.write_all(&password).await.unwrap();
+    let msg = fatal_then_eof(&mut s, &mut buf).await;
+    assert!(msg.contains("invalid authentication message") && msg.contains("limit of 65540 bytes"), "{msg}");
+    assert_eq!(received.load(std::sync::atomic::Ordering::Relaxed), 0, "none of it reached the database");
+
+    p.wait_metric("krait_client_protocol_errors_total 2").await;
+    p.handle.shutdown().await.unwrap();
+}

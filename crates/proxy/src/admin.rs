@@ -132,6 +132,12 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
         &[("", g(&m.connections_active))],
     );
     metric(
+        "krait_session_buffer_bytes",
+        "gauge",
+        "Bytes the open sessions' read and send buffers hold, summed.",
+        &[("", g(&m.session_buffer_bytes))],
+    );
+    metric(
         "krait_transactions_recorded_total",
         "counter",
         "Transactions written to the history log, by outcome.",
@@ -289,7 +295,11 @@ fn render_status(state: &AdminState) -> String {
         "uptime_s": state.started.elapsed().as_secs(),
         "listen": state.listen.to_string(),
         "upstream": state.upstream,
-        "connections": { "active": g(&m.connections_active), "total": g(&m.connections_total) },
+        "connections": {
+            "active": g(&m.connections_active),
+            "total": g(&m.connections_total),
+            "buffer_bytes": g(&m.session_buffer_bytes),
+        },
         "transactions": {
             "committed": g(&m.txns_committed),
             "aborted": g(&m.txns_aborted),

@@ -86,7 +86,8 @@ pub struct RecordConfig {
 pub struct ListenConfig {
     /// The address clients connect to, e.g. `127.0.0.1:6432` (port 0 picks a free port).
     pub address: SocketAddr,
-    /// The largest message a client may send, in bytes; a larger one closes that client's connection.
+    /// The largest message a client may send, in bytes; a larger one closes that client's connection. Before
+    /// login PostgreSQL's own, smaller limits apply instead (see `session::startup::negotiate`).
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
     /// How long a client may take to send its startup packet and finish authentication.

@@ -462,7 +462,8 @@ impl SessionMachine {
                     None => (None, Reading::Nothing, None),
                 };
                 let sql = Arc::from(wire::pg::text(query).as_ref());
-                self.statements.insert(name.clone(), Prepared { sql, kind: classify_one(query), plan });
+                let prepared = Prepared { sql, kind: classify_one(query), plan };
+                self.statements.insert(owned(name), prepared);
                 self.replies.push(Expect::Parse, reading, false, false);
                 FrontendStep::Forward { intent: None, frame }
             }
@@ -489,7 +490,7 @@ impl SessionMachine {
                     self.portals.clear();
                 }
                 let prepared = known.unwrap_or_else(Prepared::unknown);
-                self.portals.insert(portal.clone(), Portal { prepared, tagging });
+                self.portals.insert(owned(portal), Portal { prepared, tagging });
                 self.suspended.remove(portal);
                 self.replies.push(Expect::Bind, reading, false, false);
                 FrontendStep::Forward { intent: None, frame }
@@ -792,7 +793,7 @@ impl SessionMachine {
             },
             btag::PORTAL_SUSPENDED => match self.head() {
                 Some(Expect::Execute { portal, .. }) => {
-                    self.suspended.insert(portal.clone(), ());
+                    self.suspended.insert(owned(portal), ());
                     self.replies.pop();
                 }
                 _ => return Err(self.unexpected("PortalSuspended")),
@@ -886,6 +887,13 @@ impl SessionMachine {
             }
         }
     }
+}
+
+/// A name to keep for as long as the session may use it, in its own allocation: the decoded message's
+/// `Bytes` is a slice of the read buffer it arrived in, and would keep all of that buffer (up to a whole large
+/// message, or a read of many pipelined ones) alive for as long as the name is tracked.
+fn owned(name: &Bytes) -> Bytes {
+    Bytes::copy_from_slice(name)
 }
 
 /// The command tag of a CommandComplete body, up to its NUL, with the row count dropped for the tags that

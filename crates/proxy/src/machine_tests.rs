@@ -653,3 +653,27 @@ fn session_statements_and_a_lone_commit_outside_a_block_are_not_transactions() {
     let ended: Vec<(u64, Outcome)> = h.ended.iter().map(|e| (e.txn.seq, e.outcome)).collect();
     assert_eq!(ended, vec![(0, Outcome::Committed), (1, Outcome::Committed)], "{:?}", h.outcomes());
 }
+
+#[test]
+fn tracked_names_do_not_keep_the_read_buffer_they_arrived_in() {
+    let mut h = Harness::new();
+    let mut buf = BytesMut::with_capacity(1 << 20);
+    let range = buf.as_ptr() as usize..buf.as_ptr() as usize + buf.capacity();
+    FrontendMessage::Parse { name: b("s1"), query: b("select 1"), param_types: vec![] }.encode(&mut buf);
+    FrontendMessage::Bind {
+        portal: b("p1"),
+        statement: b("s1"),
+        param_formats: vec![],
+        params: vec![],
+        result_formats: vec![],
+    }
+    .encode(&mut buf);
+    while let Some(frame) = split_frame(&mut buf, 1 << 20).unwrap() {
+        h.send(FrontendMessage::decode(&frame).unwrap());
+    }
+    let keys = h.m.statements.keys().chain(h.m.portals.keys()).collect::<Vec<_>>();
+    assert_eq!(keys.len(), 2);
+    for key in keys {
+        assert!(!range.contains(&(key.as_ptr() as usize)), "{key:?} is a slice of the read buffer");
+    }
+}

@@ -31,6 +31,8 @@ pub struct Metrics {
     pub log_errors: AtomicU64,
     /// CancelRequests relayed to the database.
     pub cancels_relayed: AtomicU64,
+    /// Bytes the live sessions' read and send buffers hold, summed (a gauge; see `session::buffers`).
+    pub session_buffer_bytes: AtomicU64,
     /// The co-located verifier's progress, when one runs (`krait serve`).
     pub verifier: VerifierMetrics,
 }

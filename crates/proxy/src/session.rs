@@ -32,20 +32,10 @@ use crate::metrics::{ActiveConnection, Metrics};
 use crate::recorder::{Recorder, SessionRecorder, now_ns};
 use crate::tls::{ReloadableTls, UpstreamTls};
 
+mod buffers;
 mod startup;
+use buffers::{PumpBuffers, make_room};
 use startup::{connect_upstream, learn_horizon, negotiate, relay_auth, send_fatal};
-
-/// How much room a pump's read buffer gets before each read. `read_buf` reads only into spare capacity, and a
-/// buffer whose frames were just split off may have a few bytes of it left: a reply would then arrive in
-/// pieces, each forwarded with a send of its own.
-const READ_ROOM: usize = 16 * 1024;
-
-/// Makes sure the next read can take a whole typical reply (reusing the buffer's memory when it can).
-fn make_room(buf: &mut BytesMut) {
-    if buf.capacity() - buf.len() < READ_ROOM / 2 {
-        buf.reserve(READ_ROOM);
-    }
-}
 
 /// A byte stream to a client or the database, plain or TLS.
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -114,6 +104,7 @@ pub(crate) async fn serve(
                 info!("session ended: {e}");
             }
         }
+        buffers::return_freed_memory();
     }
     .instrument(span)
     .await
@@ -252,7 +243,7 @@ async fn message_loop(
     let max = shared.config.listen.max_message_bytes;
 
     let outcome = tokio::select! {
-        r = client_to_server(&core, &replied, &mut cr, cbuf, &mut sw, max) => r,
+        r = client_to_server(&shared.metrics, &core, &replied, &mut cr, cbuf, &mut sw, max) => r,
         r = server_to_client(shared, &core, &replied, &mut sr, sbuf, &mut cw) => r,
         _ = shutdown.changed() => {
             send_fatal(&mut cw, "57P01", "krait: the proxy is shutting down").await;
@@ -318,6 +309,7 @@ enum Failure {
 
 /// The client → database pump: split, decode, ask the state machine, log intents, forward.
 async fn client_to_server(
+    metrics: &Metrics,
     core: &Mutex<Core>,
     replied: &Notify,
     cr: &mut (impl AsyncRead + Unpin),
@@ -326,6 +318,7 @@ async fn client_to_server(
     max: usize,
 ) -> Result<End, Failure> {
     let mut out = BytesMut::new();
+    let mut bufs = PumpBuffers::new(metrics);
     loop {
         loop {
             let frame = match split_frame(&mut cbuf, max) {
@@ -393,7 +386,9 @@ async fn client_to_server(
             sw.write_all(&out).await.map_err(|e| Failure::Other(SessionError::UpstreamIo(e)))?;
             out.clear();
         }
+        bufs.shrink(&mut cbuf, &mut out);
         make_room(&mut cbuf);
+        bufs.note(&cbuf, &out);
         match cr.read_buf(&mut cbuf).await {
             Ok(0) => return Ok(End::ClientClosed),
             Ok(_) => {}
@@ -462,6 +457,7 @@ async fn server_to_client(
     cw: &mut (impl AsyncWrite + Unpin),
 ) -> Result<End, Failure> {
     let mut out = BytesMut::new();
+    let mut bufs = PumpBuffers::new(&shared.metrics);
     loop {
         loop {
             let frame = match split_frame(&mut sbuf, MAX_BACKEND_MESSAGE) {
@@ -560,7 +556,9 @@ async fn server_to_client(
             cw.write_all(&out).await.map_err(|e| Failure::Other(SessionError::ClientIo(e)))?;
             out.clear();
         }
+        bufs.shrink(&mut sbuf, &mut out);
         make_room(&mut sbuf);
+        bufs.note(&sbuf, &out);
         match sr.read_buf(&mut sbuf).await {
             Ok(0) => return Ok(End::ServerClosed),
             Ok(_) => {}

@@ -24,7 +24,7 @@ use wire::pg::FrontendMessage;
 use wire::pg::backend::tag as btag;
 
 use super::ops::TxnOps;
-use super::plan::{OpaqueKind, StmtPlan, may_write_unseen};
+use super::plan::{OpaqueKind, PkValue, StmtPlan, may_write_unseen};
 use super::search_path::SearchPath;
 use super::shared::TaggingShared;
 use super::strip::{ClientReply, data_row_for_client, extend_result_formats, row_description_for_client};
@@ -338,7 +338,24 @@ impl Tagger {
                 result_formats: formats,
             })
         });
-        let portal = PortalPlan { plan, params: params.clone(), param_formats: param_formats.clone() };
+        // The portal keeps only the parameters its point lookup names (an absent read is recorded from them),
+        // each in its own allocation: the decoded Bind's values are slices of the read buffer it arrived in,
+        // which a named portal would otherwise keep alive, large values and all, until it is closed.
+        let named = |i: usize| match plan.as_ref() {
+            StmtPlan::Rows(rows) => {
+                rows.point.as_ref().is_some_and(|p| p.values.contains(&PkValue::Param(i)))
+            }
+            _ => false,
+        };
+        let kept: Vec<Option<Bytes>> = if (0..params.len()).any(named) {
+            let copy = |(i, v): (usize, &Option<Bytes>)| {
+                v.as_ref().filter(|_| named(i)).map(|v| Bytes::copy_from_slice(v))
+            };
+            params.iter().enumerate().map(copy).collect()
+        } else {
+            Vec::new()
+        };
+        let portal = PortalPlan { plan, params: kept, param_formats: param_formats.clone() };
         BoundPortal { portal, reading: Reading::Bind(widened), frame }
     }
 

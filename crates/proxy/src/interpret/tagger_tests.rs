@@ -352,3 +352,26 @@ fn a_commit_after_a_function_call_first_asks_the_transactions_id_once() {
     at_rest_in_block(&mut t);
     assert!(matches!(t.m.on_frontend(&query("COMMIT"), 0), FrontendStep::Forward { .. }));
 }
+
+#[test]
+fn a_portal_keeps_only_the_parameters_its_point_lookup_names_in_their_own_memory() {
+    let mut tagger = Tagger::new(shared());
+    let mut ops = TxnOps::default();
+    let query = text("SELECT bal FROM acc WHERE id = $2");
+    let (plan, _, _) = tagger.parse(&text("s"), &query, &[]);
+    let msg = bind("s", &["large value", "5"], vec![]);
+    let bound = tagger.bind(&msg, Some(plan), &mut ops);
+    let FrontendMessage::Bind { params, .. } = &msg else { unreachable!() };
+    assert_eq!(bound.portal.params, vec![None, Some(text("5"))]);
+    let (kept, sent) =
+        (bound.portal.params[1].as_ref().map(|b| b.as_ptr()), params[1].as_ref().map(|b| b.as_ptr()));
+    assert_ne!(kept, sent, "a slice of the Bind would keep its read buffer alive");
+    // Its absent read is still recorded from the parameter it kept.
+    let StmtPlan::Rows(rows) = bound.portal.plan.as_ref() else { panic!("{:?}", bound.portal.plan) };
+    let absent = absent_read(rows, &bound.portal.params, &[], Some(0), &tagger.shared.book);
+    assert!(matches!(absent, Some(LoggedOp::Read { observed: Observed::Absent, .. })), "{absent:?}");
+
+    let (plan, _, _) = tagger.parse(&text("t"), &text("SELECT 1"), &[]);
+    let bound = tagger.bind(&bind("t", &["unused"], vec![]), Some(plan), &mut ops);
+    assert!(bound.portal.params.is_empty());
+}

@@ -123,6 +123,11 @@ async fn resolve_crash_window(
 
 /// Steps 1 and 2: SSLRequest/GSSENCRequest negotiation, TLS, and the startup packet. Returns `None` when the
 /// connection was a CancelRequest (relayed) or was refused.
+///
+/// Before login a client may make the proxy hold no more than PostgreSQL itself would: a startup packet of
+/// at most [`MAX_STARTUP_LEN`] (10,000 bytes, the server's `MAX_STARTUP_PACKET_LENGTH`), whatever
+/// `[listen] max_message_bytes` says; [`relay_auth`] holds authentication messages to PostgreSQL's limit for
+/// them. A longer one gets a FATAL error and the connection closes.
 pub(super) async fn negotiate(
     shared: &Arc<Shared>,
     tcp: TcpStream,
@@ -153,7 +158,16 @@ pub(super) async fn negotiate(
     let mut buf = BytesMut::with_capacity(1024);
     loop {
         let body = loop {
-            match split_startup(&mut buf, MAX_STARTUP_LEN).map_err(SessionError::ClientProtocol)? {
+            // The length is checked from the header alone, so an oversized packet is refused before its
+            // body is read: the buffer holds at most the limit plus one read.
+            let split = match split_startup(&mut buf, MAX_STARTUP_LEN) {
+                Ok(split) => split,
+                Err(e) => {
+                    send_fatal(&mut stream, "08P01", &format!("krait: invalid startup packet: {e}")).await;
+                    return Err(SessionError::ClientProtocol(e));
+                }
+            };
+            match split {
                 Some(body) => break body,
                 None => {
                     if stream.read_buf(&mut buf).await.map_err(SessionError::ClientIo)? == 0 {
@@ -275,6 +289,12 @@ pub(super) async fn read_frame(
 
 /// Step 4: relays the authentication exchange. Passwords and SASL messages are forwarded as opaque bytes
 /// and never logged. Returns whether the session reached ReadyForQuery.
+///
+/// Every client message until then is held to [`MAX_AUTH_MESSAGE_LEN`]: PostgreSQL refuses a password,
+/// SASL or GSS message with a body over `PG_MAX_AUTH_TOKEN_LENGTH` (65,535 bytes), so no client that can
+/// log in needs more, and an unauthenticated one must not make the proxy buffer `max_message_bytes`
+/// (64 MiB by default) per connection. The length header alone decides ([`split_frame`]), before any of
+/// the body is buffered.
 pub(super) async fn relay_auth(
     shared: &Shared,
     client: &mut BoxStream,

@@ -91,14 +91,14 @@ pub(super) fn plan_query_stmt(q: &mut Query, catalog: &Catalog) -> StmtPlan {
         ));
     }
     select.projection.extend(items);
-    StmtPlan::Rows(RowPlan {
+    StmtPlan::Rows(Box::new(RowPlan {
         kind: RowKind::Read,
         tables: tags,
         hidden_result: false,
         point,
         notes,
         splice: None,
-    })
+    }))
 }
 
 /// `WHERE k1 = v1 AND k2 = v2 ...` over exactly the key columns.

@@ -64,14 +64,14 @@ pub(super) fn plan_insert(ins: &mut sqlparser::ast::Insert, catalog: &Catalog) -
     }
     let hidden_result = ins.returning.is_none();
     ins.returning.get_or_insert_with(Vec::new).extend(items);
-    StmtPlan::Rows(RowPlan {
+    StmtPlan::Rows(Box::new(RowPlan {
         kind: RowKind::Insert,
         tables: vec![tag],
         hidden_result,
         point: None,
         notes,
         splice: None,
-    })
+    }))
 }
 
 pub(super) fn plan_update(upd: &mut sqlparser::ast::Update, catalog: &Catalog) -> StmtPlan {
@@ -128,14 +128,14 @@ pub(super) fn plan_update(upd: &mut sqlparser::ast::Update, catalog: &Catalog) -
     }
     let hidden_result = upd.returning.is_none();
     upd.returning.get_or_insert_with(Vec::new).extend(items);
-    StmtPlan::Rows(RowPlan {
+    StmtPlan::Rows(Box::new(RowPlan {
         kind: RowKind::Update,
         tables: vec![tag],
         hidden_result,
         point: None,
         notes,
         splice: None,
-    })
+    }))
 }
 
 pub(super) fn plan_delete(del: &mut sqlparser::ast::Delete, catalog: &Catalog) -> StmtPlan {
@@ -175,12 +175,12 @@ pub(super) fn plan_delete(del: &mut sqlparser::ast::Delete, catalog: &Catalog) -
     }
     let hidden_result = del.returning.is_none();
     del.returning.get_or_insert_with(Vec::new).extend(items);
-    StmtPlan::Rows(RowPlan {
+    StmtPlan::Rows(Box::new(RowPlan {
         kind: RowKind::Delete,
         tables: vec![tag],
         hidden_result,
         point: None,
         notes,
         splice: None,
-    })
+    }))
 }
