@@ -107,13 +107,16 @@ fn main() {
         eprintln!("bench proxy: pgbench -i failed: {e}");
         std::process::exit(1);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("bench proxy: no runtime: {e}");
-            std::process::exit(1);
-        }
-    };
+    // KRAIT_BENCH_WORKERS: the proxy runtime's worker threads (default 2, as on this 2-core machine).
+    let workers: usize = std::env::var("KRAIT_BENCH_WORKERS").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
+    let runtime =
+        match tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build() {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("bench proxy: no runtime: {e}");
+                std::process::exit(1);
+            }
+        };
     let tmp = std::env::temp_dir().join(format!("krait-bench-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&tmp);
 
