@@ -1,7 +1,8 @@
 //! Throughput of pgbench through Krait against the database directly and against pgbouncer.
 //!
-//! `cargo bench -p proxy --bench proxy` (set `KRAIT_BENCH_SECONDS` to change the 10 s per run and
-//! `KRAIT_BENCH_ROUNDS` to repeat every path that many times, alternating, and report the median). It needs
+//! `cargo bench -p proxy --bench proxy` (set `KRAIT_BENCH_SECONDS` to change the 10 s per run,
+//! `KRAIT_BENCH_ROUNDS` to repeat every path that many times, alternating, and report the median, and
+//! `KRAIT_BENCH_WORKERS` for the proxy runtime's worker threads, 2 by default). It needs
 //! PostgreSQL on 127.0.0.1:5432 with trust auth, pgbench and psql; pgbouncer is optional
 //! (`scripts/bench-deps` installs it; it runs as the `postgres` OS user). It creates and drops a database of
 //! its own, `krait_bench`.
