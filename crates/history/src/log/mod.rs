@@ -227,6 +227,21 @@ pub enum LogError {
     /// The log was closed.
     #[error("history log is closed")]
     Closed,
+    /// Another process holds the log open (sled's lock), most likely a proxy still running on it.
+    #[error("history log {dir} is in use by another process (is a proxy still running on it?)")]
+    Locked {
+        /// The log's directory.
+        dir: std::path::PathBuf,
+    },
+    /// The log cannot be opened where it lies: opening writes to its files (sled recovers and rewrites its
+    /// metadata even to read), so a full disk or a read-only directory stops it.
+    #[error("history log {dir} cannot be opened: {reason}")]
+    Unwritable {
+        /// The log's directory.
+        dir: std::path::PathBuf,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
 }
 
 impl From<sled::Error> for LogError {

@@ -83,14 +83,20 @@ impl SledLog {
         let private = |e: std::io::Error| {
             LogError::Storage(format!("cannot make {} private to its owner: {e}", dir.as_ref().display()))
         };
-        create_private_dir(dir.as_ref()).map_err(private)?;
+        create_private_dir(dir.as_ref()).map_err(|e| match open_error(dir.as_ref(), e) {
+            LogError::Storage(_) => private(std::io::Error::other("cannot create it")),
+            other => other,
+        })?;
         let config = sled::Config::new()
             .path(dir.as_ref())
             .cache_capacity(options.cache_bytes)
             // The log fsyncs itself, so it can count fsyncs and share them; sled's own timer would add
             // uncounted ones.
             .flush_every_ms(None);
-        let db = open_waiting_for_lock(&config)?;
+        let db = open_waiting_for_lock(&config).map_err(|e| match e {
+            sled::Error::Io(io) => open_error(dir.as_ref(), io),
+            other => LogError::from(other),
+        })?;
         let records = db.open_tree(Self::RECORDS_TREE)?;
         let meta = db.open_tree(Self::META_TREE)?;
         // sled creates its files with the process's umask (0644 by the usual one); files it makes later
@@ -552,6 +558,25 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// only when its background flusher thread exits, which `Db::drop` does not wait for (spacejam/sled#1234), so
 /// reopening a log right after closing it can see the lock for a few milliseconds. A log that another live
 /// process holds stays locked past the wait, and that error is returned.
+/// What an I/O error while opening the log at `dir` means for the person opening it.
+fn open_error(dir: &Path, e: std::io::Error) -> LogError {
+    use std::io::ErrorKind;
+    let dir = dir.to_owned();
+    let reason = match e.kind() {
+        _ if e.to_string().starts_with("could not acquire lock") => return LogError::Locked { dir },
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded => {
+            "the disk is full (opening a log writes to its files, even to read it); free some space, or copy \
+             the directory to a disk with room and open the copy"
+        }
+        ErrorKind::ReadOnlyFilesystem | ErrorKind::PermissionDenied => {
+            "it is not writable by this user (opening a log writes to its files, even to read it); copy the \
+             directory somewhere writable and open the copy"
+        }
+        _ => return LogError::Storage(format!("cannot open {}: {e}", dir.display())),
+    };
+    LogError::Unwritable { dir, reason: format!("{reason} ({e})") }
+}
+
 fn open_waiting_for_lock(config: &sled::Config) -> Result<sled::Db, sled::Error> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     loop {
@@ -565,5 +590,39 @@ fn open_waiting_for_lock(config: &sled::Config) -> Result<sled::Db, sled::Error>
             }
             other => return other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each way an open can fail says what is wrong; only sled's lock suggests a running proxy.
+    #[test]
+    fn open_errors_say_what_is_wrong() {
+        let dir = Path::new("/data/log");
+        let full = open_error(dir, std::io::ErrorKind::StorageFull.into());
+        assert!(
+            matches!(&full, LogError::Unwritable { reason, .. } if reason.contains("disk is full")),
+            "{full}"
+        );
+        let read_only = open_error(dir, std::io::ErrorKind::ReadOnlyFilesystem.into());
+        assert!(read_only.to_string().contains("copy the directory somewhere writable"), "{read_only}");
+        let locked = open_error(dir, std::io::Error::other("could not acquire lock on \"/data/log/db\""));
+        assert!(matches!(locked, LogError::Locked { .. }));
+        assert!(!full.to_string().contains("proxy") && !read_only.to_string().contains("proxy"));
+    }
+
+    /// A second open of a log that is open elsewhere ends, after the lock wait, in `Locked`.
+    #[test]
+    fn a_log_held_open_is_reported_as_in_use() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let first = SledLog::open(dir.path(), Durability::Strict).expect("the first open");
+        match SledLog::open(dir.path(), Durability::Strict) {
+            Err(e @ LogError::Locked { .. }) => assert!(e.to_string().contains("in use"), "{e}"),
+            Err(e) => panic!("expected Locked, got {e}"),
+            Ok(_) => panic!("a second open of a held log succeeded"),
+        }
+        first.close().expect("close");
     }
 }

@@ -65,9 +65,9 @@ fn parse_input_format(s: &str) -> Result<FormatChoice, String> {
 pub fn load(path: &Path, format: Option<Format>) -> anyhow::Result<History> {
     if format.is_none() && is_history_log(path) {
         // Strict, so that opening the log to read it never records a gap of its own.
-        let log = SledLog::open(path, Durability::Strict).with_context(|| {
-            format!("cannot open history log {} (is a proxy still using it?)", path.display())
-        })?;
+        // The error says why: in use by a proxy, a full disk, a read-only directory.
+        let log = SledLog::open(path, Durability::Strict)
+            .with_context(|| format!("cannot open history log {}", path.display()))?;
         let history =
             log.replay().with_context(|| format!("cannot replay history log {}", path.display()))?;
         log.close().with_context(|| format!("cannot close history log {}", path.display()))?;
