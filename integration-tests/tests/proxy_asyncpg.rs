@@ -48,18 +48,8 @@ async fn asyncpg_pipelines_binary_results_errors_and_cancels_work_through_the_pr
         m.lines().find_map(|l| l.strip_prefix("krait_tagging_broken_sessions_total ")).map(str::trim);
     assert!(broken.is_none_or(|b| b == "0"), "a session stopped recording ops:\n{m}");
 
-    let log = p.handle.log().clone();
-    let h = tokio::task::spawn_blocking(move || log.replay()).await.expect("join").expect("replay");
-    let report = verifier::verify(&h, &verifier::Options::default()).expect("verify");
-    assert!(report.is_accept(), "the database did nothing wrong, yet:\n{report}");
     // The read-modify-writes were recorded as row operations, not only as statement texts.
-    let writes = h
-        .transactions
-        .iter()
-        .filter(|tx| tx.outcome == Outcome::Committed)
-        .flat_map(|tx| &tx.ops)
-        .filter(|op| matches!(op, history::Op::Write { .. }))
-        .count();
-    assert!(writes >= 13, "{writes} writes recorded:\n{report}");
+    let writes = p.assert_accepted_with_writes("asyncpg").await;
+    assert!(writes >= 13, "{writes} writes recorded");
     p.handle.shutdown().await.unwrap();
 }

@@ -39,6 +39,7 @@ use crate::error::VerifyError;
 use crate::known_graph::{KnownGraph, Origin};
 use crate::normalize::{Label, Normalized, key_name};
 use crate::report::{Anomaly, AnomalyClass, Basis, Choice, CycleEdge, EdgeKind, Refutation, RefutationNode};
+use crate::solve::{pairs, topo};
 
 /// How many case splits an SI refutation may use (as for serializability's).
 const MAX_SPLITS: usize = 1024;
@@ -110,19 +111,6 @@ pub(crate) enum SiSolved {
     Acyclic { order: Vec<u32>, residual: u64 },
     /// A cycle of the split graph (as split-vertex pairs) under some choice of the core's constraints.
     Cyclic { cycle: Vec<(u32, u32)>, core: Vec<u32> },
-}
-
-fn topo(vertices: u32, edges: &[(u32, u32)]) -> Result<Result<Vec<u32>, Vec<u32>>, VerifyError> {
-    let graph = Graph::from_edges(vertices, edges).map_err(|e| VerifyError::Internal(e.to_string()))?;
-    match graph.topo_order() {
-        Ok(order) => Ok(Ok(order)),
-        Err(KernelError::Cyclic { cycle }) => Ok(Err(cycle)),
-        Err(e) => Err(VerifyError::Internal(e.to_string())),
-    }
-}
-
-fn pairs(cycle: &[u32]) -> Vec<(u32, u32)> {
-    (0..cycle.len()).map(|i| (cycle[i], cycle[(i + 1) % cycle.len()])).collect()
 }
 
 /// The split graph's known edges.

@@ -22,7 +22,8 @@ pub(crate) enum Solved {
     Cyclic { cycle: Vec<(u32, u32)>, core: Vec<u32> },
 }
 
-fn topo(vertices: u32, edges: &[(u32, u32)]) -> Result<Result<Vec<u32>, Vec<u32>>, VerifyError> {
+/// A topological order of the graph, or a cycle of it.
+pub(crate) fn topo(vertices: u32, edges: &[(u32, u32)]) -> Result<Result<Vec<u32>, Vec<u32>>, VerifyError> {
     let graph = Graph::from_edges(vertices, edges).map_err(|e| VerifyError::Internal(e.to_string()))?;
     match graph.topo_order() {
         Ok(order) => Ok(Ok(order)),
@@ -31,7 +32,8 @@ fn topo(vertices: u32, edges: &[(u32, u32)]) -> Result<Result<Vec<u32>, Vec<u32>
     }
 }
 
-fn pairs(cycle: &[u32]) -> Vec<(u32, u32)> {
+/// A cycle of vertices as its edges.
+pub(crate) fn pairs(cycle: &[u32]) -> Vec<(u32, u32)> {
     (0..cycle.len()).map(|i| (cycle[i], cycle[(i + 1) % cycle.len()])).collect()
 }
 

@@ -95,6 +95,21 @@ pub async fn start_proxy_with(opts: Opts) -> TestProxy {
 }
 
 impl TestProxy {
+    /// Replays the proxy's log, asserts that serializability accepts it (`what` names the run in the
+    /// failure), and returns how many writes the committed transactions recorded as row operations.
+    pub async fn assert_accepted_with_writes(&self, what: &str) -> usize {
+        let log = self.handle.log().clone();
+        let h = tokio::task::spawn_blocking(move || log.replay()).await.expect("join").expect("replay");
+        let report = verifier::verify(&h, &verifier::Options::default()).expect("verify");
+        assert!(report.is_accept(), "{what}: the database did nothing wrong, yet:\n{report}");
+        h.transactions
+            .iter()
+            .filter(|tx| tx.outcome == Outcome::Committed)
+            .flat_map(|tx| &tx.ops)
+            .filter(|op| matches!(op, history::Op::Write { .. }))
+            .count()
+    }
+
     /// A libpq-style connection string through the proxy.
     pub fn conn_str(&self) -> String {
         let a = self.handle.listen_addr();
