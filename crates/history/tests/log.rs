@@ -494,7 +494,8 @@ fn opening_a_log_that_another_handle_holds_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let _held = SledLog::open(dir.path(), Durability::Strict).unwrap();
     let err = SledLog::open(dir.path(), Durability::Strict).unwrap_err();
-    assert!(err.to_string().contains("could not acquire lock"), "{err}");
+    assert!(matches!(err, history::log::LogError::Locked { .. }), "{err}");
+    assert!(err.to_string().contains("in use by another process"), "{err}");
 }
 
 #[test]
