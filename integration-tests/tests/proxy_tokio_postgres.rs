@@ -190,3 +190,41 @@ async fn group_and_none_durability_record_the_same_transactions() {
         p.handle.shutdown().await.unwrap();
     }
 }
+
+/// A statement text that sessions send again and again (tokio-postgres parses every `query` afresh) is
+/// planned once: the rest come from the plan cache, and each execution's rows are still recorded as reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_statement_text_is_planned_once_and_still_recorded() {
+    let p = start_proxy_with(Opts { tagging: Some("xmin"), ..Opts::default() }).await;
+    let t = unique_table("plan_cache");
+    let c = p.connect().await;
+    c.batch_execute(&format!(
+        "drop table if exists {t}; create table {t} (id int primary key, v int); \
+         insert into {t} select g, g * 2 from generate_series(1, 5) g"
+    ))
+    .await
+    .unwrap();
+    let other = p.connect().await;
+    let read = format!("select v from {t} where id = $1");
+    for i in 1..=5i32 {
+        for client in [&c, &other] {
+            let v: i32 = client.query_one(&read, &[&i]).await.unwrap().get(0);
+            assert_eq!(v, i * 2);
+        }
+    }
+    let m = p.admin_get("/metrics").await;
+    let hits: u64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("krait_plan_cache_hits_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the plan cache's counter");
+    assert!(hits >= 9, "10 executions of one text, one of them planned: {hits} hits\n{m}");
+    drop((c, other));
+    let txns = p.wait_for(&read, 10).await;
+    let reads: usize = txns
+        .iter()
+        .map(|r| r.txn.ops.iter().filter(|o| matches!(o, history::log::LoggedOp::Read { .. })).count())
+        .sum();
+    assert_eq!(reads, 10, "every execution's row is recorded: {txns:#?}");
+    p.handle.shutdown().await.unwrap();
+}

@@ -253,6 +253,16 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
     }
     if let Some(t) = &state.tagging {
         out.push_str(&t.metrics.render());
+        for (name, what, counter) in [
+            ("krait_plan_cache_hits_total", "answered from the plan cache", &t.plans.hits),
+            ("krait_plan_cache_misses_total", "that had to be parsed and planned", &t.plans.misses),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} Statement texts {what}.\n# TYPE {name} counter\n{name} {}",
+                counter.load(std::sync::atomic::Ordering::Relaxed)
+            );
+        }
         if let Some(horizon) = t.book.horizon() {
             let _ = writeln!(
                 out,

@@ -67,6 +67,7 @@ pub mod fence;
 pub mod inject;
 pub mod ops;
 pub mod plan;
+pub mod plan_cache;
 pub mod search_path;
 pub mod shared;
 pub mod strip;

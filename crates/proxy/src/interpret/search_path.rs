@@ -12,7 +12,7 @@
 use super::catalog::Catalog;
 
 /// The session's `search_path`, as far as the proxy knows it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub enum SearchPath {
     /// PostgreSQL's default, `"$user", public`.
     #[default]

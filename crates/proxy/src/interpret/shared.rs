@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::catalog::Catalog;
 use super::plan::OpaqueKind;
+use super::plan_cache::PlanCache;
 use super::versions::VersionBook;
 
 /// Counters for `/metrics`, shared by all sessions.
@@ -89,6 +90,8 @@ pub struct TaggingShared {
     /// Transactions earlier runs left without an outcome, with their top-level database id: the first
     /// session of this run asks the database how they ended (`pg_xact_status`).
     pub crash_window: std::sync::Mutex<Vec<(history::TxnId, u32)>>,
+    /// Plans by statement text (see [`super::plan_cache`]).
+    pub plans: PlanCache,
     /// Counters.
     pub metrics: TaggingMetrics,
 }

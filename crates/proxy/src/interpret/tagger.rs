@@ -179,12 +179,15 @@ impl Tagger {
             Some((cat, path, resolved)) if Arc::ptr_eq(cat, &shared) && *path == during => resolved.clone(),
             _ => {
                 let resolved = Arc::new(during.resolve(&shared, &self.user));
-                self.resolved = Some((shared, during, resolved.clone()));
+                self.resolved = Some((shared.clone(), during.clone(), resolved.clone()));
                 resolved
             }
         };
         self.search_path = after;
-        XminStrategy.plan(text, &catalog).ok()
+        // The plan depends on the text and on the catalog as `during` and the user resolve its names.
+        self.shared
+            .plans
+            .get_or_plan(&shared, &self.user, &during, text, || XminStrategy.plan(text, &catalog).ok())
     }
 
     /// Whether the tagger gave up recording ops for this session.
