@@ -7,10 +7,12 @@
 //! user that resolve the text's names against it, so those four are the key, and a new catalog (after a
 //! reload) empties the cache.
 //!
-//! The bound: two generations of at most [`GENERATION`] entries each, a cheap approximation of LRU (a hit in
-//! the older generation moves the entry to the newer; when the newer is full, the older is dropped and the
-//! newer becomes the older), and texts longer than [`MAX_TEXT`] are not cached (a client decides how long a
-//! query string is, and a long one is rarely sent twice).
+//! The bound: two generations of at most [`GENERATION_BYTES`] each, counting the text, the rewritten text
+//! and the plans, a cheap approximation of LRU (a hit in the older generation moves the entry to the newer;
+//! when the newer is full, the older is dropped and the newer becomes the older). Texts longer than
+//! [`MAX_TEXT`] are not cached: a client decides how long a query string is and how many statements it
+//! holds, and a long one is rarely sent twice. So clients together can make the cache hold at most about
+//! twice [`GENERATION_BYTES`].
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
@@ -18,11 +20,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::catalog::Catalog;
-use super::plan::PlannedQuery;
+use super::plan::{PlannedQuery, RowPlan, StmtPlan};
 use super::search_path::SearchPath;
 
-/// Entries per generation.
-pub const GENERATION: usize = 2048;
+/// The most one generation holds, in bytes (as [`cost`] counts them).
+pub const GENERATION_BYTES: usize = 4 << 20;
 
 /// The longest text cached, in bytes.
 pub const MAX_TEXT: usize = 8 * 1024;
@@ -40,7 +42,29 @@ struct Generations {
     /// The catalog every entry was planned against.
     catalog: Option<Arc<Catalog>>,
     newer: HashMap<u64, (Key, PlannedQuery)>,
+    /// What `newer` holds, by [`cost`].
+    newer_bytes: usize,
     older: HashMap<u64, (Key, PlannedQuery)>,
+}
+
+/// About how many bytes an entry holds: its strings and its plans (a row plan is boxed, with its tables).
+fn cost(key: &Key, plan: &PlannedQuery) -> usize {
+    let plans: usize = plan
+        .stmts
+        .iter()
+        .map(|s| {
+            std::mem::size_of::<StmtPlan>()
+                + match s {
+                    StmtPlan::Rows(r) => std::mem::size_of::<RowPlan>() + r.tables.len() * 64,
+                    _ => 0,
+                }
+        })
+        .sum();
+    let path = match &key.path {
+        SearchPath::Schemas(s) => s.iter().map(String::len).sum(),
+        _ => 0,
+    };
+    key.text.len() + key.user.len() + path + plan.rewritten.as_ref().map_or(0, String::len) + plans + 128
 }
 
 /// The shared plan cache.
@@ -118,10 +142,15 @@ impl PlanCache {
 
 /// Puts an entry in the newer generation, turning a full newer generation into the older one first.
 fn insert(g: &mut Generations, h: u64, key: Key, plan: PlannedQuery) {
-    if g.newer.len() >= GENERATION && !g.newer.contains_key(&h) {
+    let bytes = cost(&key, &plan);
+    if g.newer_bytes + bytes > GENERATION_BYTES {
         g.older = std::mem::take(&mut g.newer);
+        g.newer_bytes = 0;
     }
-    g.newer.insert(h, (key, plan));
+    g.newer_bytes += bytes;
+    if let Some((old_key, old_plan)) = g.newer.insert(h, (key, plan)) {
+        g.newer_bytes -= cost(&old_key, &old_plan);
+    }
 }
 
 #[cfg(test)]
@@ -163,13 +192,16 @@ mod tests {
         let cache = PlanCache::default();
         let cat = Arc::new(Catalog::default());
         let hot = "SELECT 0";
-        for i in 0..(3 * GENERATION) {
+        for i in 0..(3 * GENERATION_BYTES / 200) {
             cache.get_or_plan(&cat, "u", &SearchPath::Default, hot, || planned(hot));
             let text = format!("SELECT {}", i + 1);
             cache.get_or_plan(&cat, "u", &SearchPath::Default, &text, || planned(&text));
         }
         let g = cache.inner.lock().unwrap();
-        assert!(g.newer.len() <= GENERATION && g.older.len() <= GENERATION);
+        let held = |m: &HashMap<u64, (Key, PlannedQuery)>| m.values().map(|(k, p)| cost(k, p)).sum::<usize>();
+        assert!(!g.older.is_empty(), "the generations turned over");
+        assert_eq!(held(&g.newer), g.newer_bytes);
+        assert!(g.newer_bytes <= GENERATION_BYTES && held(&g.older) <= GENERATION_BYTES);
         drop(g);
         let mut planned_again = false;
         cache.get_or_plan(&cat, "u", &SearchPath::Default, hot, || {
