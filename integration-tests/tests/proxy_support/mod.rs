@@ -375,8 +375,9 @@ pub async fn read_backend(s: &mut TcpStream, buf: &mut BytesMut) -> Option<Backe
     }
 }
 
-/// A database that asks every connection for a cleartext password; returns its address and how many bytes
-/// of client messages reached it after the startup packets.
+/// A database that asks every connection for an MD5 password (a cleartext one would not cross the proxy's
+/// plain upstream connection); returns its address and how many bytes of client messages reached it after
+/// the startup packets.
 pub async fn upstream_that_asks_for_a_password() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -391,7 +392,7 @@ pub async fn upstream_that_asks_for_a_password() -> (String, std::sync::Arc<std:
                 s.read_exact(&mut len).await?;
                 let mut startup = vec![0u8; (i32::from_be_bytes(len) as usize).saturating_sub(4)];
                 s.read_exact(&mut startup).await?;
-                s.write_all(&[b'R', 0, 0, 0, 8, 0, 0, 0, 3]).await?;
+                s.write_all(&[b'R', 0, 0, 0, 12, 0, 0, 0, 5, 1, 2, 3, 4]).await?;
                 let mut chunk = [0u8; 4096];
                 loop {
                     match s.read(&mut chunk).await? {
