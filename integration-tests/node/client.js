@@ -2,8 +2,8 @@
 // the middle of a transaction, and a cancel sent with the cancel key the proxy handed out.
 const pg = require("pg");
 
-async function main(port, t) {
-  const config = { host: "127.0.0.1", port, user: "postgres", database: "test" };
+async function main(port, t, database) {
+  const config = { host: "127.0.0.1", port, user: "postgres", database };
   const client = new pg.Client(config);
   await client.connect();
   await client.query(`drop table if exists ${t}`);
@@ -47,7 +47,7 @@ async function main(port, t) {
   await client.end();
 }
 
-main(Number(process.argv[2]), process.argv[3]).catch((e) => {
+main(Number(process.argv[2]), process.argv[3], process.argv[4]).catch((e) => {
   console.error(e);
   process.exit(1);
 });

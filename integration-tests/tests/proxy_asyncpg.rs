@@ -16,7 +16,7 @@ async fn asyncpg_pipelines_binary_results_errors_and_cancels_work_through_the_pr
     let t = unique_table("asyncpg");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/proxy_support/asyncpg_client.py");
     let a = p.handle.listen_addr();
-    let dsn = format!("postgresql://postgres@127.0.0.1:{}/test", a.port());
+    let dsn = format!("postgresql://{PG_USER}@127.0.0.1:{}/{PG_DB}", a.port());
     let out = tokio::time::timeout(
         Duration::from_secs(60),
         tokio::process::Command::new("python3").arg(script).arg(&dsn).arg(&*t).output(),

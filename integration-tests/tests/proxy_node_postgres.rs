@@ -22,7 +22,7 @@ async fn node_postgres_transactions_prepared_statements_errors_and_cancels_work_
     let port = p.handle.listen_addr().port().to_string();
     let out = tokio::time::timeout(
         Duration::from_secs(60),
-        tokio::process::Command::new("node").current_dir(dir).args(["client.js", &port, &t]).output(),
+        tokio::process::Command::new("node").current_dir(dir).args(["client.js", &port, &t, PG_DB]).output(),
     )
     .await
     .expect("the node client finished in time")
