@@ -156,19 +156,23 @@ pub(crate) fn solve(
                 .map(|(c1, c2)| split_side(&si_side(norm, chains, c1, c2), n))
         })
         .collect();
-    if prune && let Some((order, residual)) = solve_pruned(g, &sides)? {
+    let known = known_split(g);
+    if prune && let Some((order, residual)) = solve_pruned(g, known.clone(), &sides)? {
         return Ok(SiSolved::Acyclic { order, residual });
     }
-    solve_all(g, &sides)
+    solve_all(g, known, &sides)
 }
 
 /// Pruning on the split graph (PolySI §4.2, as Cobra §3.3): a side with an edge `u → v` where `v` already
 /// reaches `u` through known split edges would close a cycle, so the other side holds and its edges become
 /// known; repeated to a fixpoint, then the solver takes the rest. `None` when this finds a cycle or the
 /// solver does, and the caller derives the reject without pruning.
-fn solve_pruned(g: &KnownGraph, sides: &[SplitSides]) -> Result<Option<(Vec<u32>, u64)>, VerifyError> {
+fn solve_pruned(
+    g: &KnownGraph,
+    mut known: Vec<(u32, u32)>,
+    sides: &[SplitSides],
+) -> Result<Option<(Vec<u32>, u64)>, VerifyError> {
     let (n, vertices) = (g.vertices, g.vertices * 2);
-    let mut known = known_split(g);
     let mut live = vec![true; sides.len()];
     for _ in 0..MAX_PASSES {
         let graph = Graph::from_edges(vertices, &known).map_err(|e| VerifyError::Internal(e.to_string()))?;
@@ -232,9 +236,8 @@ fn side_index(side: Side) -> usize {
 }
 
 /// Solves every constraint at once: an order, or a cycle and the solver's core.
-fn solve_all(g: &KnownGraph, sides: &[SplitSides]) -> Result<SiSolved, VerifyError> {
+fn solve_all(g: &KnownGraph, known: Vec<(u32, u32)>, sides: &[SplitSides]) -> Result<SiSolved, VerifyError> {
     let (n, vertices) = (g.vertices, g.vertices * 2);
-    let known = known_split(g);
     if sides.is_empty() {
         return match topo(vertices, &known)? {
             Ok(order) => Ok(SiSolved::Acyclic {
