@@ -212,6 +212,63 @@ pub enum Outcome {
     Indeterminate,
 }
 
+/// The isolation level a transaction asked the database for, in SQL's terms (`BEGIN ISOLATION LEVEL …`, `SET
+/// TRANSACTION`, the session's default). The database may run it at a stronger level: PostgreSQL runs READ
+/// UNCOMMITTED as READ COMMITTED, and its REPEATABLE READ is snapshot isolation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IsolationLevel {
+    /// READ UNCOMMITTED.
+    ReadUncommitted,
+    /// READ COMMITTED.
+    ReadCommitted,
+    /// REPEATABLE READ.
+    RepeatableRead,
+    /// SERIALIZABLE.
+    Serializable,
+}
+
+impl IsolationLevel {
+    /// Every level, weakest first.
+    pub const ALL: [IsolationLevel; 4] = [
+        IsolationLevel::ReadUncommitted,
+        IsolationLevel::ReadCommitted,
+        IsolationLevel::RepeatableRead,
+        IsolationLevel::Serializable,
+    ];
+
+    /// The level's SQL name, as `SHOW transaction_isolation` prints it (`read committed`).
+    pub fn sql_name(self) -> &'static str {
+        match self {
+            IsolationLevel::ReadUncommitted => "read uncommitted",
+            IsolationLevel::ReadCommitted => "read committed",
+            IsolationLevel::RepeatableRead => "repeatable read",
+            IsolationLevel::Serializable => "serializable",
+        }
+    }
+
+    /// Parses a level as SQL or PostgreSQL's settings spell it: any case, words separated by spaces,
+    /// hyphens or underscores, optionally quoted (`'REPEATABLE READ'`, `repeatable-read`).
+    pub fn parse_sql(text: &str) -> Option<IsolationLevel> {
+        let trimmed = text.trim().trim_matches(|c| c == '\'' || c == '"').trim();
+        let words: Vec<String> = trimmed
+            .split(|c: char| c.is_whitespace() || c == '-' || c == '_')
+            .filter(|w| !w.is_empty())
+            .map(str::to_ascii_lowercase)
+            .collect();
+        IsolationLevel::ALL.into_iter().find(|level| {
+            let name: Vec<&str> = level.sql_name().split(' ').collect();
+            name.len() == words.len() && name.iter().zip(&words).all(|(a, b)| a == b)
+        })
+    }
+}
+
+impl std::fmt::Display for IsolationLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.sql_name().to_ascii_uppercase())
+    }
+}
+
 /// One transaction, as a client observed it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transaction {
@@ -237,6 +294,10 @@ pub struct Transaction {
     /// Whether this is a fence transaction (Cobra §4.2), injected to cut the history into epochs.
     #[serde(default)]
     pub fence: bool,
+    /// The isolation level it asked for, where the collector knew it (the proxy records it; other formats
+    /// may not carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<IsolationLevel>,
 }
 
 impl Transaction {
@@ -252,6 +313,7 @@ impl Transaction {
             commit_ns: None,
             collector: CollectorId::default(),
             fence: false,
+            isolation: None,
         }
     }
 

@@ -5,8 +5,8 @@ use history::codec::cobra::{self, CobraErrorKind, CobraOptions};
 use history::codec::native::{self, NativeErrorKind};
 use history::codec::{self, Format, jsonl, polysi};
 use history::{
-    CollectorId, History, HistoryBuilder, KeyName, LogGap, Observed, Op, Outcome, RecordingHorizon,
-    SessionId, StmtRef, Transaction, TxnId, WriteId,
+    CollectorId, History, HistoryBuilder, IsolationLevel, KeyName, LogGap, Observed, Op, Outcome,
+    RecordingHorizon, SessionId, StmtRef, Transaction, TxnId, WriteId,
 };
 use proptest::prelude::*;
 
@@ -127,20 +127,24 @@ fn arb_history() -> impl Strategy<Value = History> {
             prop::option::of(any::<u64>()),
             prop_oneof![Just(0u32), any::<u32>()],
             any::<bool>(),
+            prop::option::of(prop::sample::select(IsolationLevel::ALL.to_vec())),
         )
-            .prop_map(|(id, session, seq, ops, outcome, start_ns, commit_ns, collector, fence)| {
-                Transaction {
-                    id: TxnId(id),
-                    session: SessionId(session),
-                    seq,
-                    ops: ops.into_iter().flatten().collect(),
-                    outcome,
-                    start_ns,
-                    commit_ns,
-                    collector: CollectorId(collector),
-                    fence,
-                }
-            });
+            .prop_map(
+                |(id, session, seq, ops, outcome, start_ns, commit_ns, collector, fence, isolation)| {
+                    Transaction {
+                        id: TxnId(id),
+                        session: SessionId(session),
+                        seq,
+                        ops: ops.into_iter().flatten().collect(),
+                        outcome,
+                        start_ns,
+                        commit_ns,
+                        collector: CollectorId(collector),
+                        fence,
+                        isolation,
+                    }
+                },
+            );
         let gaps = prop::collection::vec(any::<u64>().prop_map(|after_txns| LogGap { after_txns }), 0..3);
         let horizon = prop::option::of(
             (prop_oneof![Just(0u64), any::<u64>()], any::<u64>(), prop::collection::vec(any::<u64>(), 0..4))
@@ -544,11 +548,13 @@ fn horizons_of_older_files_read_as_an_xmin() {
     assert_eq!(native::decode(&v2).expect("v2 decodes").horizon, Some(RecordingHorizon::from_xmin(100)));
 
     let header_v3: &[u8] = &[0, 0, 0, 0, 0, 1, 100, 110, 1, 105];
-    let v3 = native::decode(&native::frame_chunks(&[(b'H', header_v3)])).expect("v3 decodes");
+    let v3 = native::decode(&native::frame_chunks_as(3, &[(b'H', header_v3)])).expect("v3 decodes");
     assert_eq!(v3.horizon, Some(RecordingHorizon { xmin: 100, xmax: 110, running: vec![105] }));
     // A running count the chunk cannot hold is corrupt, not an allocation.
     let corrupt: &[u8] = &[0, 0, 0, 0, 0, 1, 100, 110, 0x7f];
-    assert!(native::decode(&native::frame_chunks(&[(b'H', corrupt)])).is_err());
+    assert!(native::decode(&native::frame_chunks_as(3, &[(b'H', corrupt)])).is_err());
+    // Version 4 adds the count of isolation-level runs; without it the header is short.
+    assert!(native::decode(&native::frame_chunks(&[(b'H', header_v3)])).is_err());
 
     let h = History {
         horizon: Some(RecordingHorizon { xmin: 7, xmax: 9, running: vec![8] }),

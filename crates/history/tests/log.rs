@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use history::log::{LogOptions, Replayer};
 use history::{
-    CollectorId, Durability, HistoryLog, KeyName, LogError, LogGap, LogRecord, LoggedOp, LoggedTxn, Observed,
-    Op, Outcome, SessionId, SledLog, TxnId, WriteId,
+    CollectorId, Durability, HistoryLog, IsolationLevel, KeyName, LogError, LogGap, LogRecord, LoggedOp,
+    LoggedTxn, Observed, Op, Outcome, SessionId, SledLog, TxnId, WriteId,
 };
 
 fn key(name: &str) -> KeyName {
@@ -516,6 +516,58 @@ fn session_ended_is_tailed_in_order_and_ignored_by_replay() {
     drop(log);
     let log = SledLog::open(dir.path(), Durability::Group).unwrap();
     assert!(collect_tail(&log, 0).iter().all(|(_, r)| !matches!(r, LogRecord::Recovery { .. })));
+}
+
+#[test]
+fn isolation_records_label_the_sessions_later_transactions_until_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = SledLog::open(dir.path(), Durability::Group).unwrap();
+    let finish = |id: u64, session: u64, seq: u64| {
+        let txn = LoggedTxn::new(TxnId(id), SessionId(session), seq);
+        let _ = log.append_finished(txn, Outcome::Committed, Some(id)).unwrap();
+    };
+    // Session 1 logs one transaction before any level is known, then changes level; session 2's level does
+    // not leak into session 1, and a session's level ends with it.
+    finish(1, 1, 0);
+    let _ = log.append_isolation(SessionId(1), IsolationLevel::RepeatableRead).unwrap();
+    let _ = log.append_isolation(SessionId(2), IsolationLevel::Serializable).unwrap();
+    finish(2, 1, 1);
+    finish(3, 2, 0);
+    let _ = log.append_isolation(SessionId(1), IsolationLevel::ReadCommitted).unwrap();
+    finish(4, 1, 2);
+    let _ = log.append_session_ended(SessionId(2), Some(0)).unwrap();
+    let _ = log.append_intent(LoggedTxn::new(TxnId(5), SessionId(2), 1)).unwrap();
+    let _ = log.append_outcome(TxnId(5), Outcome::Committed, Some(5)).unwrap();
+    let history = log.replay().unwrap();
+    let levels: Vec<(u64, Option<IsolationLevel>)> =
+        history.transactions.iter().map(|t| (t.id.0, t.isolation)).collect();
+    assert_eq!(
+        levels,
+        vec![
+            (1, None),
+            (2, Some(IsolationLevel::RepeatableRead)),
+            (3, Some(IsolationLevel::Serializable)),
+            (4, Some(IsolationLevel::ReadCommitted)),
+            (5, None),
+        ]
+    );
+    log.close().unwrap();
+}
+
+#[test]
+fn isolation_levels_parse_as_sql_and_settings_spell_them() {
+    for (text, level) in [
+        ("read committed", IsolationLevel::ReadCommitted),
+        ("READ   UNCOMMITTED", IsolationLevel::ReadUncommitted),
+        ("'repeatable read'", IsolationLevel::RepeatableRead),
+        ("repeatable-read", IsolationLevel::RepeatableRead),
+        ("Serializable", IsolationLevel::Serializable),
+    ] {
+        assert_eq!(IsolationLevel::parse_sql(text), Some(level), "{text}");
+    }
+    for bad in ["", "read", "committed read", "snapshot", "serializable read"] {
+        assert_eq!(IsolationLevel::parse_sql(bad), None, "{bad}");
+    }
 }
 
 #[test]

@@ -164,7 +164,8 @@ impl TestProxy {
                 | LogRecord::Xids { .. }
                 | LogRecord::SessionEnded { .. }
                 | LogRecord::Horizon { .. }
-                | LogRecord::HorizonSnapshot(_) => {}
+                | LogRecord::HorizonSnapshot(_)
+                | LogRecord::Isolation { .. } => {}
             }
         }
         out

@@ -19,6 +19,8 @@
 //! - An op is `{"r": key, ...}` with exactly one of `"v"` (a write id), `"pre"` (a pre-history tag),
 //!   `"unrecorded"` (the tag of a version no recorded transaction wrote) or `"absent": true`; or
 //!   `{"w": key, "v": write id}`. Either may carry `"stmt"`, a statement index.
+//! - A transaction may carry `"isolation"`, the level it asked for (`"read-committed"`, `"repeatable-read"`,
+//!   …).
 //!
 //! Errors name the line (counting from 1) and, for malformed JSON, the column.
 
@@ -30,8 +32,8 @@ use thiserror::Error;
 
 use super::native::{InvalidHistory, check_references};
 use crate::model::{
-    CollectorId, History, Key, KeyName, KeyTable, LogGap, Observed, Op, Outcome, RecordingHorizon, SessionId,
-    StmtRef, Transaction, TxnId, WriteId,
+    CollectorId, History, IsolationLevel, Key, KeyName, KeyTable, LogGap, Observed, Op, Outcome,
+    RecordingHorizon, SessionId, StmtRef, Transaction, TxnId, WriteId,
 };
 
 /// The version of the line format this build writes and reads.
@@ -135,6 +137,8 @@ struct TxnLine {
     commit_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "is_default_collector")]
     collector: CollectorId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    isolation: Option<IsolationLevel>,
     ops: Vec<OpLine>,
 }
 
@@ -246,6 +250,7 @@ pub fn encode(history: &History, out: &mut impl Write) -> Result<(), JsonlWriteE
             seq: txn.seq,
             outcome: txn.outcome,
             fence: txn.fence,
+            isolation: txn.isolation,
             start_ns: txn.start_ns,
             commit_ns: txn.commit_ns,
             collector: txn.collector,
@@ -456,5 +461,6 @@ fn decode_txn(
         commit_ns: t.commit_ns,
         collector: t.collector,
         fence: t.fence,
+        isolation: t.isolation,
     })
 }

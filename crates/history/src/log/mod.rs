@@ -111,7 +111,7 @@ pub fn disk_bytes(dir: &std::path::Path) -> u64 {
         .sum()
 }
 
-use crate::{History, KeyName, Outcome, RecordingHorizon, SessionId, TxnId, WriteId};
+use crate::{History, IsolationLevel, KeyName, Outcome, RecordingHorizon, SessionId, TxnId, WriteId};
 
 /// How hard the log works to keep acknowledged transactions across a crash (DESIGN.md §3).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -317,6 +317,15 @@ pub trait HistoryLog: Send + Sync {
     /// Appends the outcome the database gave for a transaction an earlier run left without one (see
     /// [`LogRecord::Resolved`]).
     fn append_resolved(&self, txn: TxnId, outcome: Outcome) -> Result<DurabilityTicket, LogError>;
+
+    /// Appends the isolation level `session`'s next transactions asked for (see [`LogRecord::Isolation`]).
+    /// Append it before their records. The ticket need not be waited on: the transactions' records come
+    /// after it and carry their durability.
+    fn append_isolation(
+        &self,
+        session: SessionId,
+        level: IsolationLevel,
+    ) -> Result<DurabilityTicket, LogError>;
 
     /// The records from sequence number `from_seq` on, in append order. Under `group` and `none` it may
     /// return records not yet fsynced.

@@ -28,8 +28,8 @@ use thiserror::Error;
 
 use super::Durability;
 use crate::{
-    CollectorId, KeyName, KeyTable, Observed, Op, Outcome, RecordingHorizon, SessionId, StmtRef, Transaction,
-    TxnId, UncheckedStatement, WriteId,
+    CollectorId, IsolationLevel, KeyName, KeyTable, Observed, Op, Outcome, RecordingHorizon, SessionId,
+    StmtRef, Transaction, TxnId, UncheckedStatement, WriteId,
 };
 
 /// The version byte written at the start of every record value.
@@ -175,6 +175,7 @@ impl LoggedTxn {
             commit_ns,
             collector: self.collector,
             fence: self.fence,
+            isolation: None,
         };
         Ok((txn, unchecked))
     }
@@ -300,6 +301,17 @@ pub enum LogRecord {
         /// How it ended.
         outcome: Outcome,
     },
+    /// The isolation level a session's transactions asked for from here on: every transaction of `session`
+    /// whose record comes after this one, until the session's next such record (issue 17, the `declared`
+    /// level). The proxy writes one before a session's first transaction and again whenever the level
+    /// changes, not one per transaction. Appended last to the enum, so logs written before it existed still
+    /// decode; their transactions have no recorded level.
+    Isolation {
+        /// The session.
+        session: SessionId,
+        /// The level its next transactions asked for.
+        level: IsolationLevel,
+    },
 }
 
 /// Why a record value could not be decoded.
@@ -404,7 +416,8 @@ impl LogRecord {
             LogRecord::Recovery { .. }
             | LogRecord::SessionEnded { .. }
             | LogRecord::Horizon { .. }
-            | LogRecord::HorizonSnapshot(_) => None,
+            | LogRecord::HorizonSnapshot(_)
+            | LogRecord::Isolation { .. } => None,
         }
     }
 }

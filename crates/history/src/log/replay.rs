@@ -32,8 +32,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::LogError;
 use super::record::{LogRecord, LoggedTxn};
 use crate::{
-    History, Key, KeyTable, LogGap, Observed, Op, Outcome, RecordingHorizon, SessionId, StmtRef, Transaction,
-    TxnId, UncheckedStatement, WriteId,
+    History, IsolationLevel, Key, KeyTable, LogGap, Observed, Op, Outcome, RecordingHorizon, SessionId,
+    StmtRef, Transaction, TxnId, UncheckedStatement, WriteId,
 };
 
 /// What a log record finished, in the order it finished it.
@@ -116,6 +116,9 @@ pub struct Replayer {
     next_seq: Option<u64>,
     /// The first recording horizon the log holds ([`LogRecord::HorizonSnapshot`]).
     horizon: Option<RecordingHorizon>,
+    /// The isolation level each open session's transactions asked for, from its last
+    /// [`LogRecord::Isolation`].
+    levels: HashMap<SessionId, IsolationLevel>,
 }
 
 impl Replayer {
@@ -212,6 +215,7 @@ impl Replayer {
                     }
                 }
                 self.open_sessions.remove(&session);
+                self.levels.remove(&session);
                 finished.push(Replayed::SessionEnded(session));
             }
             LogRecord::DiscoveredWrite { txn, key, write } => {
@@ -262,6 +266,9 @@ impl Replayer {
             LogRecord::HorizonSnapshot(horizon) => {
                 self.horizon.get_or_insert(horizon);
             }
+            LogRecord::Isolation { session, level } => {
+                self.levels.insert(session, level);
+            }
             LogRecord::Recovery { indeterminate, gap, previous: _ } => {
                 for txn in indeterminate {
                     // Already Indeterminate; the record promises that no outcome will come.
@@ -277,6 +284,7 @@ impl Replayer {
                 }
                 // The run ended here: nothing more comes from its sessions or its transactions.
                 self.abandoned.clear();
+                self.levels.clear();
                 let mut open: Vec<SessionId> = self.open_sessions.drain().collect();
                 open.sort_unstable();
                 finished.extend(open.into_iter().map(Replayed::SessionEnded));
@@ -319,7 +327,8 @@ impl Replayer {
         if !self.seen.insert(logged.id) {
             return Err(inconsistent(seq, format!("a second record for {}", logged.id)));
         }
-        let (txn, unchecked) = self.convert(seq, logged, outcome, commit_ns)?;
+        let (mut txn, unchecked) = self.convert(seq, logged, outcome, commit_ns)?;
+        txn.isolation = self.levels.get(&txn.session).copied();
         self.open_sessions.insert(txn.session);
         let position = self.next_position;
         self.next_position += 1;

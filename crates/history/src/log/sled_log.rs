@@ -13,7 +13,7 @@ use super::{
     Durability, DurabilityTicket, HistoryLog, LogError, LogOptions, LogRecord, LogStats, LoggedOp, LoggedTxn,
     Tail,
 };
-use crate::{KeyName, Outcome, RecordingHorizon, SessionId, TxnId, WriteId};
+use crate::{IsolationLevel, KeyName, Outcome, RecordingHorizon, SessionId, TxnId, WriteId};
 
 const FORMAT_KEY: &str = "format";
 const FORMAT_TAG: &[u8] = b"krait-history-log 1";
@@ -315,6 +315,14 @@ impl HistoryLog for SledLog {
         self.append(&LogRecord::Xids { txn, top, xids }, |_| Ok(()), |_, _| {})
     }
 
+    fn append_isolation(
+        &self,
+        session: SessionId,
+        level: IsolationLevel,
+    ) -> Result<DurabilityTicket, LogError> {
+        self.append(&LogRecord::Isolation { session, level }, |_| Ok(()), |_, _| {})
+    }
+
     fn append_resolved(&self, txn: TxnId, outcome: Outcome) -> Result<DurabilityTicket, LogError> {
         if outcome == Outcome::Indeterminate {
             return Err(LogError::Refused(format!("a resolution of {txn} must be committed or aborted")));
@@ -503,7 +511,8 @@ fn scan_run(records: &sled::Tree, run_start: u64) -> Result<RunScan, LogError> {
             | LogRecord::HorizonSnapshot(_)
             | LogRecord::DiscoveredWrite { .. }
             | LogRecord::Xids { .. }
-            | LogRecord::Resolved { .. } => {}
+            | LogRecord::Resolved { .. }
+            | LogRecord::Isolation { .. } => {}
             LogRecord::Recovery { indeterminate, .. } => {
                 for txn in indeterminate {
                     pending.remove(&txn);

@@ -58,6 +58,8 @@ impl<'a> Rd<'a> {
 pub(super) struct ChunkWriter {
     pub(super) out: Vec<u8>,
     pub(super) buf: Vec<u8>,
+    /// The format version the checksums are computed for.
+    pub(super) version: u8,
 }
 
 /// The checksum of a chunk in a file of format `version`.
@@ -75,7 +77,7 @@ impl ChunkWriter {
     pub(super) fn flush(&mut self, tag: u8) {
         self.out.push(tag);
         put_varint(&mut self.out, self.buf.len() as u64);
-        let crc = chunk_checksum(VERSION, tag, &self.buf);
+        let crc = chunk_checksum(self.version, tag, &self.buf);
         self.out.extend_from_slice(&self.buf);
         self.out.extend_from_slice(&crc.to_le_bytes());
         self.buf.clear();
@@ -179,8 +181,14 @@ impl<'a> Chunks<'a> {
 /// Builds a file from raw chunk payloads, each framed with a valid checksum and followed by the end chunk.
 /// The checksums make random bytes fail early; this lets fuzzers and tests reach the checks behind them.
 pub fn frame_chunks(chunks: &[(u8, &[u8])]) -> Vec<u8> {
-    let mut w = ChunkWriter { out: MAGIC.to_vec(), buf: Vec::new() };
-    w.out.push(VERSION);
+    frame_chunks_as(VERSION, chunks)
+}
+
+/// As [`frame_chunks`], for a file that says it is of format `version` (to test that older versions
+/// still read).
+pub fn frame_chunks_as(version: u8, chunks: &[(u8, &[u8])]) -> Vec<u8> {
+    let mut w = ChunkWriter { out: MAGIC.to_vec(), buf: Vec::new(), version };
+    w.out.push(version);
     for (tag, payload) in chunks {
         w.buf.extend_from_slice(payload);
         w.flush(*tag);

@@ -15,12 +15,13 @@
 //!
 //! | tag | payload |
 //! |---|---|
-//! | `H` | counts: statements, namespaces, keys, transactions, gaps (varints); from version 2, then 0 or 1 and the recording horizon if 1 (version 2: its xmin; from 3: xmin, xmax, the count of running ids and the ids) |
+//! | `H` | counts: statements, namespaces, keys, transactions, gaps (varints); from version 2, then 0 or 1 and the recording horizon if 1 (version 2: its xmin; from 3: xmin, xmax, the count of running ids and the ids); from version 4, then the count of isolation-level runs |
 //! | `S` | statement texts: length + UTF-8 bytes each |
 //! | `N` | namespaces of the key table: length + UTF-8 bytes each |
 //! | `K` | the key table as runs: count, namespace index, key length, then `count × length` key bytes |
 //! | `T` | transactions (below) |
 //! | `G` | gaps: `after_txns` as zigzag deltas |
+//! | `L` | (version 4 on) isolation levels: runs of transactions in file order, each a count (varint) and a level byte (0 none, 1 read uncommitted, 2 read committed, 3 repeatable read, 4 serializable); the counts sum to the transaction count. The header says how many runs; a history without levels has none, and no chunk |
 //! | `E` | empty: the end. Nothing may follow it. |
 //!
 //! Why it is small (a Cobra history takes about a quarter of its own log, see `benches/import.rs`):
@@ -67,7 +68,7 @@ use thiserror::Error;
 
 use crate::model::History;
 
-pub use framing::frame_chunks;
+pub use framing::{frame_chunks, frame_chunks_as};
 pub use reader::decode;
 pub use writer::encode;
 
@@ -75,8 +76,8 @@ pub use writer::encode;
 pub const MAGIC: [u8; 7] = *b"\0KRHIST";
 /// The format version this build writes. Version 2 added the recording horizon (a header field) and
 /// unrecorded-writer reads (a class byte after each pre-history tag); version 3 made the horizon a whole
-/// snapshot (xmin, xmax, the running ids).
-pub const VERSION: u8 = 3;
+/// snapshot (xmin, xmax, the running ids); version 4 added each transaction's isolation level (the `L` section).
+pub const VERSION: u8 = 4;
 /// The oldest format version this build still reads.
 pub const OLDEST_VERSION: u8 = 1;
 /// After a pre-history tag (version 2 on): the version is pre-history.
@@ -95,6 +96,7 @@ const TAG_NAMESPACES: u8 = b'N';
 const TAG_KEYS: u8 = b'K';
 const TAG_TXNS: u8 = b'T';
 const TAG_GAPS: u8 = b'G';
+const TAG_LEVELS: u8 = b'L';
 const TAG_END: u8 = b'E';
 
 const OP_WRITE_NEW_DELTA: u8 = 0;
@@ -120,6 +122,31 @@ const TXN_HAS_COMMIT: u8 = 1 << 4;
 const TXN_HAS_COLLECTOR: u8 = 1 << 5;
 const TXN_EXPLICIT_SEQ: u8 = 1 << 6;
 const TXN_SAME_SESSION: u8 = 1 << 7;
+
+/// The byte an isolation level is written as in the `L` section (0 is "not known").
+fn level_code(level: Option<crate::model::IsolationLevel>) -> u8 {
+    use crate::model::IsolationLevel::*;
+    match level {
+        None => 0,
+        Some(ReadUncommitted) => 1,
+        Some(ReadCommitted) => 2,
+        Some(RepeatableRead) => 3,
+        Some(Serializable) => 4,
+    }
+}
+
+/// The level a byte of the `L` section stands for; `Err` for a byte no version defines.
+fn level_of_code(code: u8) -> Result<Option<crate::model::IsolationLevel>, u8> {
+    use crate::model::IsolationLevel::*;
+    Ok(match code {
+        0 => None,
+        1 => Some(ReadUncommitted),
+        2 => Some(ReadCommitted),
+        3 => Some(RepeatableRead),
+        4 => Some(Serializable),
+        other => return Err(other),
+    })
+}
 
 /// A native history could not be decoded. `offset` is the absolute byte offset in the file.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

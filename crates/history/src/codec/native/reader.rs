@@ -6,8 +6,9 @@ use super::{
     CLASS_FOREIGN, CLASS_PRE_HISTORY, CLASS_UNRECORDED, Delta, KEY_ESCAPE, KEY_FRONTIER, KEY_IMPLIED,
     KEY_NEAR_FIRST, KEY_PREVIOUS, MAGIC, NativeError, NativeErrorKind, OLDEST_VERSION, OP_HAS_STMT,
     OP_READ_KNOWN, OP_READ_NEW_DELTA, OP_READ_NEW_RAW, OP_READ_PRE, OP_WRITE_KNOWN, OP_WRITE_NEW_DELTA,
-    OP_WRITE_NEW_RAW, TAG_END, TAG_GAPS, TAG_HEADER, TAG_KEYS, TAG_NAMESPACES, TAG_STATEMENTS, TAG_TXNS,
-    TXN_EXPLICIT_SEQ, TXN_FENCE, TXN_HAS_COLLECTOR, TXN_HAS_COMMIT, TXN_HAS_START, TXN_SAME_SESSION, VERSION,
+    OP_WRITE_NEW_RAW, TAG_END, TAG_GAPS, TAG_HEADER, TAG_KEYS, TAG_LEVELS, TAG_NAMESPACES, TAG_STATEMENTS,
+    TAG_TXNS, TXN_EXPLICIT_SEQ, TXN_FENCE, TXN_HAS_COLLECTOR, TXN_HAS_COMMIT, TXN_HAS_START,
+    TXN_SAME_SESSION, VERSION, level_of_code,
 };
 use crate::codec::bytes::{Cursor, unzigzag};
 use crate::model::{
@@ -59,6 +60,7 @@ pub fn decode(data: &[u8]) -> Result<History, NativeError> {
             }
         },
     };
+    let n_level_runs = if version >= 4 { h.varint("the isolation-level run count")? } else { 0 };
     if !h.c.is_empty() {
         return Err(NativeError::invalid(h.offset(), "unexpected bytes at the end of the header chunk"));
     }
@@ -139,6 +141,39 @@ pub fn decode(data: &[u8]) -> Result<History, NativeError> {
         Ok(1)
     })?;
 
+    let mut labelled = 0usize;
+    chunks.section(TAG_LEVELS, n_level_runs, |c, _| {
+        let at = c.offset();
+        let count = c.varint("a level run length")?;
+        let code = c.u8("a level")?;
+        let level = level_of_code(code)
+            .map_err(|code| NativeError::invalid(at, format!("isolation level code {code} is undefined")))?;
+        let end = usize::try_from(count)
+            .ok()
+            .and_then(|n| labelled.checked_add(n))
+            .filter(|&end| end <= history.transactions.len() && count > 0)
+            .ok_or_else(|| {
+                NativeError::invalid(
+                    at,
+                    format!(
+                        "a level run of {count} transactions where {} remain",
+                        history.transactions.len() - labelled
+                    ),
+                )
+            })?;
+        for t in &mut history.transactions[labelled..end] {
+            t.isolation = level;
+        }
+        labelled = end;
+        Ok(1)
+    })?;
+    if n_level_runs > 0 && labelled != history.transactions.len() {
+        return Err(NativeError::invalid(
+            chunks.offset(),
+            format!("the level runs cover {labelled} of {} transactions", history.transactions.len()),
+        ));
+    }
+
     let end = chunks.next(TAG_END)?;
     if !end.c.is_empty() {
         return Err(NativeError::invalid(end.offset(), "the end chunk is not empty"));
@@ -203,6 +238,7 @@ fn decode_txn(c: &mut Rd<'_>, d: &mut Delta, n_keys: u32, n_stmts: u32) -> Resul
         commit_ns,
         collector: CollectorId(collector),
         fence: flags & TXN_FENCE != 0,
+        isolation: None,
     })
 }
 

@@ -7,9 +7,9 @@ use super::{
     CHUNK_TARGET, CLASS_FOREIGN, CLASS_PRE_HISTORY, CLASS_UNRECORDED, Delta, InvalidHistory, KEY_ESCAPE,
     KEY_FRONTIER, KEY_IMPLIED, KEY_NEAR_FIRST, KEY_NEAR_MAX_DISTANCE, KEY_PREVIOUS, MAGIC, OP_HAS_STMT,
     OP_READ_ABSENT, OP_READ_KNOWN, OP_READ_NEW_DELTA, OP_READ_NEW_RAW, OP_READ_PRE, OP_WRITE_KNOWN,
-    OP_WRITE_NEW_DELTA, OP_WRITE_NEW_RAW, TAG_END, TAG_GAPS, TAG_HEADER, TAG_KEYS, TAG_NAMESPACES,
-    TAG_STATEMENTS, TAG_TXNS, TXN_EXPLICIT_SEQ, TXN_FENCE, TXN_HAS_COLLECTOR, TXN_HAS_COMMIT, TXN_HAS_START,
-    TXN_SAME_SESSION, VERSION, check_references,
+    OP_WRITE_NEW_DELTA, OP_WRITE_NEW_RAW, TAG_END, TAG_GAPS, TAG_HEADER, TAG_KEYS, TAG_LEVELS,
+    TAG_NAMESPACES, TAG_STATEMENTS, TAG_TXNS, TXN_EXPLICIT_SEQ, TXN_FENCE, TXN_HAS_COLLECTOR, TXN_HAS_COMMIT,
+    TXN_HAS_START, TXN_SAME_SESSION, VERSION, check_references, level_code,
 };
 use crate::codec::bytes::{put_varint, varint_len, zigzag};
 use crate::model::{History, Observed, Op, Outcome, Transaction, WriteId};
@@ -22,7 +22,11 @@ fn put_str(out: &mut Vec<u8>, s: &[u8]) {
 /// Encodes a history in the native format.
 pub fn encode(history: &History) -> Result<Vec<u8>, InvalidHistory> {
     check_references(history)?;
-    let mut w = ChunkWriter { out: Vec::with_capacity(1024), buf: Vec::with_capacity(CHUNK_TARGET + 4096) };
+    let mut w = ChunkWriter {
+        out: Vec::with_capacity(1024),
+        buf: Vec::with_capacity(CHUNK_TARGET + 4096),
+        version: VERSION,
+    };
     w.out.extend_from_slice(&MAGIC);
     w.out.push(VERSION);
 
@@ -57,6 +61,18 @@ pub fn encode(history: &History) -> Result<Vec<u8>, InvalidHistory> {
         }
         None => put_varint(&mut w.buf, 0),
     }
+    // Runs of equal levels: a proxy's history changes level rarely, so this section is a few bytes.
+    let mut level_runs: Vec<(u64, u8)> = Vec::new();
+    if history.transactions.iter().any(|t| t.isolation.is_some()) {
+        for t in &history.transactions {
+            let code = level_code(t.isolation);
+            match level_runs.last_mut() {
+                Some((count, last)) if *last == code => *count += 1,
+                _ => level_runs.push((1, code)),
+            }
+        }
+    }
+    put_varint(&mut w.buf, level_runs.len() as u64);
     w.flush(TAG_HEADER);
 
     for s in &history.statements {
@@ -105,6 +121,12 @@ pub fn encode(history: &History) -> Result<Vec<u8>, InvalidHistory> {
         w.item_done(TAG_GAPS);
     }
     w.section_done(TAG_GAPS);
+    for &(count, code) in &level_runs {
+        put_varint(&mut w.buf, count);
+        w.buf.push(code);
+        w.item_done(TAG_LEVELS);
+    }
+    w.section_done(TAG_LEVELS);
     w.flush(TAG_END);
     Ok(w.out)
 }
