@@ -223,7 +223,7 @@ fn check_accept(f: &Facts<'_>, report: &Report, summary: &mut CheckSummary) -> R
         return weak::check_commit_order(f, report, &position, summary);
     }
     // Snapshot isolation: the order gives the version order, whose dependency graph is checked.
-    if report.level == Level::SnapshotIsolation {
+    if matches!(report.level, Level::SnapshotIsolation | Level::Declared) {
         return si::check_snapshot_order(f, report, &position, summary);
     }
     // Real time: no transaction may come after one that started after it committed (+ drift).
@@ -420,6 +420,11 @@ impl Checker<'_, '_> {
                 if t.id != ops[1].0.id || k1 != k2 || o1 == o2 || !before_own_write {
                     return bad("non-repeatable-read evidence is not two differing reads");
                 }
+                if self.report.level == Level::ReadCommitted
+                    || si::held(self.report, t) == si::Held::ReadCommitted
+                {
+                    return bad("read committed allows a non-repeatable read");
+                }
             }
             AnomalyClass::StaleRead => {
                 need(2)?;
@@ -443,6 +448,9 @@ impl Checker<'_, '_> {
                 }
                 if external_read(ta, k1) != Some(o1) || external_read(tb, k1) != Some(o1) {
                     return bad("lost-update reads are not external");
+                }
+                if [ta, tb].iter().any(|t| si::held(self.report, t) == si::Held::ReadCommitted) {
+                    return bad("read committed allows a lost update");
                 }
             }
             other => return bad(format!("a {} anomaly needs a cycle", other.name())),
@@ -517,6 +525,32 @@ impl Checker<'_, '_> {
                 .any(|i| cycle[i].kind == EdgeKind::Rw && cycle[(i + 1) % cycle.len()].kind == EdgeKind::Rw)
         {
             return bad("two adjacent anti-dependencies: snapshot isolation allows that cycle");
+        }
+        // Under declared levels, each anti-dependency is its reader's: a read-committed reader's never
+        // counts, a snapshot reader's only after a dependency (Adya's mixing theorem).
+        if self.report.level == Level::Declared {
+            for i in 0..cycle.len() {
+                if cycle[i].kind != EdgeKind::Rw {
+                    continue;
+                }
+                let before = &cycle[(i + cycle.len() - 1) % cycle.len()];
+                match si::held(self.report, self.f.included_txn(cycle[i].from)?) {
+                    si::Held::ReadCommitted => {
+                        return bad(format!(
+                            "{} reads at read committed: its anti-dependency does not count",
+                            cycle[i].from
+                        ));
+                    }
+                    si::Held::Snapshot if before.kind == EdgeKind::Rw => {
+                        return bad(format!(
+                            "{} reads at repeatable read (snapshot isolation): its anti-dependency after \
+                             another one does not count",
+                            cycle[i].from
+                        ));
+                    }
+                    _ => {}
+                }
+            }
         }
         let hypothetical = cycle.iter().filter(|e| e.hypothetical).count();
         if within.is_some() != (hypothetical == 1) || hypothetical > 1 {
@@ -643,6 +677,10 @@ impl Checker<'_, '_> {
             || external_read(t, key) != Some(prev)
         {
             return bad(format!("{w} is not a read-modify-write of {prev:?}"));
+        }
+        // At read committed a write need not directly follow the version its transaction read.
+        if si::held(self.report, t) == si::Held::ReadCommitted {
+            return bad(format!("{w} was written at read committed: it need not directly follow {prev:?}"));
         }
         Ok(())
     }

@@ -106,12 +106,13 @@ pub(crate) const MAX_ANOMALIES: usize = 100;
 
 /// Runs stage 1, with non-repeatable reads an anomaly (every level but read committed).
 pub(crate) fn normalize(h: &History) -> Normalized {
-    normalize_with(h, true)
+    normalize_with(h, &|_| true)
 }
 
-/// Runs stage 1. Without `repeatable`, two external reads of one key that return different versions are
-/// not an anomaly (read committed allows them); both are resolved and kept in `ordered_reads`.
-pub(crate) fn normalize_with(h: &History, repeatable: bool) -> Normalized {
+/// Runs stage 1. Where `repeatable` says no for a transaction (its index in the history), two external reads
+/// of one key that return different versions are not an anomaly (read committed allows them); both are
+/// resolved and kept in `ordered_reads`.
+pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) -> Normalized {
     let mut out = Normalized::default();
     let txns = &h.transactions;
 
@@ -223,6 +224,7 @@ pub(crate) fn normalize_with(h: &History, repeatable: bool) -> Normalized {
     for vertex in 0..out.txns.len() {
         let ti = out.txns[vertex].hist;
         let t = &txns[ti];
+        let repeatable = repeatable(ti);
         let after_gap = gap_start.is_some_and(|g| ti as u64 >= g);
         // Per key: the own write seen so far, and the first external read.
         let mut own: HashMap<Key, (WriteId, usize)> = HashMap::new();

@@ -33,17 +33,24 @@ pub enum Level {
     /// a committed version no older than any write an earlier read of the same transaction saw.
     #[serde(rename = "read-committed")]
     ReadCommitted,
+    /// Each transaction at the isolation level it asked for (issue 17; Adya's mixing theorem, thesis §4.3):
+    /// PostgreSQL's SERIALIZABLE as serializable, REPEATABLE READ as snapshot isolation, READ COMMITTED and
+    /// READ UNCOMMITTED (which PostgreSQL runs as READ COMMITTED) as Adya's PL-2. A transaction whose level
+    /// was not recorded is held to serializable.
+    #[serde(rename = "declared")]
+    Declared,
 }
 
 impl Level {
-    /// Every level, strongest first.
-    pub const ALL: [Level; 6] = [
+    /// Every level: the uniform ones strongest first, then `declared`, which is per transaction.
+    pub const ALL: [Level; 7] = [
         Level::StrictSerializable,
         Level::Serializable,
         Level::SnapshotIsolation,
         Level::Causal,
         Level::ReadAtomic,
         Level::ReadCommitted,
+        Level::Declared,
     ];
 
     /// The level's name on the command line and in reports.
@@ -55,6 +62,7 @@ impl Level {
             Level::Causal => "causal",
             Level::ReadAtomic => "read-atomic",
             Level::ReadCommitted => "read-committed",
+            Level::Declared => "declared",
         }
     }
 

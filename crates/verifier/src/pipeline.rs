@@ -197,12 +197,13 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
         counts: Counts::default(),
         timings: Timings::default(),
         real_time: None,
+        declared: None,
     };
 
     if options.level.is_saturation() {
         return Ok(verify_by_saturation(h, options, report, start));
     }
-    if options.level == Level::SnapshotIsolation {
+    if matches!(options.level, Level::SnapshotIsolation | Level::Declared) {
         return verify_snapshot_isolation(h, options, report, start);
     }
 
@@ -299,7 +300,7 @@ fn note_normalized(h: &History, norm: &Normalized, report: &mut Report) {
 /// The weak levels: stage 1, then saturation and a cycle search (`saturate`) instead of stages 2–6.
 fn verify_by_saturation(h: &History, options: &Options, mut report: Report, start: Instant) -> Report {
     // Read committed allows a transaction to read two versions of one key.
-    let mut norm = normalize::normalize_with(h, options.level != Level::ReadCommitted);
+    let mut norm = normalize::normalize_with(h, &|_| options.level != Level::ReadCommitted);
     report.counts = stage_one_counts(h, &norm);
     note_normalized(h, &norm, &mut report);
     if !norm.anomalies.is_empty() {
@@ -344,8 +345,10 @@ fn stage_one_counts(h: &History, norm: &Normalized) -> Counts {
     }
 }
 
-/// Snapshot isolation: stages 1–4 as for serializability (without real time), then `si`'s split polygraph
-/// and the solver instead of pruning and stage 6 (PolySI §3–4).
+/// Snapshot isolation, and `declared` (each transaction at the level it asked for): stages 1–4 as for
+/// serializability (without real time), then `si`'s split polygraph and the solver instead of pruning and
+/// stage 6 (PolySI §3–4). Under `declared` each transaction's [`si::Reader`] decides which of its
+/// anti-dependencies count, and read-committed ones may read a key twice and order no read-modify-write.
 fn verify_snapshot_isolation(
     h: &History,
     options: &Options,
@@ -353,14 +356,26 @@ fn verify_snapshot_isolation(
     start: Instant,
 ) -> Result<Report, VerifyError> {
     report.options.coalesce = true;
-    let mut norm = normalize::normalize(h);
+    let declared = options.level == Level::Declared;
+    let reader_of = |i: usize| match declared {
+        true => si::Reader::declared(h.transactions[i].isolation),
+        false => si::Reader::Snapshot,
+    };
+    let mut norm = normalize::normalize_with(h, &|i| reader_of(i) != si::Reader::ReadCommitted);
     report.counts = stage_one_counts(h, &norm);
     note_normalized(h, &norm, &mut report);
+    if declared {
+        report.declared = Some(report::DeclaredLevels::count(h));
+    }
     if !norm.anomalies.is_empty() {
         let found = std::mem::take(&mut norm.anomalies);
         return Ok(non_cycle_reject(h, report, found, start));
     }
-    let (mut g, lost) = known_graph::create_known_graph(h, &norm, options.combine);
+    let readers: Vec<si::Reader> = norm.txns.iter().map(|t| reader_of(t.hist)).collect();
+    let encoding = si::Encoding { n: norm.txns.len() as u32, readers };
+    let (mut g, lost) = known_graph::create_known_graph_with(h, &norm, options.combine, &|v| {
+        encoding.readers[v as usize] != si::Reader::ReadCommitted
+    });
     if !lost.is_empty() {
         return Ok(non_cycle_reject(h, report, lost, start));
     }
@@ -380,7 +395,7 @@ fn verify_snapshot_isolation(
     report.timings.construct_ms = ms(start);
 
     let solve_start = Instant::now();
-    let solved = si::solve(&g, &constraints, &norm, &chains, options.prune)?;
+    let solved = si::solve(&g, &constraints, &norm, &chains, &encoding, options.prune)?;
     report.timings.solve_ms = ms(solve_start);
     let after = Instant::now();
     match solved {
@@ -391,7 +406,7 @@ fn verify_snapshot_isolation(
         }
         si::SiSolved::Cyclic { cycle, core } => {
             let mut cert = Certifier::new(h, &norm, &g, &chains, &constraints, &[], 0);
-            let anomaly = si::SiEvidence::new(&mut cert).anomaly(&cycle, &core);
+            let anomaly = si::SiEvidence::new(&mut cert, &encoding).anomaly(&cycle, &core);
             report.verdict = Verdict::Reject;
             report.derivations = std::mem::take(&mut cert.derivations);
             report.anomalies.push(anomaly);

@@ -619,6 +619,41 @@ pub struct RealTime {
     pub without_timestamps: u64,
 }
 
+/// Under `declared`: how many transactions asked for each isolation level, and so which level each was held
+/// to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeclaredLevels {
+    /// Asked for SERIALIZABLE: held to serializability.
+    pub serializable: u64,
+    /// Asked for REPEATABLE READ (PostgreSQL's snapshot isolation): held to snapshot isolation.
+    pub repeatable_read: u64,
+    /// Asked for READ COMMITTED: held to Adya's PL-2 (no G0, G1a, G1b, G1c).
+    pub read_committed: u64,
+    /// Asked for READ UNCOMMITTED, which PostgreSQL runs as READ COMMITTED: held to PL-2 as well.
+    pub read_uncommitted: u64,
+    /// No level was recorded (a log from before levels were, or a format without them): held to
+    /// serializability, the strongest, so that nothing unknown is taken as allowed.
+    pub unrecorded: u64,
+}
+
+impl DeclaredLevels {
+    /// Counts the levels of `h`'s transactions.
+    pub fn count(h: &history::History) -> Self {
+        let mut c = DeclaredLevels::default();
+        for t in &h.transactions {
+            use history::IsolationLevel::*;
+            *match t.isolation {
+                Some(Serializable) => &mut c.serializable,
+                Some(RepeatableRead) => &mut c.repeatable_read,
+                Some(ReadCommitted) => &mut c.read_committed,
+                Some(ReadUncommitted) => &mut c.read_uncommitted,
+                None => &mut c.unrecorded,
+            } += 1;
+        }
+        c
+    }
+}
+
 /// The verifier's answer, with its evidence.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -662,6 +697,9 @@ pub struct Report {
     /// Present when checking strict serializability.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub real_time: Option<RealTime>,
+    /// Present when checking `declared`: the levels the transactions asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared: Option<DeclaredLevels>,
 }
 
 impl Report {

@@ -94,13 +94,82 @@ fn is_rw(origin: &Origin) -> bool {
     matches!(origin, Origin::ChainRw { .. } | Origin::Initial { rw: true, .. })
 }
 
-/// The split graph's edges for one transaction-graph edge (see the module comment).
-fn split(from: u32, to: u32, rw: bool, n: u32, out: &mut Vec<(u32, u32)>) {
-    if rw {
-        out.push((from, to + n));
-    } else {
-        out.push((from, to));
-        out.push((from + n, to));
+/// What an anti-dependency leaving a transaction may follow in a cycle, by the level the transaction is held
+/// to (the reader of the version the anti-dependency overwrites owns it). Under `snapshot-isolation` every
+/// transaction is [`Reader::Snapshot`]; under `declared` each is held to the level it asked for (Adya's mixing
+/// theorem, thesis §4.3: a transaction's own level decides which of its conflicts count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reader {
+    /// Serializable: its anti-dependencies count after any edge, an anti-dependency too (from `v` and `v°`).
+    Serializable,
+    /// Snapshot isolation: its anti-dependencies count only after a dependency (from `v`).
+    Snapshot,
+    /// Read committed (Adya's PL-2): its anti-dependencies never count; only dependency cycles (G0, G1c) do.
+    ReadCommitted,
+}
+
+impl Reader {
+    /// The level `declared` holds a transaction to, from the level it asked for. No recorded level is checked
+    /// as serializable, the strongest, so that nothing the history cannot show is taken as allowed.
+    pub(crate) fn declared(isolation: Option<history::IsolationLevel>) -> Reader {
+        use history::IsolationLevel::*;
+        match isolation {
+            None | Some(Serializable) => Reader::Serializable,
+            Some(RepeatableRead) => Reader::Snapshot,
+            Some(ReadUncommitted | ReadCommitted) => Reader::ReadCommitted,
+        }
+    }
+}
+
+/// The split graph's encoding: its size and each transaction's [`Reader`].
+#[derive(Clone, Debug)]
+pub(crate) struct Encoding {
+    /// Transactions; the split graph has twice as many vertices.
+    pub n: u32,
+    /// Each vertex's reader kind.
+    pub readers: Vec<Reader>,
+}
+
+impl Encoding {
+    /// The split graph's edges for one transaction-graph edge (see the module comment); returns how many.
+    fn split(&self, from: u32, to: u32, rw: bool, out: &mut Vec<(u32, u32)>) -> usize {
+        let n = self.n;
+        if !rw {
+            out.push((from, to));
+            out.push((from + n, to));
+            return 2;
+        }
+        match self.readers[from as usize] {
+            Reader::Serializable => {
+                out.push((from, to + n));
+                out.push((from + n, to + n));
+                2
+            }
+            Reader::Snapshot => {
+                out.push((from, to + n));
+                1
+            }
+            Reader::ReadCommitted => 0,
+        }
+    }
+
+    /// The split graph's known edges.
+    fn known(&self, g: &KnownGraph) -> Vec<(u32, u32)> {
+        let mut known = Vec::with_capacity(g.edges.len() * 2);
+        for e in &g.edges {
+            self.split(e.from, e.to, is_rw(&e.origin), &mut known);
+        }
+        known.sort_unstable();
+        known.dedup();
+        known
+    }
+
+    fn side(&self, edges: &[CEdge]) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        for e in edges {
+            self.split(e.from, e.to, e.rw, &mut out);
+        }
+        out
     }
 }
 
@@ -111,25 +180,6 @@ pub(crate) enum SiSolved {
     Acyclic { order: Vec<u32>, residual: u64 },
     /// A cycle of the split graph (as split-vertex pairs) under some choice of the core's constraints.
     Cyclic { cycle: Vec<(u32, u32)>, core: Vec<u32> },
-}
-
-/// The split graph's known edges.
-fn known_split(g: &KnownGraph) -> Vec<(u32, u32)> {
-    let mut known = Vec::with_capacity(g.edges.len() * 2);
-    for e in &g.edges {
-        split(e.from, e.to, is_rw(&e.origin), g.vertices, &mut known);
-    }
-    known.sort_unstable();
-    known.dedup();
-    known
-}
-
-fn split_side(edges: &[CEdge], n: u32) -> Vec<(u32, u32)> {
-    let mut out = Vec::new();
-    for e in edges {
-        split(e.from, e.to, e.rw, n, &mut out);
-    }
-    out
 }
 
 /// The two sides of one constraint, as split-graph edges.
@@ -145,18 +195,22 @@ pub(crate) fn solve(
     constraints: &[Constraint],
     norm: &Normalized,
     chains: &Chains,
+    encoding: &Encoding,
     prune: bool,
 ) -> Result<SiSolved, VerifyError> {
     let n = g.vertices;
     n.checked_mul(2).ok_or_else(|| VerifyError::Internal("too many transactions".into()))?;
+    if encoding.n != n || encoding.readers.len() != n as usize {
+        return Err(VerifyError::Internal("the split encoding does not match the known graph".into()));
+    }
     let sides: Vec<SplitSides> = constraints
         .iter()
         .map(|c| {
             [(c.first, c.second), (c.second, c.first)]
-                .map(|(c1, c2)| split_side(&si_side(norm, chains, c1, c2), n))
+                .map(|(c1, c2)| encoding.side(&si_side(norm, chains, c1, c2)))
         })
         .collect();
-    let known = known_split(g);
+    let known = encoding.known(g);
     if prune && let Some((order, residual)) = solve_pruned(g, known.clone(), &sides)? {
         return Ok(SiSolved::Acyclic { order, residual });
     }
@@ -300,13 +354,14 @@ enum Link {
 /// cycles found in the split graph.
 pub(crate) struct SiEvidence<'c, 'a> {
     cert: &'c mut Certifier<'a>,
+    encoding: &'c Encoding,
     /// Known edges by (from, to, anti-dependency), simplest first.
     known: HashMap<(u32, u32, bool), u32>,
 }
 
 impl<'c, 'a> SiEvidence<'c, 'a> {
     /// Evidence built with `cert`.
-    pub(crate) fn new(cert: &'c mut Certifier<'a>) -> Self {
+    pub(crate) fn new(cert: &'c mut Certifier<'a>, encoding: &'c Encoding) -> Self {
         let mut known: HashMap<(u32, u32, bool), u32> = HashMap::new();
         for (i, e) in cert.g.edges.iter().enumerate() {
             let slot = known.entry((e.from, e.to, is_rw(&e.origin))).or_insert(i as u32);
@@ -314,7 +369,7 @@ impl<'c, 'a> SiEvidence<'c, 'a> {
                 *slot = i as u32;
             }
         }
-        SiEvidence { cert, known }
+        SiEvidence { cert, encoding, known }
     }
 
     fn n(&self) -> u32 {
@@ -376,7 +431,8 @@ impl<'c, 'a> SiEvidence<'c, 'a> {
                 None => {}
             }
         }
-        let mut anomaly = name(classify(edges));
+        let mixed = self.encoding.readers.iter().any(|&r| r != Reader::Snapshot);
+        let mut anomaly = name(classify(edges), mixed);
         if !core.is_empty() {
             anomaly.summary.push_str(&format!(
                 " The SAT solver showed that no choice of order for the {} chain pair(s) in its core avoids such a \
@@ -392,7 +448,7 @@ impl<'c, 'a> SiEvidence<'c, 'a> {
     fn refutation(&mut self, core: &[u32]) -> Option<Refutation> {
         let n = self.n();
         let mut adj: Vec<Vec<(u32, Option<usize>)>> = vec![Vec::new(); 2 * n as usize];
-        for (a, b) in known_split(self.cert.g) {
+        for (a, b) in self.encoding.known(self.cert.g) {
             adj[a as usize].push((b, None));
         }
         let mut choices = Vec::new();
@@ -433,8 +489,8 @@ impl<'c, 'a> SiEvidence<'c, 'a> {
             let mark = assumed.len();
             let mut pushed = Vec::new();
             for e in &edges {
-                split(e.from, e.to, e.rw, s.n(), &mut pushed);
-                for &(a, b) in &pushed[pushed.len() - if e.rw { 1 } else { 2 }..] {
+                let added = s.encoding.split(e.from, e.to, e.rw, &mut pushed);
+                for &(a, b) in &pushed[pushed.len() - added..] {
                     adj[a as usize].push((b, Some(assumed.len())));
                 }
                 assumed.push((choice, *e));
@@ -524,12 +580,25 @@ impl<'c, 'a> SiEvidence<'c, 'a> {
 }
 
 /// SI's names for a cycle's anomaly: with one anti-dependency, a causality violation (Adya's G-SIb, "missed
-/// effects"); with none, G0 or G1c; a four-cycle wr, rw, wr, rw, a long fork.
-fn name(mut a: Anomaly) -> Anomaly {
+/// effects"); with none, G0 or G1c; a four-cycle wr, rw, wr, rw, a long fork. Under `declared` (`mixed`) a
+/// cycle may also have adjacent anti-dependencies out of serializable transactions, and keeps
+/// serializability's name then (write skew, G2-item).
+fn name(mut a: Anomaly, mixed: bool) -> Anomaly {
+    let n = a.cycle.len();
     let rw = a.cycle.iter().filter(|e| e.kind == EdgeKind::Rw).count();
+    let adjacent =
+        (0..n).any(|i| a.cycle[i].kind == EdgeKind::Rw && a.cycle[(i + 1) % n].kind == EdgeKind::Rw);
     if rw == 1 {
         a.class = AnomalyClass::CausalityViolation;
     }
-    a.summary.push_str(". No two anti-dependencies (rw) are adjacent in it, so no snapshot explains it.");
+    if mixed {
+        a.summary.push_str(
+            ". Each transaction in it is held to the isolation level it asked for, and every anti-dependency \
+             (rw) in it leaves a transaction whose level forbids that edge there, so no execution at the \
+             declared levels explains it.",
+        );
+    } else if !adjacent {
+        a.summary.push_str(". No two anti-dependencies (rw) are adjacent in it, so no snapshot explains it.");
+    }
     a
 }

@@ -85,6 +85,10 @@ enum LevelArg {
     /// Read committed: each read returns a committed version no older than what earlier reads of the
     /// same transaction saw (Adya's PL-2 and more). Lost updates and write skew are allowed.
     ReadCommitted,
+    /// Each transaction at the level it asked for, as the proxy recorded it: SERIALIZABLE as serializable,
+    /// REPEATABLE READ as snapshot isolation, READ COMMITTED (and READ UNCOMMITTED, which PostgreSQL runs as
+    /// READ COMMITTED) as Adya's PL-2. Transactions without a recorded level are held to serializable.
+    Declared,
 }
 
 /// `--reachability` values.
@@ -159,6 +163,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             LevelArg::Causal => Level::Causal,
             LevelArg::ReadAtomic => Level::ReadAtomic,
             LevelArg::ReadCommitted => Level::ReadCommitted,
+            LevelArg::Declared => Level::Declared,
         },
         clock_drift_ms: args.clock_drift_ms,
         prune: !args.no_prune,

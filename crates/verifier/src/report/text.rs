@@ -15,6 +15,7 @@ impl Report {
             Level::Causal => "causally consistent",
             Level::ReadAtomic => "read atomic",
             Level::ReadCommitted => "read committed",
+            Level::Declared => "isolated at the levels its transactions asked for",
         };
         match (self.verdict, self.anomalies.first()) {
             (Verdict::Accept, _) => match &self.real_time {
@@ -68,6 +69,15 @@ fn write_edge(f: &mut fmt::Formatter<'_>, indent: &str, e: &CycleEdge) -> fmt::R
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{}", self.verdict_line())?;
+        if let Some(d) = &self.declared {
+            writeln!(
+                f,
+                "Declared levels: {} serializable, {} repeatable read (checked as snapshot isolation), {} read \
+                 committed (checked as Adya's PL-2), {} read uncommitted (PostgreSQL runs it as read committed; \
+                 checked as such), {} without a recorded level (checked as serializable).",
+                d.serializable, d.repeatable_read, d.read_committed, d.read_uncommitted, d.unrecorded
+            )?;
+        }
         writeln!(f)?;
         for (i, a) in self.anomalies.iter().enumerate() {
             writeln!(f, "Anomaly {}: {}", i + 1, a.class.name())?;
