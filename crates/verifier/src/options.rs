@@ -72,9 +72,10 @@ impl Level {
         matches!(self, Level::Causal | Level::ReadAtomic | Level::ReadCommitted)
     }
 
-    /// Whether verification in rounds (and so `krait serve`) can check the level: garbage collection's
-    /// argument (`gc.rs`) is made for serializability's polygraph only.
-    pub fn checked_in_rounds(self) -> bool {
+    /// Whether verification in rounds (and so `krait serve`) collects garbage at this level: garbage
+    /// collection's argument (`gc.rs`) is made for serializability's polygraph only. At the other levels
+    /// rounds keep every transaction, and each round checks them all again.
+    pub fn collects_garbage(self) -> bool {
         matches!(self, Level::Serializable | Level::StrictSerializable)
     }
 }
