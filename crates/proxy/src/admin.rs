@@ -1,5 +1,6 @@
-//! The admin HTTP server (hyper): `/healthz`, `/metrics` in the Prometheus text format, and `/api/status` as
-//! JSON. It binds to loopback by default because nothing here is authenticated.
+//! The admin HTTP server (hyper): `/healthz`, `/metrics` in the Prometheus text format, `/api/status` as
+//! JSON, and for a person `/`, a status page, and `/reports/ID`, one reject report
+//! ([`crate::status_page`]). It binds to loopback by default because nothing here is authenticated.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -20,6 +21,7 @@ use tokio::sync::{Semaphore, watch};
 use tracing::debug;
 
 use crate::metrics::Metrics;
+use crate::status_page::{self, PageExtras, ReportPages, Throughput};
 
 /// What the admin endpoints report on.
 pub(crate) struct AdminState {
@@ -31,6 +33,10 @@ pub(crate) struct AdminState {
     pub(crate) upstream: String,
     /// Version-tagging counters, when tagging is on.
     pub(crate) tagging: Option<Arc<crate::interpret::shared::TaggingShared>>,
+    /// The reject reports `/` links to and `/reports/ID` shows, when whoever started the proxy keeps them.
+    pub(crate) reports: Option<Arc<dyn ReportPages>>,
+    /// The status page's recent throughput.
+    pub(crate) throughput: Throughput,
 }
 
 /// How much of the machine the admin server may hold: it shares file descriptors with the proxy's clients.
@@ -77,7 +83,7 @@ pub(crate) async fn serve(
             let _slot = slot;
             let service = service_fn(move |req| {
                 let state = state.clone();
-                async move { Ok::<_, Infallible>(route(&req, &state)) }
+                async move { Ok::<_, Infallible>(route(&req, &state).await) }
             });
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -92,19 +98,69 @@ pub(crate) async fn serve(
     }
 }
 
-fn route(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
+async fn route(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
+    const HTML: &str = "text/html; charset=utf-8";
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
         (&Method::GET, "/metrics") => (StatusCode::OK, "text/plain; version=0.0.4", render_metrics(state)),
         (&Method::GET, "/api/status") => (StatusCode::OK, "application/json", render_status(state)),
+        (&Method::GET, "/") => (StatusCode::OK, HTML, render_status_page(state).await),
+        (&Method::GET, path) => match path.strip_prefix("/reports/") {
+            Some(id) => match report_page(state, id).await {
+                Ok(Some(page)) => (StatusCode::OK, HTML, page),
+                Ok(None) => (StatusCode::NOT_FOUND, "text/plain", "no such report\n".to_owned()),
+                Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("{e}\n")),
+            },
+            None => (StatusCode::NOT_FOUND, "text/plain", "not found\n".to_owned()),
+        },
         _ => (StatusCode::NOT_FOUND, "text/plain", "not found\n".to_owned()),
     };
     let mut resp = Response::new(Full::new(Bytes::from(body)));
     *resp.status_mut() = status;
+    let headers = resp.headers_mut();
     if let Ok(v) = content_type.parse() {
-        resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+        headers.insert(hyper::header::CONTENT_TYPE, v);
+    }
+    if content_type == HTML {
+        // The pages quote recorded SQL: besides escaping it, forbid every script and fetch, and sniffing.
+        for (name, value) in [
+            (hyper::header::CONTENT_SECURITY_POLICY, "default-src 'none'; style-src 'unsafe-inline'"),
+            (hyper::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ] {
+            if let Ok(v) = value.parse() {
+                headers.insert(name, v);
+            }
+        }
     }
     resp
+}
+
+/// The status page: `/api/status`'s numbers, the recent throughput, and the newest reports.
+async fn render_status_page(state: &AdminState) -> String {
+    let status = status_json(state);
+    let committed = Metrics::get(&state.metrics.txns_committed);
+    let recent_rate = state.throughput.rate(Instant::now(), committed);
+    let reports = match state.reports.clone() {
+        None => None,
+        // Listing reads files: off the event loop, which the other admin clients share.
+        Some(r) => Some(
+            tokio::task::spawn_blocking(move || r.newest(status_page::REPORTS_LISTED))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string())),
+        ),
+    };
+    status_page::render(&status, &PageExtras { recent_rate, reports })
+}
+
+/// Report `id`'s page; `None` (404) for an id that cannot be one, or when this server keeps no reports.
+async fn report_page(state: &AdminState, id: &str) -> Result<Option<String>, String> {
+    let Some(reports) = state.reports.clone() else { return Ok(None) };
+    // The id comes straight from the request line: nothing but letters and digits may reach the store.
+    if !status_page::plausible_id(id) {
+        return Ok(None);
+    }
+    let id = id.to_owned();
+    tokio::task::spawn_blocking(move || reports.page(&id)).await.map_err(|e| e.to_string())?
 }
 
 /// Renders the Prometheus text exposition format.
@@ -284,6 +340,11 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
 }
 
 fn render_status(state: &AdminState) -> String {
+    status_json(state).to_string()
+}
+
+/// What `/api/status` reports, and what the status page shows.
+fn status_json(state: &AdminState) -> serde_json::Value {
     let m = &state.metrics;
     let g = Metrics::get;
     let stats = state.log.stats();
@@ -332,5 +393,4 @@ fn render_status(state: &AdminState) -> String {
             "fsync_mean_us": stats.fsync_ns_mean() / 1_000,
         },
     })
-    .to_string()
 }

@@ -10,7 +10,7 @@
 //! - [`interpret`]: SQL to row reads and writes with version tags (`[tagging] strategy = "xmin"`, the
 //!   default), reply stripping, and fence injection.
 //! - [`recorder`]: intents and outcomes to the history log, with the durability wait.
-//! - `admin`: `/healthz`, `/metrics`, `/api/status`.
+//! - `admin`: `/healthz`, `/metrics`, `/api/status`, and [`status_page`]'s `/` and `/reports/ID`.
 //!
 //! The `krait` binary calls [`run`] and [`check_config`]; tests call [`start`] to get the bound addresses.
 
@@ -23,6 +23,7 @@ pub mod recorder;
 pub mod replies;
 mod session;
 pub mod sql;
+pub mod status_page;
 pub mod tls;
 
 use std::future::Future;
@@ -136,9 +137,22 @@ impl ProxyHandle {
     }
 }
 
+/// What a caller may add to a proxy beyond its configuration.
+#[derive(Clone, Default)]
+pub struct StartOptions {
+    /// Reject reports for the admin server's status page and `/reports/ID` (`krait serve` keeps them; a
+    /// bare proxy has none).
+    pub reports: Option<Arc<dyn status_page::ReportPages>>,
+}
+
 /// Starts the proxy: opens the log, binds the listener and the admin server, and accepts clients in the
 /// background.
 pub async fn start(config: Config) -> Result<ProxyHandle, ProxyError> {
+    start_with(config, StartOptions::default()).await
+}
+
+/// [`start`], with what `extras` adds.
+pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHandle, ProxyError> {
     let tls = match config.tls.mode {
         config::ClientTlsMode::Disable => None,
         _ => Some(Arc::new(tls::ReloadableTls::load(&config.tls)?)),
@@ -207,6 +221,8 @@ pub async fn start(config: Config) -> Result<ProxyHandle, ProxyError> {
             listen: listen_addr,
             upstream: config.upstream.address.clone(),
             tagging: tagging.clone(),
+            reports: extras.reports,
+            throughput: Default::default(),
         });
         let limits = admin::Limits {
             timeout: Duration::from_millis(config.admin.timeout_ms.max(1)),

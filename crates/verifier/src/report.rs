@@ -729,5 +729,9 @@ impl Report {
 }
 
 mod dot;
+mod html;
 mod labels;
+mod svg;
 mod text;
+
+pub use html::{REPORT_CSP, escape};

@@ -1,11 +1,13 @@
 //! `krait report list|show`: the reject reports the online verifier wrote into `DATA_DIR/reports/`. It needs
-//! nothing but the data directory: no proxy, no database, no running verifier.
+//! nothing but the data directory: no proxy, no database, no running verifier. [`StoredReports`] hands the
+//! same directory to the admin server of `krait serve`, for its status page and `/reports/ID`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use verifier::ReportStore;
+use proxy::status_page::{ReportLink, ReportList, ReportPages};
+use verifier::{ReportStore, ReportStoreError};
 
 /// Subcommands of `krait report`.
 #[derive(Debug, clap::Subcommand)]
@@ -19,7 +21,8 @@ pub enum ReportCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Show one report, as text (the default), as its JSON document, or as a Graphviz graph.
+    /// Show one report, as text (the default), as its JSON document, as a Graphviz graph, or as a
+    /// self-contained HTML page with its cycles drawn.
     Show {
         /// The report's id, as `list` prints it (for example r000001).
         id: String,
@@ -45,6 +48,9 @@ pub enum ShowFormat {
     Json,
     /// A Graphviz graph of the cycles (`dot -Tsvg`).
     Dot,
+    /// One self-contained HTML page (no network needed): the verdict, each cycle drawn as SVG with the
+    /// prose for each edge, and the transactions' statements.
+    Html,
 }
 
 /// Runs `krait report`.
@@ -71,9 +77,42 @@ pub fn run(cmd: ReportCommand) -> anyhow::Result<ExitCode> {
             match if json { ShowFormat::Json } else { format } {
                 ShowFormat::Json => println!("{}", report.to_json()),
                 ShowFormat::Dot => print!("{}", report.to_dot()),
+                ShowFormat::Html => print!("{}", report.to_html()),
                 ShowFormat::Text => print!("{}", report.render_text()),
             }
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// A data directory's reports as the admin server shows them: listed on its status page, each at
+/// `/reports/ID` as the page `--format html` prints.
+pub struct StoredReports(pub ReportStore);
+
+impl ReportPages for StoredReports {
+    fn newest(&self, limit: usize) -> Result<ReportList, String> {
+        let ids = self.0.ids().map_err(|e| e.to_string())?;
+        let newest = ids
+            .iter()
+            .rev()
+            .take(limit)
+            .map(|id| ReportLink {
+                id: id.clone(),
+                // One unreadable report must not hide the others.
+                verdict: self
+                    .0
+                    .load(id)
+                    .map_or_else(|e| format!("cannot be read: {e}"), |r| r.verdict_line()),
+            })
+            .collect();
+        Ok(ReportList { total: ids.len(), newest })
+    }
+
+    fn page(&self, id: &str) -> Result<Option<String>, String> {
+        match self.0.load(id) {
+            Ok(report) => Ok(Some(report.to_html())),
+            Err(ReportStoreError::BadId(_) | ReportStoreError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.to_string()),
         }
     }
 }
@@ -121,5 +160,27 @@ mod tests {
             run(ReportCommand::List { data_dir: empty.path().to_path_buf(), json: false }).unwrap(),
             ExitCode::SUCCESS
         );
+    }
+
+    #[test]
+    fn stored_reports_are_listed_newest_first_and_only_their_ids_have_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = HistoryBuilder::new()
+            .txn(1, |t| t.read_init("x").read_init("y").write("x", 1))
+            .txn(2, |t| t.read_init("x").read_init("y").write("y", 2))
+            .build();
+        let report = verify(&h, &Options::default()).unwrap();
+        let store = ReportStore::open(dir.path()).unwrap();
+        let (first, second) = (store.save(&report).unwrap(), store.save(&report).unwrap());
+        let pages = StoredReports(store);
+        let list = pages.newest(1).unwrap();
+        assert_eq!(list.total, 2);
+        assert_eq!(list.newest.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [second.as_str()]);
+        assert!(list.newest[0].verdict.starts_with("REJECT"), "{:?}", list.newest);
+        let page = pages.page(&first).unwrap().expect("a stored report has a page");
+        assert!(page.contains("class=\"txn\""), "{page}");
+        for missing in ["r000042", "../reports/r000001", "r000001.json", "x"] {
+            assert_eq!(pages.page(missing), Ok(None), "{missing}");
+        }
     }
 }

@@ -7,15 +7,19 @@
 //! The proxy's admin server is the proxy crate's; this command publishes the verifier's state into it every
 //! quarter second ([`publish_status`]): `/metrics` and `/api/status` show the transactions verified, the lag
 //! in transactions and in seconds, and whether the verifier has fallen behind. It also prints a status line
-//! (transactions recorded and verified, lag, rounds, rejects) to stderr every few seconds.
+//! (transactions recorded and verified, lag, rounds, rejects) to stderr every few seconds. The admin server's
+//! status page (`/`) links to the reports, and `/reports/ID` shows each as HTML ([`StoredReports`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use verifier::online::{MAX_RECORDS_PER_TICK, Status, Tailer};
 use verifier::{ReportStore, RoundOptions};
+
+use crate::cmd::report::StoredReports;
 
 /// Arguments of `krait serve`.
 #[derive(Debug, clap::Args)]
@@ -93,7 +97,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let options = RoundOptions::online(args.round_size.max(1), options_interval);
     let status_every = Duration::from_secs(args.status_every.max(1));
     let final_status = runtime.block_on(async {
-        let handle = proxy::start(config.clone()).await.context("the proxy could not start")?;
+        let extras = proxy::StartOptions { reports: Some(Arc::new(StoredReports(store.clone()))) };
+        let handle = proxy::start_with(config.clone(), extras).await.context("the proxy could not start")?;
         eprintln!(
             "krait serve: clients connect to {}, database at {}, history log in {}, reject reports in {}",
             handle.listen_addr(),
@@ -103,8 +108,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         );
         if let Some(admin) = handle.admin_addr() {
             eprintln!(
-                "krait serve: admin server at http://{admin}/ (the verifier's state and lag are in /metrics \
-                 and /api/status)"
+                "krait serve: admin server at http://{admin}/ (a status page with links to the reports; the \
+                 verifier's state and lag are also in /metrics and /api/status)"
             );
         }
         let dir = reports_dir.clone();

@@ -24,26 +24,90 @@ pub(super) fn wall_clock(ns: u64) -> String {
     formatted.unwrap_or_else(|| format!("{ns} ns"))
 }
 
-/// Replaces every long transaction and session id that `report` names in `text` by a short label, and
-/// appends the legend. Returns `text` unchanged when there is nothing to shorten.
-pub(super) fn shorten(report: &Report, text: &str) -> String {
-    let txns: HashSet<u64> = report
-        .transactions
-        .iter()
-        .map(|t| t.id.0)
-        .chain(report.anomalies.iter().flat_map(|a| a.cycle.iter().flat_map(|e| [e.from.0, e.to.0])))
-        .chain(report.anomalies.iter().flat_map(|a| a.ops.iter().map(|o| o.txn.0)))
-        .collect();
-    let sessions: HashSet<u64> = report.transactions.iter().map(|t| t.session.0).collect();
-    // Each kind is shortened only when some of its ids are long.
-    let long = |id: &u64| id.to_string().len() >= LONG_ID_DIGITS;
-    let txns = if txns.iter().any(long) { txns } else { HashSet::new() };
-    let sessions = if sessions.iter().any(long) { sessions } else { HashSet::new() };
-    if report.is_accept() || (txns.is_empty() && sessions.is_empty()) {
-        return text.to_owned();
+/// The short labels of one report: which ids are shortened, and the label each got, in the order the text
+/// first named them. The text report and the HTML page share them, so `T1` is the same transaction in both.
+pub(super) struct Labels {
+    /// Long transaction ids that get a label (empty when none is long, or on accept).
+    txns: HashSet<u64>,
+    /// Long session ids that get a label.
+    sessions: HashSet<u64>,
+    /// `(b'T' or b'S', id)` to its label.
+    labels: HashMap<(u8, u64), String>,
+    /// The labelled ids, in the order they were first named.
+    order: Vec<(u8, u64)>,
+}
+
+impl Labels {
+    /// The ids `report` names that are worth shortening, with no label given yet.
+    fn empty(report: &Report) -> Labels {
+        let txns: HashSet<u64> = report
+            .transactions
+            .iter()
+            .map(|t| t.id.0)
+            .chain(report.anomalies.iter().flat_map(|a| a.cycle.iter().flat_map(|e| [e.from.0, e.to.0])))
+            .chain(report.anomalies.iter().flat_map(|a| a.ops.iter().map(|o| o.txn.0)))
+            .collect();
+        let sessions: HashSet<u64> = report.transactions.iter().map(|t| t.session.0).collect();
+        // Each kind is shortened only when some of its ids are long.
+        let long = |id: &u64| id.to_string().len() >= LONG_ID_DIGITS;
+        let txns = if txns.iter().any(long) && !report.is_accept() { txns } else { HashSet::new() };
+        let sessions =
+            if sessions.iter().any(long) && !report.is_accept() { sessions } else { HashSet::new() };
+        Labels { txns, sessions, labels: HashMap::new(), order: Vec::new() }
     }
-    let mut labels: HashMap<(u8, u64), String> = HashMap::new();
-    let mut order: Vec<(u8, u64)> = Vec::new();
+
+    /// The labels `report`'s text report uses: given in the order that text first names each id.
+    pub(super) fn of(report: &Report) -> Labels {
+        let mut labels = Labels::empty(report);
+        labels.assign(&report.to_string());
+        labels
+    }
+
+    /// Gives a label to every shortened id of `text` that has none yet, and returns `text` with the labels
+    /// in place of the ids.
+    fn assign(&mut self, text: &str) -> String {
+        replace_ids(text, |kind, id| {
+            let known = if kind == b'T' { self.txns.contains(&id) } else { self.sessions.contains(&id) };
+            if !known {
+                return None;
+            }
+            let order = &mut self.order;
+            let label = self.labels.entry((kind, id)).or_insert_with(|| {
+                order.push((kind, id));
+                let same_kind = order.iter().filter(|(k, _)| *k == kind).count();
+                format!("{}{same_kind}", char::from(kind))
+            });
+            Some(label.clone())
+        })
+    }
+
+    /// `text` with every labelled id replaced by its label; ids without one stay as they are.
+    pub(super) fn rewrite(&self, text: &str) -> String {
+        if self.order.is_empty() {
+            return text.to_owned();
+        }
+        replace_ids(text, |kind, id| self.labels.get(&(kind, id)).cloned())
+    }
+
+    /// A transaction's label: `T1`, … when shortened, else `T` and its id.
+    pub(super) fn txn(&self, id: u64) -> String {
+        self.labels.get(&(b'T', id)).cloned().unwrap_or_else(|| format!("T{id}"))
+    }
+
+    /// A session's label: `S1`, … when shortened, else `S` and its id.
+    pub(super) fn session(&self, id: u64) -> String {
+        self.labels.get(&(b'S', id)).cloned().unwrap_or_else(|| format!("S{id}"))
+    }
+
+    /// Whether any id was shortened (then a legend must say what the labels stand for).
+    pub(super) fn any(&self) -> bool {
+        !self.order.is_empty()
+    }
+}
+
+/// Calls `label` on every whole-word `T<digits>` and `S<digits>` of `text` and puts what it returns, if
+/// anything, in the word's place.
+fn replace_ids(text: &str, mut label: impl FnMut(u8, u64) -> Option<String>) -> String {
     let mut out = String::with_capacity(text.len());
     let bytes = text.as_bytes();
     let mut i = 0;
@@ -55,14 +119,8 @@ pub(super) fn shorten(report: &Report, text: &str) -> String {
             let end = i + 1 + digits;
             let whole = digits > 0 && bytes.get(end).is_none_or(|b| !b.is_ascii_alphanumeric());
             let id = whole.then(|| text[i + 1..end].parse::<u64>().ok()).flatten();
-            let known = id.filter(|id| if c == b'T' { txns.contains(id) } else { sessions.contains(id) });
-            if let Some(id) = known {
-                let label = labels.entry((c, id)).or_insert_with(|| {
-                    order.push((c, id));
-                    let same_kind = order.iter().filter(|(k, _)| *k == c).count();
-                    format!("{}{same_kind}", char::from(c))
-                });
-                out.push_str(label);
+            if let Some(l) = id.and_then(|id| label(c, id)) {
+                out.push_str(&l);
                 i = end;
                 continue;
             }
@@ -72,10 +130,21 @@ pub(super) fn shorten(report: &Report, text: &str) -> String {
         out.push_str(&text[i..i + len]);
         i += len;
     }
+    out
+}
+
+/// Replaces every long transaction and session id that `report` names in `text` by a short label, and
+/// appends the legend. Returns `text` unchanged when there is nothing to shorten.
+pub(super) fn shorten(report: &Report, text: &str) -> String {
+    let mut labels = Labels::empty(report);
+    let mut out = labels.assign(text);
+    if !labels.any() {
+        return out;
+    }
     let by_id: HashMap<u64, &super::TxnReport> = report.transactions.iter().map(|t| (t.id.0, t)).collect();
     let _ = writeln!(out, "Labels in this text (the JSON report uses the real ids):");
-    for (kind, id) in &order {
-        let label = &labels[&(*kind, *id)];
+    for (kind, id) in &labels.order {
+        let label = &labels.labels[&(*kind, *id)];
         if *kind == b'S' {
             let _ = writeln!(out, "  {label} = S{id}");
             continue;
