@@ -209,6 +209,36 @@ async fn serve_reports_a_lost_update_when_rows_are_tagged() {
     assert!(report.not_checked.iter().any(|n| n.kind == "aggregate"), "{:?}", report.not_checked);
 }
 
+/// A level `[verify]` names that does not exist stops `krait serve` before it listens, with the file, the
+/// setting and the levels it knows.
+#[test]
+fn serve_refuses_an_unknown_verify_level() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = dir.path().join("krait.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[listen]\naddress = \"127.0.0.1:{}\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
+             [log]\npath = \"{}\"\n[admin]\nenabled = false\n[verify]\nlevel = \"snapshot\"\n",
+            free_port(),
+            dir.path().join("log").display()
+        ),
+    )
+    .expect("writes the config");
+    let out = Command::new(env!("CARGO_BIN_EXE_krait"))
+        .args(["serve", "--config", config.to_str().expect("utf-8 path")])
+        .output()
+        .expect("runs krait serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("[verify] level")
+            && stderr.contains("\"snapshot\"")
+            && stderr.contains("snapshot-isolation"),
+        "{stderr}"
+    );
+}
+
 fn common_check(config: &std::path::Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_krait"))
         .args(["config", "check", config.to_str().expect("utf-8 path")])
@@ -275,6 +305,9 @@ fn serve_reports_the_verifier_lag_on_metrics_and_status() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(status["verifier"]["behind"], serde_json::Value::Bool(false), "{status}");
+    // The level it checks: `declared` by default, which collects no garbage.
+    assert_eq!(status["verifier"]["level"], "declared", "{status}");
+    assert_eq!(status["verifier"]["garbage_collection"], false, "{status}");
     assert_eq!(status["verifier"]["lag_seconds"].as_f64(), Some(0.0), "{status}");
     let metrics = http_get(&admin, "/metrics");
     let sample = |name: &str| -> f64 {

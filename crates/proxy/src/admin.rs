@@ -358,6 +358,8 @@ fn status_json(state: &AdminState) -> serde_json::Value {
             "rounds": g(&v.rounds),
             "rejects": g(&v.rejects),
             "live_transactions": g(&v.live),
+            "level": v.level.get(),
+            "garbage_collection": g(&v.collects_garbage) != 0,
         })
     });
     serde_json::json!({

@@ -65,6 +65,20 @@ pub struct Config {
     /// What the operator asserts about recording.
     #[serde(default)]
     pub record: RecordConfig,
+    /// The co-located verifier of `krait serve` (the proxy itself ignores it).
+    #[serde(default)]
+    pub verify: VerifyConfig,
+}
+
+/// `[verify]`: what `krait serve`'s verifier checks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyConfig {
+    /// The isolation level to check (`declared`, `serializable`, `strict-serializable`,
+    /// `snapshot-isolation`, `causal`, `read-atomic`, `read-committed`); `declared` when absent. `krait serve`
+    /// parses it, and refuses to start on a name it does not know.
+    #[serde(default)]
+    pub level: Option<String>,
 }
 
 /// `[record]`.

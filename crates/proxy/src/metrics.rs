@@ -57,6 +57,10 @@ pub struct VerifierMetrics {
     pub rejects: AtomicU64,
     /// Transactions held after the last garbage collection.
     pub live: AtomicU64,
+    /// The isolation level the verifier checks (`declared`, `serializable`, …), once it says.
+    pub level: std::sync::OnceLock<String>,
+    /// 1 when the verifier collects garbage between rounds at that level (serializability only).
+    pub collects_garbage: AtomicU64,
 }
 
 impl VerifierMetrics {

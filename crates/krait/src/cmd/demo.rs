@@ -61,6 +61,11 @@ pub struct DemoArgs {
     /// (serializable, repeatable-read, read-committed) [default: serializable].
     #[arg(long)]
     isolation: Option<Isolation>,
+    /// The isolation level the verifier checks. The default, `declared`, holds each transaction to the level
+    /// it asked for (so a run at --isolation repeatable-read is checked as snapshot isolation); a level the
+    /// proxy could not record is held to serializable.
+    #[arg(long, value_enum, default_value_t = crate::cmd::verify::LevelArg::Declared)]
+    level: crate::cmd::verify::LevelArg,
     /// Transactions to commit (aborted attempts and retries are recorded on top).
     #[arg(long, default_value_t = 400)]
     txns: u64,
@@ -254,7 +259,7 @@ fn embedded(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
     drop(runtime);
     let own = store.history();
     let mut outcome = outcome;
-    outcome.ground_truth = Some((store_verdict(&own)?, own.transactions.len()));
+    outcome.ground_truth = Some((store_verdict(&own, args.level.into())?, own.transactions.len()));
     if let Some(dir) = &args.history_out {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let recorded = outcome.recorded.as_ref().context("the proxy's history was not kept")?;
@@ -273,8 +278,9 @@ fn embedded(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
 
 /// Whether the verifier accepts the store's own history of the run: what the clients did as the store
 /// itself recorded it, without the proxy. The proxy's recording of the same run must get the same verdict.
-fn store_verdict(h: &History) -> anyhow::Result<bool> {
-    let options = RoundOptions::online(ROUND_SIZE, Duration::from_millis(200));
+fn store_verdict(h: &History, level: verifier::Level) -> anyhow::Result<bool> {
+    let mut options = RoundOptions::online(ROUND_SIZE, Duration::from_millis(200));
+    options.verify.level = level;
     Ok(verify_in_rounds(h, &options).context("cannot verify the store's own history")?.is_accept())
 }
 
@@ -397,12 +403,9 @@ async fn run_through_proxy(
     let addr = handle.listen_addr();
     println!("{}", banner.replace("{proxy}", &addr.to_string()));
     let start = Instant::now();
-    let tailer = Tailer::spawn(
-        handle.log().clone(),
-        RoundOptions::online(ROUND_SIZE, Duration::from_millis(300)),
-        Some(ReportStore::open(tmp)?),
-        |_, _| {},
-    )?;
+    let mut options = RoundOptions::online(ROUND_SIZE, Duration::from_millis(300));
+    options.verify.level = args.level.into();
+    let tailer = Tailer::spawn(handle.log().clone(), options, Some(ReportStore::open(tmp)?), |_, _| {})?;
     println!(
         "krait demo: row-level tagging: {}",
         if tagging {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use verifier::online::{MAX_RECORDS_PER_TICK, Status, Tailer};
-use verifier::{ReportStore, RoundOptions};
+use verifier::{Level, ReportStore, RoundOptions};
 
 use crate::cmd::report::StoredReports;
 
@@ -43,6 +43,25 @@ pub struct ServeArgs {
     /// The longest time between rounds while transactions wait, in milliseconds.
     #[arg(long, default_value_t = 1_000)]
     round_interval_ms: u64,
+    /// The isolation level to check; overrides the configuration's `[verify] level`. The default,
+    /// `declared`, holds each transaction to the level it asked for. Only `serializable` and
+    /// `strict-serializable` collect garbage between rounds; at the other levels the verifier keeps every
+    /// transaction, so its memory and each round's time grow with the history.
+    #[arg(long, value_enum)]
+    level: Option<crate::cmd::verify::LevelArg>,
+}
+
+/// The level `serve` checks: `--level`, else the configuration's `[verify] level`, else `declared`.
+fn chosen_level(args: &ServeArgs, config: &proxy::Config) -> anyhow::Result<Level> {
+    if let Some(arg) = args.level {
+        return Ok(arg.into());
+    }
+    match &config.verify.level {
+        None => Ok(Level::Declared),
+        Some(name) => name
+            .parse::<Level>()
+            .map_err(|e| anyhow::anyhow!("{}: [verify] level: {e}", args.config.display())),
+    }
 }
 
 /// How often `serve` publishes the verifier's state to the admin server's `/metrics` and `/api/status`.
@@ -94,7 +113,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let reports_dir = store.dir().to_path_buf();
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let options_interval = Duration::from_millis(args.round_interval_ms.max(1));
-    let options = RoundOptions::online(args.round_size.max(1), options_interval);
+    let level = chosen_level(&args, &config)?;
+    let mut options = RoundOptions::online(args.round_size.max(1), options_interval);
+    options.verify.level = level;
     let status_every = Duration::from_secs(args.status_every.max(1));
     let final_status = runtime.block_on(async {
         let extras = proxy::StartOptions { reports: Some(Arc::new(StoredReports(store.clone()))) };
@@ -105,6 +126,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             config.upstream.address,
             config.log.path.display(),
             reports_dir.display()
+        );
+        eprintln!("krait serve: the verifier checks {}{}", level.name(), match level.collects_garbage() {
+            true => "",
+            false => {
+                " (garbage collection runs only for serializable and strict-serializable: the verifier keeps \
+                 every transaction, so its memory grows with the history)"
+            }
+        });
+        let verifier_metrics = &handle.metrics().verifier;
+        let _ = verifier_metrics.level.set(level.name().to_owned());
+        proxy::metrics::VerifierMetrics::set(
+            &verifier_metrics.collects_garbage,
+            u64::from(level.collects_garbage()),
         );
         if let Some(admin) = handle.admin_addr() {
             eprintln!(

@@ -66,9 +66,9 @@ pub struct VerifyArgs {
     reachability: BackendArg,
 }
 
-/// `--level` values.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum LevelArg {
+/// `--level` values (also `krait serve --level` and `krait demo --level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LevelArg {
     /// Some total order of the committed transactions explains every read.
     Serializable,
     /// As serializable, and the order also respects real time, within the clock-drift threshold.
@@ -89,6 +89,20 @@ enum LevelArg {
     /// REPEATABLE READ as snapshot isolation, READ COMMITTED (and READ UNCOMMITTED, which PostgreSQL runs as
     /// READ COMMITTED) as Adya's PL-2. Transactions without a recorded level are held to serializable.
     Declared,
+}
+
+impl From<LevelArg> for Level {
+    fn from(arg: LevelArg) -> Level {
+        match arg {
+            LevelArg::Serializable => Level::Serializable,
+            LevelArg::StrictSerializable => Level::StrictSerializable,
+            LevelArg::SnapshotIsolation => Level::SnapshotIsolation,
+            LevelArg::Causal => Level::Causal,
+            LevelArg::ReadAtomic => Level::ReadAtomic,
+            LevelArg::ReadCommitted => Level::ReadCommitted,
+            LevelArg::Declared => Level::Declared,
+        }
+    }
 }
 
 /// `--reachability` values.
@@ -156,15 +170,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     }
 
     let options = Options {
-        level: match args.level {
-            LevelArg::Serializable => Level::Serializable,
-            LevelArg::StrictSerializable => Level::StrictSerializable,
-            LevelArg::SnapshotIsolation => Level::SnapshotIsolation,
-            LevelArg::Causal => Level::Causal,
-            LevelArg::ReadAtomic => Level::ReadAtomic,
-            LevelArg::ReadCommitted => Level::ReadCommitted,
-            LevelArg::Declared => Level::Declared,
-        },
+        level: args.level.into(),
         clock_drift_ms: args.clock_drift_ms,
         prune: !args.no_prune,
         coalesce: !args.no_coalesce,
