@@ -1,7 +1,8 @@
 //! `cargo bench -p verifier --bench levels`: checking time per isolation level on the Cobra histories of the
-//! shared corpus, side by side in one run: serializable (the polygraph and the solver) against the weak
-//! levels (saturation, docs/levels.md), with ops per second and each level's time as a fraction of
-//! serializability's. Nothing is asserted.
+//! shared corpus, side by side in one run: serializable (the polygraph and the solver) against snapshot
+//! isolation (the split polygraph), `declared` (the corpus records no levels, so every transaction is held to
+//! serializable on the split polygraph) and the weak levels (saturation, docs/levels.md), with ops per second
+//! and each level's time as a fraction of serializability's. Nothing is asserted.
 //!
 //! Set `KRAIT_CORPUS` to the corpus folder if it is not at `<workspace>/../shared/corpus`. Pass a substring
 //! as the first argument to run only matching histories; `KRAIT_BENCH_REPEAT` (default 3) sets how many
@@ -21,7 +22,14 @@ fn main() {
     let root = corpus().join("cobra");
     let mut paths = Vec::new();
     cobra_histories(&root, &mut paths);
-    let levels = [Level::Serializable, Level::Causal, Level::ReadAtomic, Level::ReadCommitted];
+    let levels = [
+        Level::Serializable,
+        Level::SnapshotIsolation,
+        Level::Declared,
+        Level::Causal,
+        Level::ReadAtomic,
+        Level::ReadCommitted,
+    ];
     println!(
         "{:<34} {:>9} {:>16} {:>9} {:>12} {:>7}  verdict",
         "history", "ops", "level", "ms", "ops/s", "÷ ser"
