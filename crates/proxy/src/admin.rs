@@ -235,6 +235,12 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
     );
     metric("krait_log_errors_total", "counter", "Failed history-log appends.", &[("", g(&m.log_errors))]);
     metric(
+        "krait_isolation_unknown_total",
+        "counter",
+        "Transactions recorded without a known isolation level.",
+        &[("", g(&m.isolation_unknown))],
+    );
+    metric(
         "krait_cancels_relayed_total",
         "counter",
         "Cancel requests relayed.",

@@ -6,7 +6,8 @@
 //! - [`tls`]: TLS towards clients (reloadable on SIGHUP) and towards the database.
 //! - `session`: accept, TLS, startup and authentication relay, then the message loop.
 //! - [`machine`]: the pure state machine that matches every reply to its request and finds transaction
-//!   boundaries; [`sql`] is the little keyword reading it needs.
+//!   boundaries; [`sql`] is the little keyword reading it needs, [`isolation`] the level each transaction
+//!   asked for.
 //! - [`interpret`]: SQL to row reads and writes with version tags (`[tagging] strategy = "xmin"`, the
 //!   default), reply stripping, and fence injection.
 //! - [`recorder`]: intents and outcomes to the history log, with the durability wait.
@@ -17,6 +18,7 @@
 mod admin;
 pub mod config;
 pub mod interpret;
+pub mod isolation;
 pub mod machine;
 pub mod metrics;
 pub mod recorder;

@@ -39,6 +39,7 @@ use wire::pg::{FrontendMessage, Target, TxnStatus};
 use crate::interpret::StmtPlan;
 use crate::interpret::ops::{TxnOps, reads_only};
 use crate::interpret::tagger::{Outgoing, PortalPlan, Reading, Tagger};
+use crate::isolation::{LevelEffect, Levels, TxnLevel, effect_of_one, effects};
 pub use crate::replies::Expect;
 use crate::replies::ReplyQueue;
 use crate::sql::{StmtKind, classify, classify_one, redact_secrets, session_only};
@@ -54,11 +55,12 @@ struct Prepared {
     sql: Arc<str>,
     kind: StmtKind,
     plan: Option<Arc<StmtPlan>>,
+    level: Option<LevelEffect>,
 }
 
 impl Prepared {
     fn unknown() -> Self {
-        Prepared { sql: Arc::from(""), kind: StmtKind::Plain, plan: None }
+        Prepared { sql: Arc::from(""), kind: StmtKind::Plain, plan: None, level: None }
     }
 }
 
@@ -86,6 +88,8 @@ pub struct TxnSnapshot {
     pub xids: Vec<u32>,
     /// Its top-level id among them, when known (see `TxnOps::top_xid`).
     pub top_xid: Option<u32>,
+    /// The isolation level it asked for, when known ([`crate::isolation`]).
+    pub isolation: Option<history::IsolationLevel>,
 }
 
 /// A transaction that ended, with how.
@@ -108,6 +112,7 @@ struct OpenTxn {
     had_error: bool,
     /// Whether the database was asked for its id ([`FrontendStep::LearnXid`]).
     xid_asked: bool,
+    level: TxnLevel,
     /// How many requests had been pushed when it opened: a ReadyForQuery answers a Sync or Query pushed
     /// earlier, and then says nothing about this transaction (see [`SessionMachine::answers`]).
     opened_tick: u64,
@@ -179,6 +184,8 @@ pub struct SessionMachine {
     suspended: HashMap<Bytes, ()>,
     /// Version tagging, when on: it rewrites requests and reads replies by the queue's readings.
     tagger: Option<Tagger>,
+    /// The session's isolation levels.
+    levels: Levels,
 }
 
 impl Default for SessionMachine {
@@ -210,7 +217,14 @@ impl SessionMachine {
             portals: HashMap::new(),
             suspended: HashMap::new(),
             tagger,
+            levels: Levels::default(),
         }
+    }
+
+    /// Sets the default isolation level the database reported at the session's start (`None` if it could
+    /// not tell: then no transaction of the session has a known level until the client sets one).
+    pub fn learnt_default_isolation(&mut self, level: Option<history::IsolationLevel>) {
+        self.levels.learnt(level);
     }
 
     /// The session's tagging, when on.
@@ -446,7 +460,8 @@ impl SessionMachine {
                 }
                 let intent =
                     if commits && self.needs_intent(&Reading::Nothing) { self.intent() } else { None };
-                self.replies.push(Expect::Sync, Reading::Nothing, commits, commits);
+                let ends = commits | self.levels.sync_ends();
+                self.replies.push(Expect::Sync, Reading::Nothing, ends, commits);
                 FrontendStep::Forward { intent, frame: None }
             }
             _ if self.server_skipping => forward,
@@ -462,7 +477,7 @@ impl SessionMachine {
                     None => (None, Reading::Nothing, None),
                 };
                 let sql = Arc::from(wire::pg::text(query).as_ref());
-                let prepared = Prepared { sql, kind: classify_one(query), plan };
+                let prepared = Prepared { sql, kind: classify_one(query), plan, level: effect_of_one(query) };
                 self.statements.insert(owned(name), prepared);
                 self.replies.push(Expect::Parse, reading, false, false);
                 FrontendStep::Forward { intent: None, frame }
@@ -525,10 +540,12 @@ impl SessionMachine {
                 let kinds = classify(sql);
                 let records_nothing = self.records_nothing(sql, &kinds);
                 let (status, may_commit) = self.query_effect(&kinds);
-                self.predicted = status;
+                let before = std::mem::replace(&mut self.predicted, status);
                 if !records_nothing {
                     self.add_statement(sql, now_ns);
                 }
+                let txn = self.txn.as_mut().map(|t| &mut t.level);
+                let levels = self.levels.forwarded(&kinds, &effects(sql, &kinds), before, txn);
                 let may_commit = may_commit && !records_nothing;
                 let stmt = self.current_statement();
                 let (reading, frame) = match self.tagger.as_mut() {
@@ -538,7 +555,7 @@ impl SessionMachine {
                 let intent = if may_commit && self.needs_intent(&reading) { self.intent() } else { None };
                 // Every Query may end the transaction: it ends with ReadyForQuery, which closes an implicit one.
                 let text = Arc::from(wire::pg::text(sql).as_ref());
-                let expect = Expect::Query { sql: text, kinds, done: 0, recorded: !records_nothing };
+                let expect = Expect::Query { sql: text, kinds, levels, done: 0, recorded: !records_nothing };
                 self.replies.push(expect, reading, true, may_commit);
                 FrontendStep::Forward { intent, frame }
             }
@@ -546,12 +563,12 @@ impl SessionMachine {
                 if self.replies.ends_in_flight() > 0 {
                     return FrontendStep::Wait;
                 }
-                let Portal { prepared: Prepared { sql, kind, .. }, tagging } = self
+                let Portal { prepared: Prepared { sql, kind, level, .. }, tagging } = self
                     .portals
                     .get(portal)
                     .cloned()
                     .unwrap_or(Portal { prepared: Prepared::unknown(), tagging: None });
-                let idle = self.predicted == TxnStatus::Idle;
+                let (idle, before) = (self.predicted == TxnStatus::Idle, self.predicted);
                 let (may_end, may_commit) = match kind {
                     StmtKind::Begin => {
                         self.predicted = TxnStatus::InTransaction;
@@ -576,6 +593,8 @@ impl SessionMachine {
                 if (self.suspended.remove(portal).is_none() || self.txn.is_none()) && !records_nothing {
                     self.add_statement(sql.as_bytes(), now_ns);
                 }
+                let txn = self.txn.as_mut().map(|t| &mut t.level);
+                let level = self.levels.forwarded(&[kind], &[level], before, txn).first().copied().flatten();
                 let may_commit = may_commit && !records_nothing;
                 let reading = match &self.tagger {
                     Some(_) => Reading::Execute {
@@ -586,7 +605,8 @@ impl SessionMachine {
                     None => Reading::Nothing,
                 };
                 let intent = if may_commit && self.needs_intent(&reading) { self.intent() } else { None };
-                let expect = Expect::Execute { portal: portal.clone(), kind, recorded: !records_nothing };
+                let expect =
+                    Expect::Execute { portal: portal.clone(), kind, level, recorded: !records_nothing };
                 self.replies.push(expect, reading, may_end, may_commit);
                 FrontendStep::Forward { intent, frame: None }
             }
@@ -663,6 +683,7 @@ impl SessionMachine {
             None => {
                 let seq = self.next_seq;
                 self.next_seq += 1;
+                let level = self.levels.opening();
                 self.txn = Some(OpenTxn {
                     snap: TxnSnapshot {
                         seq,
@@ -671,10 +692,12 @@ impl SessionMachine {
                         ops: Vec::new(),
                         xids: Vec::new(),
                         top_xid: None,
+                        isolation: None,
                     },
                     intent_written: false,
                     had_error: false,
                     xid_asked: false,
+                    level,
                     opened_tick,
                 });
             }
@@ -693,11 +716,14 @@ impl SessionMachine {
         snap.ops = self.ops.for_intent();
         snap.xids = self.ops.xids().to_vec();
         snap.top_xid = self.ops.top_xid();
+        snap.isolation = t.level.asked();
         Some(snap)
     }
 
     fn end_txn(&mut self, outcome: Outcome, now_ns: u64) -> Option<TxnEnd> {
         let mut t = self.txn.take()?;
+        t.snap.isolation = t.level.asked();
+        self.levels.ended(&t.level);
         t.snap.xids = self.ops.xids().to_vec();
         t.snap.top_xid = self.ops.top_xid();
         t.snap.ops = self.ops.take_at_end(t.intent_written);
@@ -760,23 +786,26 @@ impl SessionMachine {
             btag::COPY_BOTH_RESPONSE => return Err("CopyBothResponse (replication) is not tracked".into()),
             btag::COMMAND_COMPLETE => {
                 let command = command_tag(body);
-                let (kind, query) = match self.replies.head_mut().map(|r| &mut r.expect) {
-                    Some(Expect::Execute { recorded: false, .. }) => {
+                let (kind, query, level) = match self.replies.head_mut().map(|r| &mut r.expect) {
+                    Some(Expect::Execute { recorded: false, kind, level, .. }) => {
                         // A statement that records nothing opens no transaction as it completes.
+                        let (kind, level) = (*kind, *level);
                         self.replies.pop();
                         self.copy_in = false;
+                        self.levels.completed(&command, Some(kind), level, None);
                         return Ok(ends);
                     }
-                    Some(Expect::Execute { kind, .. }) => (Some(*kind), None),
-                    Some(Expect::Query { sql, kinds, done, recorded }) => {
-                        let k = kinds.get(*done).copied();
+                    Some(Expect::Execute { kind, level, .. }) => (Some(*kind), None, *level),
+                    Some(Expect::Query { sql, kinds, levels, done, recorded }) => {
+                        let (k, level) = (kinds.get(*done).copied(), levels.get(*done).copied().flatten());
                         *done += 1;
                         if !*recorded {
                             // A query that records nothing opens no transaction as it completes.
                             self.copy_in = false;
+                            self.levels.completed(&command, k, level, None);
                             return Ok(ends);
                         }
-                        (k, Some(sql.clone()))
+                        (k, Some(sql.clone()), level)
                     }
                     _ => return Err(self.unexpected("CommandComplete")),
                 };
@@ -785,6 +814,7 @@ impl SessionMachine {
                     self.replies.pop();
                 }
                 ends.extend(self.on_command_tag(&command, kind, query, now_ns));
+                self.levels.completed(&command, kind, level, self.txn.as_mut().map(|t| &mut t.level));
             }
             btag::EMPTY_QUERY_RESPONSE => match self.head() {
                 Some(Expect::Execute { .. }) => drop(self.replies.pop()),
@@ -808,6 +838,7 @@ impl SessionMachine {
                 if let Some(t) = &mut self.txn {
                     t.had_error = true;
                 }
+                self.levels.error(self.txn.as_mut().map(|t| &mut t.level));
                 match self.head() {
                     // ReadyForQuery follows.
                     Some(Expect::Query { .. } | Expect::FunctionCall | Expect::Sync) | None => {}
@@ -829,6 +860,7 @@ impl SessionMachine {
                     |e| matches!(e, Expect::Query { .. } | Expect::Sync | Expect::FunctionCall),
                     "ReadyForQuery",
                 )?;
+                self.levels.ready(status);
                 if status == TxnStatus::Idle && ours {
                     let outcome = match self.txn.as_ref().map(|t| t.had_error) {
                         Some(true) => Outcome::Aborted,

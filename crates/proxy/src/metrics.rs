@@ -29,6 +29,9 @@ pub struct Metrics {
     pub desyncs: AtomicU64,
     /// Failed appends to the history log.
     pub log_errors: AtomicU64,
+    /// Transactions recorded without a known isolation level (the session's default could not be learnt,
+    /// or was set in a way the proxy cannot read; see `isolation`).
+    pub isolation_unknown: AtomicU64,
     /// CancelRequests relayed to the database.
     pub cancels_relayed: AtomicU64,
     /// Bytes the live sessions' read and send buffers hold, summed (a gauge; see `session::buffers`).

@@ -6,6 +6,8 @@
 //!   record). For a commit, the session holds the client's reply until the returned ticket says the outcome
 //!   is as durable as `log.durability` promises.
 //! - A session that ends with a transaction open records it as aborted or indeterminate, never nothing.
+//! - Before a transaction's first record, the isolation level it asked for, when it differs from the last
+//!   one logged for the session (one record per change, not per transaction; see [`crate::isolation`]).
 //!
 //! Ids must not collide with those of earlier runs that wrote to the same log, so session and transaction
 //! ids start at the microseconds since the Unix epoch when the proxy started: a later run starts above
@@ -17,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use history::log::{DurabilityTicket, HistoryLog, LogError, LoggedTxn};
-use history::{CollectorId, Outcome, SessionId, TxnId};
+use history::{CollectorId, IsolationLevel, Outcome, SessionId, TxnId};
 
 use crate::interpret::DiscoveredWrite;
 use crate::interpret::ops::reads_only;
@@ -61,7 +63,14 @@ impl Recorder {
     /// A recorder for one new session.
     pub fn session(self: &Arc<Self>) -> SessionRecorder {
         let id = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
-        SessionRecorder { rec: self.clone(), id, intents: HashMap::new(), last_seq: None, ended: false }
+        SessionRecorder {
+            rec: self.clone(),
+            id,
+            intents: HashMap::new(),
+            last_seq: None,
+            ended: false,
+            level: None,
+        }
     }
 
     fn logged(&self, session: SessionId, id: TxnId, snap: TxnSnapshot) -> LoggedTxn {
@@ -95,6 +104,9 @@ pub struct SessionRecorder {
     last_seq: Option<u64>,
     /// Whether the session-ended record is logged (at disconnect, or earlier when the session was lost).
     ended: bool,
+    /// The isolation level last logged for the session: every later transaction record of the session
+    /// asked for it, as far as the log tells.
+    level: Option<IsolationLevel>,
 }
 
 impl SessionRecorder {
@@ -104,6 +116,7 @@ impl SessionRecorder {
         let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
         let seq = snap.seq;
         let (top, xids) = (snap.top_xid, snap.xids.clone());
+        self.isolation(snap.isolation)?;
         let txn = self.rec.logged(self.id, id, snap);
         let may_have_written = !reads_only(&txn.ops);
         let result = self.rec.log.append_intent(txn);
@@ -116,6 +129,28 @@ impl SessionRecorder {
         self.intents.insert(seq, LoggedIntent { id, may_have_written, xids_logged: (top, xids.len()) });
         self.saw(seq);
         Ok(id)
+    }
+
+    /// Logs the isolation level of the transaction whose first record comes next, unless the log already
+    /// says so. An unknown level is counted and logs nothing: the log cannot say "unknown" after a level, so
+    /// a session whose level becomes unknown after one was logged is recorded at that earlier level (a
+    /// session whose level was never known has none).
+    fn isolation(&mut self, level: Option<IsolationLevel>) -> Result<(), LogError> {
+        let Some(level) = level else {
+            Metrics::inc(&self.rec.metrics.isolation_unknown);
+            return Ok(());
+        };
+        if self.level == Some(level) {
+            return Ok(());
+        }
+        let result = self.rec.log.append_isolation(self.id, level);
+        if result.is_err() {
+            Metrics::inc(&self.rec.metrics.log_errors);
+        }
+        // Not waited on: the transaction's own record comes after it and carries the durability.
+        drop(result?);
+        self.level = Some(level);
+        Ok(())
     }
 
     /// Logs the database ids of a recorded transaction, if it has any.
@@ -151,6 +186,11 @@ impl SessionRecorder {
         statements: Vec<String>,
         committed: bool,
     ) -> Result<(), LogError> {
+        // Fences run at READ COMMITTED (`fence_sql`). Only in a session with a level logged: in one whose
+        // level is unknown, the client transactions after the fence would inherit it.
+        if self.level.is_some() {
+            self.isolation(Some(IsolationLevel::ReadCommitted))?;
+        }
         let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
         let now = now_ns();
         let mut txn = LoggedTxn::new(id, self.id, seq);
@@ -193,6 +233,9 @@ impl SessionRecorder {
         };
         let (top, xids) = (end.txn.top_xid, end.txn.xids.clone());
         let logged_before = intent.map(|i| i.xids_logged);
+        if intent.is_none() {
+            self.isolation(end.txn.isolation)?;
+        }
         let result = match intent {
             // Ops that came after the intent go first; the outcome's ticket covers them.
             Some(_) if !end.txn.ops.is_empty() => self

@@ -23,6 +23,7 @@ use bytes::Bytes;
 use wire::pg::Target;
 
 use crate::interpret::tagger::Reading;
+use crate::isolation::LevelEffect;
 use crate::sql::StmtKind;
 
 /// The replies a request expects. Its `Debug` leaves out a query's text, which may hold a secret and is
@@ -41,6 +42,8 @@ pub enum Expect {
         portal: Bytes,
         /// What its statement does to the transaction.
         kind: StmtKind,
+        /// What its statement does to isolation levels, if it applies ([`crate::isolation`]).
+        level: Option<LevelEffect>,
         /// Whether its statement is recorded (see `Query`).
         recorded: bool,
     },
@@ -54,6 +57,8 @@ pub enum Expect {
         sql: Arc<str>,
         /// The kinds of its statements, in order.
         kinds: Vec<StmtKind>,
+        /// What its statements do to isolation levels, in order; empty when none does anything.
+        levels: Vec<Option<LevelEffect>>,
         /// How many statements have completed so far.
         done: usize,
         /// Whether its statements are recorded; not for a query that only touches session state or is a
@@ -70,18 +75,20 @@ impl std::fmt::Debug for Expect {
             Expect::Parse => f.write_str("Parse"),
             Expect::Bind => f.write_str("Bind"),
             Expect::Describe(target) => f.debug_tuple("Describe").field(target).finish(),
-            Expect::Execute { portal, kind, recorded } => f
+            Expect::Execute { portal, kind, level, recorded } => f
                 .debug_struct("Execute")
                 .field("portal", portal)
                 .field("kind", kind)
+                .field("level", level)
                 .field("recorded", recorded)
                 .finish(),
             Expect::Close => f.write_str("Close"),
             Expect::Sync => f.write_str("Sync"),
-            Expect::Query { sql, kinds, done, recorded } => f
+            Expect::Query { sql, kinds, levels, done, recorded } => f
                 .debug_struct("Query")
                 .field("sql_bytes", &sql.len())
                 .field("kinds", kinds)
+                .field("levels", levels)
                 .field("done", done)
                 .field("recorded", recorded)
                 .finish(),

@@ -35,7 +35,7 @@ use crate::tls::{ReloadableTls, UpstreamTls};
 mod buffers;
 mod startup;
 use buffers::{PumpBuffers, make_room};
-use startup::{connect_upstream, learn_horizon, negotiate, relay_auth, send_fatal};
+use startup::{connect_upstream, learn_default_isolation, learn_horizon, negotiate, relay_auth, send_fatal};
 
 /// A byte stream to a client or the database, plain or TLS.
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -174,7 +174,8 @@ async fn run_session(
             learn_horizon(shared, t, &mut upstream, &mut sbuf).await?;
         }
         if authenticated {
-            let startup = Startup::of(&packet);
+            let mut startup = Startup::of(&packet);
+            startup.isolation = learn_default_isolation(&mut upstream, &mut sbuf).await?;
             message_loop(shared, client, cbuf, upstream, sbuf, recorder, &startup, shutdown).await
         } else {
             Ok(())
@@ -200,10 +201,12 @@ struct Core {
     inject_send: Option<Bytes>,
 }
 
-/// What the startup packet says that recording needs: the user and the first `search_path`.
+/// What the startup packet says that recording needs: the user and the first `search_path`; and the default
+/// isolation level, which the database reports after startup.
 struct Startup {
     user: String,
     search_path: SearchPath,
+    isolation: Option<history::IsolationLevel>,
 }
 
 impl Startup {
@@ -211,7 +214,7 @@ impl Startup {
         let text = |name: &str| packet.param(name).map(|v| wire::pg::text(v).into_owned());
         let search_path =
             SearchPath::from_startup(text("search_path").as_deref(), text("options").as_deref());
-        Startup { user: text("user").unwrap_or_default(), search_path }
+        Startup { user: text("user").unwrap_or_default(), search_path, isolation: None }
     }
 }
 
@@ -235,7 +238,8 @@ async fn message_loop(
         tagger
     });
     let injector = shared.tagging.as_ref().map(|t| Injector::new(t.clone(), shared.config.fence.every));
-    let machine = SessionMachine::with_tagging(tagger);
+    let mut machine = SessionMachine::with_tagging(tagger);
+    machine.learnt_default_isolation(startup.isolation);
     let core = Mutex::new(Core { machine, recorder, injector, inject_send: None });
     let replied = Notify::new();
     let (mut cr, mut cw) = tokio::io::split(client);

@@ -1,6 +1,6 @@
 //! Steps 1 to 4 of a session, before the message loop: TLS negotiation and the startup packet, the
-//! connection to the database, the authentication relay, and learning the recording horizon. Cancel
-//! requests are relayed from here too.
+//! connection to the database, the authentication relay, and learning the recording horizon and the
+//! session's default isolation level. Cancel requests are relayed from here too.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +67,28 @@ pub(super) async fn learn_horizon(
         }
     }
     Ok(())
+}
+
+/// Learns the isolation level the session's transactions start with, before the client's first message, with
+/// the query the proxy runs on its own at startup (the client never sees it): whatever set it (the startup
+/// packet's `options`, `ALTER ROLE` or `ALTER DATABASE … SET`, the server's configuration), the database
+/// reports the result. `None` when it cannot tell (an error, or a database that is not PostgreSQL): the
+/// session's transactions are then recorded without a level until the client sets one.
+pub(super) async fn learn_default_isolation(
+    upstream: &mut BoxStream,
+    sbuf: &mut BytesMut,
+) -> Result<Option<history::IsolationLevel>, SessionError> {
+    let rows = query_at_startup(upstream, sbuf, crate::isolation::SHOW_DEFAULT)
+        .await
+        .map_err(SessionError::UpstreamIo)?;
+    let value = rows.as_ref().and_then(|r| r.first()).and_then(|r| r.first()).and_then(Option::as_ref);
+    let level = value.and_then(|v| history::IsolationLevel::parse_sql(&String::from_utf8_lossy(v)));
+    if level.is_none() {
+        debug!(
+            "the database did not tell the default isolation level; transactions are recorded without one"
+        );
+    }
+    Ok(level)
 }
 
 /// Asks the database how the transactions that earlier runs left without an outcome ended, by their
