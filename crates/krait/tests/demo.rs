@@ -133,6 +133,8 @@ fn postgres_target_runs_through_the_tls_proxy_and_is_accepted() {
     assert!(text.contains("Verdict: ACCEPT"), "{text}");
 }
 
+/// Under READ COMMITTED the workload loses updates, which `declared` (the default) allows at that level and
+/// serializability does not: checked at `--level serializable`, the run is rejected.
 #[test]
 fn postgres_target_under_read_committed_is_rejected_when_rows_are_tagged() {
     let dir = tempfile::tempdir().expect("a temp dir");
@@ -141,6 +143,8 @@ fn postgres_target_under_read_committed_is_rejected_when_rows_are_tagged() {
         "demo",
         "--target",
         "postgres",
+        "--level",
+        "serializable",
         "--isolation",
         "read-committed",
         "--keys",
@@ -165,6 +169,40 @@ fn postgres_target_under_read_committed_is_rejected_when_rows_are_tagged() {
         assert_eq!(out.status.code(), Some(0), "{text}\n{stderr}");
         assert!(text.contains("NOTE: the recorded transactions carry no row-level"), "{text}");
     }
+}
+
+/// At REPEATABLE READ (snapshot isolation) the workload commits write skews. The default level, `declared`,
+/// holds every transaction to REPEATABLE READ, which allows them: accepted. At `--level serializable` the
+/// same kind of run is rejected, with a write-skew report.
+#[test]
+fn postgres_target_at_repeatable_read_keeps_its_declared_level_and_is_not_serializable() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let data = dir.path().join("data");
+    let run = |more: &[&str]| {
+        let mut args = vec!["demo", "--isolation", "repeatable-read", "--keys", "3", "--txns", "200"];
+        args.extend_from_slice(more);
+        args.extend_from_slice(&["--data-dir", data.to_str().expect("utf-8 path")]);
+        krait(&args)
+    };
+    let out = run(&[]);
+    let text = stdout(&out);
+    if !text.contains("row-level tagging: on") {
+        assert!(text.contains("row-level tagging: NOT AVAILABLE"), "{text}");
+        return;
+    }
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}
+{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("every transaction kept the isolation level it asked for"), "{text}");
+    assert!(text.contains("0 serializable, ") && !text.contains(" 0 repeatable read"), "{text}");
+    let out = run(&["--level", "serializable"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("write skew"), "{text}");
 }
 
 /// The number of transactions the clients committed, from the demo's clients line.

@@ -59,7 +59,9 @@ pub use gc::KeptReasons;
 pub use kernels::Backend;
 pub use options::{Level, Options};
 pub use pipeline::verify;
-pub use report::{Anomaly, AnomalyClass, CycleEdge, EdgeKind, Report, SeenHow, UnverifiableCause, Verdict};
+pub use report::{
+    Anomaly, AnomalyClass, CycleEdge, DeclaredLevels, EdgeKind, Report, SeenHow, UnverifiableCause, Verdict,
+};
 pub use report_store::{ReportStore, ReportStoreError, ReportSummary};
 pub use rounds::{OnlineVerifier, RoundOptions, RoundStats, RoundsError, RoundsOutcome, verify_in_rounds};
 

@@ -592,8 +592,24 @@ fn summarize(args: &DemoArgs, o: &Outcome) -> anyhow::Result<ExitCode> {
             }
         );
     }
+    let level = verifier::Level::from(args.level);
+    if level == verifier::Level::Declared
+        && let Some(h) = &o.recorded
+    {
+        let d = verifier::DeclaredLevels::count(h);
+        println!(
+            "  Checked at the levels the transactions asked for (--level declared): {} serializable, {} \
+             repeatable read (as snapshot isolation), {} read committed and {} read uncommitted (as Adya's \
+             PL-2), {} with no recorded level (as serializable).",
+            d.serializable, d.repeatable_read, d.read_committed, d.read_uncommitted, d.unrecorded
+        );
+    }
     if accepted {
-        println!("  Verdict: ACCEPT: no anomaly found; the history is serializable.");
+        let what = match level {
+            verifier::Level::Declared => "every transaction kept the isolation level it asked for".to_owned(),
+            other => format!("the history satisfies {}", other.name()),
+        };
+        println!("  Verdict: ACCEPT: no anomaly found; {what}.");
         return Ok(ExitCode::SUCCESS);
     }
     println!("  Verdict: REJECT: {} anomal{} found.", s.rejects, if s.rejects == 1 { "y" } else { "ies" });
