@@ -143,13 +143,26 @@ fn proxy_output_at_trace_and_its_log_hold_no_sql_text_or_password() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let port = free_port();
     let config = write_config(dir.path(), port);
-    let child = Command::new(env!("CARGO_BIN_EXE_krait"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_krait"))
         .args(["proxy", "--config", config.to_str().expect("utf-8 path")])
         .env("KRAIT_LOG", "trace")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("starts krait proxy");
+    // Trace output is far larger than a pipe holds: read both pipes while the proxy runs, or it blocks on a
+    // write and stops answering.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "krait proxy did not start listening");
@@ -175,10 +188,10 @@ fn proxy_output_at_trace_and_its_log_hold_no_sql_text_or_password() {
     assert!(psql.status.success(), "psql through krait: {}", String::from_utf8_lossy(&psql.stderr));
     let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("runs kill");
     assert!(killed.success());
-    let out = child.wait_with_output().expect("krait proxy exits");
-    assert!(out.status.success(), "krait proxy exited with {}", out.status);
+    let status = child.wait().expect("krait proxy exits");
+    assert!(status.success(), "krait proxy exited with {status}");
 
-    let output = [out.stdout, out.stderr].concat();
+    let output = [stdout.join().expect("stdout reader"), stderr.join().expect("stderr reader")].concat();
     let text = String::from_utf8_lossy(&output);
     assert!(text.contains("TRACE") || text.contains("DEBUG"), "KRAIT_LOG=trace was in force: {text}");
     for secret in [&password, &marker, &table] {
