@@ -157,10 +157,13 @@ async fn run_session(
         r = auth => r.map_err(|_| SessionError::StartupTimeout).and_then(|r| r),
         _ = stopping.changed() => Ok(false),
     };
+    // `cancel_key`, once the database sent its key, is a guard: from here on every way out of this
+    // function, a panic included, removes the client's key from the shared map.
+    //
     // With tagging on, the first session (and any after a table the cache did not know) loads the primary
     // keys before the client's first message; a failure leaves the cache stale, to be retried between
-    // transactions. Every way out of this block, these failures included, reaches the cancel key's removal.
-    let result = async {
+    // transactions.
+    async {
         let authenticated = authenticated?;
         if let (true, Some(t)) = (authenticated, &shared.tagging) {
             if t.catalog_stale.load(std::sync::atomic::Ordering::Relaxed)
@@ -181,13 +184,7 @@ async fn run_session(
             Ok(())
         }
     }
-    .await;
-    if let Some(key) = cancel_key
-        && let Ok(mut keys) = shared.cancel_keys.lock()
-    {
-        keys.remove(&key);
-    }
-    result
+    .await
 }
 
 /// The state both directions of the message loop share.
