@@ -130,6 +130,14 @@ async fn run_session(
         debug!(user = %wire::pg::text(user), "startup");
     }
 
+    // A log that has failed records nothing more: say so before the database is even asked, rather than
+    // let the client log in and fail at its first transaction.
+    if let Some(reason) = shared.recorder.log().failure() {
+        let msg = format!("krait: the history log failed, so no transaction can be recorded: {reason}");
+        send_fatal(&mut client, "58030", &msg).await;
+        return Ok(());
+    }
+
     // Step 3: the database. A failure here is the client's to hear about, in words.
     let mut upstream = match connect_upstream(shared).await {
         Ok(s) => s,

@@ -357,6 +357,11 @@ pub trait HistoryLog: Send + Sync {
     /// Fsync and append counters, for `/metrics`.
     fn stats(&self) -> LogStats;
 
+    /// Why the log stopped accepting appends, once it has: an fsync or a write failed (a full disk, an I/O
+    /// error). It is final for this open, as [`LogError::FsyncFailed`] says; opening the log again (a
+    /// restart of the proxy, once the cause is fixed) runs crash recovery and appends resume.
+    fn failure(&self) -> Option<String>;
+
     /// Makes everything durable and marks the log cleanly closed, so the next open records no crash.
     /// Later appends fail with [`LogError::Closed`]. Idempotent.
     fn close(&self) -> Result<(), LogError>;

@@ -210,7 +210,13 @@ impl SledLog {
         self.gc.check_usable()?;
         check(&inner)?;
         let seq = inner.next_seq;
-        self.records.insert(seq.to_be_bytes(), bytes)?;
+        if let Err(e) = self.records.insert(seq.to_be_bytes(), bytes) {
+            if let sled::Error::Io(io) = &e {
+                // sled keeps an I/O error and fails every later operation with it: the log has stopped.
+                self.gc.fail(format!("cannot write record {seq}: {io}"));
+            }
+            return Err(e.into());
+        }
         inner.next_seq += 1;
         after(&mut inner, seq);
         // Still under the lock, so the flusher sees appended seqs in order.
@@ -363,6 +369,10 @@ impl HistoryLog for SledLog {
 
     fn stats(&self) -> LogStats {
         self.gc.stats()
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.gc.failure()
     }
 
     fn close(&self) -> Result<(), LogError> {
