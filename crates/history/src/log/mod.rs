@@ -81,6 +81,7 @@
 //! is sled's guarantee, not ours, and the [`HistoryLog`] trait exists so another engine can replace it.
 
 pub mod group_commit;
+mod reader;
 pub mod record;
 pub mod replay;
 mod sled_log;
@@ -93,6 +94,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 pub use group_commit::{DurabilityTicket, DurableFuture, FSYNC_BUCKETS_US, LogStats};
+pub use reader::LogReader;
 pub use record::{BadStatementIndex, FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError};
 pub use replay::{Replayed, ReplayedTxn, Replayer, TxnXids};
 pub use sled_log::SledLog;
