@@ -217,6 +217,11 @@ async fn admin_endpoints_report_health_metrics_and_status() {
 /// A database that lets anyone in (AuthenticationOk, BackendKeyData, ReadyForQuery), then hangs up on the
 /// first query it is sent. Returns its address.
 async fn upstream_that_hangs_up_after_login() -> String {
+    upstream_that_hangs_up_after_login_with_keys(1).await
+}
+
+/// As [`upstream_that_hangs_up_after_login`], sending `keys` BackendKeyData messages during startup.
+async fn upstream_that_hangs_up_after_login_with_keys(keys: usize) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     tokio::spawn(async move {
@@ -228,7 +233,9 @@ async fn upstream_that_hangs_up_after_login() -> String {
                 s.read_exact(&mut startup).await?;
                 let mut reply = Vec::new();
                 reply.extend_from_slice(&[b'R', 0, 0, 0, 8, 0, 0, 0, 0]);
-                reply.extend_from_slice(&[b'K', 0, 0, 0, 12, 0, 0, 0x10, 0x92, 0, 0, 0, 7]);
+                for secret in 0..keys {
+                    reply.extend_from_slice(&[b'K', 0, 0, 0, 12, 0, 0, 0x10, 0x92, 0, 0, 0, secret as u8]);
+                }
                 reply.extend_from_slice(&[b'Z', 0, 0, 0, 5, b'I']);
                 s.write_all(&reply).await?;
                 let mut first = [0u8; 1];
@@ -240,12 +247,10 @@ async fn upstream_that_hangs_up_after_login() -> String {
     addr
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_whose_catalog_load_fails_leaves_no_cancel_key_behind() {
-    let upstream = upstream_that_hangs_up_after_login().await;
-    let p =
-        start_proxy_with(Opts { upstream: Some(upstream), tagging: Some("xmin"), ..Opts::default() }).await;
-    for _ in 0..3 {
+/// Logs in to the proxy as `PG_USER` `sessions` times, one after the other, each until the proxy closes
+/// the connection (the database behind it hangs up on the first query).
+async fn sessions_until_closed(p: &TestProxy, sessions: usize) {
+    for _ in 0..sessions {
         let mut s = TcpStream::connect(p.handle.listen_addr()).await.unwrap();
         let mut buf = BytesMut::new();
         StartupPacket::Startup {
@@ -255,10 +260,15 @@ async fn a_session_whose_catalog_load_fails_leaves_no_cancel_key_behind() {
         }
         .encode(&mut buf);
         s.write_all(&buf).await.unwrap();
-        // The session ends when the catalog query finds the database gone.
+        // The session ends when the proxy's first query of its own (the catalog, or the default isolation
+        // level) finds the database gone.
         let mut rbuf = BytesMut::new();
         while read_backend(&mut s, &mut rbuf).await.is_some() {}
     }
+}
+
+/// Waits up to two seconds for the proxy to hold no cancel key (sessions end a little after their socket).
+async fn assert_no_cancel_key_held(p: &TestProxy) {
     let mut held = p.handle.cancel_keys_held();
     for _ in 0..100 {
         if held == 0 {
@@ -268,6 +278,28 @@ async fn a_session_whose_catalog_load_fails_leaves_no_cancel_key_behind() {
         held = p.handle.cancel_keys_held();
     }
     assert_eq!(held, 0, "cancel keys of ended sessions are still held");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_catalog_load_fails_leaves_no_cancel_key_behind() {
+    let upstream = upstream_that_hangs_up_after_login().await;
+    let p =
+        start_proxy_with(Opts { upstream: Some(upstream), tagging: Some("xmin"), ..Opts::default() }).await;
+    sessions_until_closed(&p, 3).await;
+    assert_no_cancel_key_held(&p).await;
+    p.handle.shutdown().await.unwrap();
+}
+
+/// A database that sends a second BackendKeyData during startup (PostgreSQL never does; a broken server or
+/// something in between might): the second key replaces the first for the client, and neither outlives
+/// the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_key_from_the_database_leaves_no_cancel_key_behind() {
+    let upstream = upstream_that_hangs_up_after_login_with_keys(2).await;
+    let p =
+        start_proxy_with(Opts { upstream: Some(upstream), tagging: Some("off"), ..Opts::default() }).await;
+    sessions_until_closed(&p, 3).await;
+    assert_no_cancel_key_held(&p).await;
     p.handle.shutdown().await.unwrap();
 }
 

@@ -101,7 +101,13 @@ pub(crate) async fn serve(
 async fn route(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
     const HTML: &str = "text/html; charset=utf-8";
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
-        (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
+        // A proxy whose log has failed records nothing and refuses every session: not healthy.
+        (&Method::GET, "/healthz") => match state.log.failure() {
+            Some(reason) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("history log failed: {reason}\n"))
+            }
+            None => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
+        },
         (&Method::GET, "/metrics") => (StatusCode::OK, "text/plain; version=0.0.4", render_metrics(state)),
         (&Method::GET, "/api/status") => (StatusCode::OK, "application/json", render_status(state)),
         (&Method::GET, "/") => (StatusCode::OK, HTML, render_status_page(state).await),
@@ -247,6 +253,12 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
         &[("", g(&m.cancels_relayed))],
     );
     let stats = state.log.stats();
+    metric(
+        "krait_log_failed",
+        "gauge",
+        "1 once the history log has stopped after a failed write or fsync (a restart recovers it).",
+        &[("", u64::from(state.log.failure().is_some()))],
+    );
     metric(
         "krait_log_appends_total",
         "counter",
@@ -399,6 +411,7 @@ fn status_json(state: &AdminState) -> serde_json::Value {
             "appends": stats.appends,
             "fsyncs": stats.fsyncs,
             "fsync_mean_us": stats.fsync_ns_mean() / 1_000,
+            "failed": state.log.failure(),
         },
     })
 }

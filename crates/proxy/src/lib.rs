@@ -62,6 +62,18 @@ pub enum ProxyError {
         /// What failed.
         source: LogError,
     },
+    /// The history log stopped after a failed write or fsync (a full disk, an I/O error), so the proxy
+    /// stopped too: it could record nothing more, and acknowledged nothing it had not recorded.
+    #[error(
+        "history log {path} failed: {reason}. Nothing after the failure was acknowledged to a client. Fix the \
+         cause (on a full disk, free some space) and start the proxy again: the log recovers when it is opened"
+    )]
+    LogFailed {
+        /// The log directory.
+        path: String,
+        /// What failed.
+        reason: String,
+    },
     /// A listening socket could not be bound.
     #[error("cannot listen on {address}: {source}")]
     Bind {
@@ -111,6 +123,18 @@ impl ProxyHandle {
     /// that outlives its sessions is a leak.
     pub fn cancel_keys_held(&self) -> usize {
         self.shared.cancel_keys.lock().map_or(0, |k| k.len())
+    }
+
+    /// Resolves once the history log has stopped after a failed write or fsync, with the reason. From then
+    /// on every session is refused or closed with an error, so a caller that runs the proxy as a service
+    /// should stop it ([`run`] does) and let its supervisor start it again.
+    pub async fn log_failed(&self) -> String {
+        loop {
+            if let Some(reason) = self.log.failure() {
+                return reason;
+            }
+            tokio::time::sleep(LOG_FAILURE_POLL).await;
+        }
     }
 
     /// Re-reads the client TLS certificate and key (what SIGHUP does).
@@ -250,6 +274,10 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
     Ok(ProxyHandle { listen_addr, admin_addr, log, metrics, shared, stop, accept_task })
 }
 
+/// How often [`ProxyHandle::log_failed`] looks at the log: a failed log is final, so noticing it a
+/// fraction of a second late costs nothing but that fraction of refused sessions.
+const LOG_FAILURE_POLL: Duration = Duration::from_millis(100);
+
 /// How often a failing client `accept` is logged.
 const ACCEPT_WARNING_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -280,6 +308,12 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
 }
 
 /// Runs the proxy until `shutdown` resolves, reloading the client TLS certificate on SIGHUP.
+///
+/// If the history log fails (a full disk, an I/O error), the proxy stops and returns
+/// [`ProxyError::LogFailed`], as PostgreSQL stops when it cannot write its WAL: nothing more could be
+/// recorded, and the log cannot be written again without being reopened. A supervisor that restarts the
+/// proxy (systemd's `Restart=on-failure`) brings it back once the disk has room; until then, each start
+/// fails with the log's open error, which says the disk is full.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), ProxyError> {
     let handle = start(config).await?;
     let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
@@ -293,6 +327,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
+            reason = handle.log_failed() => {
+                tracing::error!("the history log failed, stopping: {reason}");
+                let path = handle.shared.config.log.path.display().to_string();
+                // The close fails too (the log cannot be made durable any more); the reason is the one above.
+                let _ = handle.shutdown().await;
+                return Err(ProxyError::LogFailed { path, reason });
+            }
             Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
                 match handle.reload_tls() {
                     Ok(()) => info!("SIGHUP: TLS certificate reloaded"),

@@ -130,6 +130,14 @@ async fn run_session(
         debug!(user = %wire::pg::text(user), "startup");
     }
 
+    // A log that has failed records nothing more: say so before the database is even asked, rather than
+    // let the client log in and fail at its first transaction.
+    if let Some(reason) = shared.recorder.log().failure() {
+        let msg = format!("krait: the history log failed, so no transaction can be recorded: {reason}");
+        send_fatal(&mut client, "58030", &msg).await;
+        return Ok(());
+    }
+
     // Step 3: the database. A failure here is the client's to hear about, in words.
     let mut upstream = match connect_upstream(shared).await {
         Ok(s) => s,
@@ -157,10 +165,13 @@ async fn run_session(
         r = auth => r.map_err(|_| SessionError::StartupTimeout).and_then(|r| r),
         _ = stopping.changed() => Ok(false),
     };
+    // `cancel_key`, once the database sent its key, is a guard: from here on every way out of this
+    // function, a panic included, removes the client's key from the shared map.
+    //
     // With tagging on, the first session (and any after a table the cache did not know) loads the primary
     // keys before the client's first message; a failure leaves the cache stale, to be retried between
-    // transactions. Every way out of this block, these failures included, reaches the cancel key's removal.
-    let result = async {
+    // transactions.
+    async {
         let authenticated = authenticated?;
         if let (true, Some(t)) = (authenticated, &shared.tagging) {
             if t.catalog_stale.load(std::sync::atomic::Ordering::Relaxed)
@@ -181,13 +192,7 @@ async fn run_session(
             Ok(())
         }
     }
-    .await;
-    if let Some(key) = cancel_key
-        && let Ok(mut keys) = shared.cancel_keys.lock()
-    {
-        keys.remove(&key);
-    }
-    result
+    .await
 }
 
 /// The state both directions of the message loop share.

@@ -59,6 +59,14 @@ pub async fn start_proxy() -> TestProxy {
 
 pub async fn start_proxy_with(opts: Opts) -> TestProxy {
     let dir = tempfile::tempdir().expect("tempdir");
+    let config = test_config(&opts, dir.path());
+    let handle = proxy::start(config).await.expect("proxy starts");
+    TestProxy { handle, dir }
+}
+
+/// The configuration [`start_proxy_with`] starts a proxy with; its log goes under `dir` unless `opts` says
+/// where.
+pub fn test_config(opts: &Opts, dir: &Path) -> Config {
     let mut toml = format!(
         "[listen]\naddress = \"127.0.0.1:0\"\nmax_message_bytes = {}\nstartup_timeout_ms = 5000\n\
          [upstream]\naddress = \"{}\"\nconnect_timeout_ms = 2000\n\
@@ -66,7 +74,7 @@ pub async fn start_proxy_with(opts: Opts) -> TestProxy {
          [admin]\naddress = \"127.0.0.1:0\"\n{}",
         opts.max_message_bytes.unwrap_or(1 << 20),
         opts.upstream.as_deref().unwrap_or(PG_ADDR),
-        opts.log_path.clone().unwrap_or_else(|| dir.path().join("log")).display(),
+        opts.log_path.clone().unwrap_or_else(|| dir.join("log")).display(),
         opts.durability.unwrap_or("strict"),
         opts.admin_limits
             .map_or(String::new(), |(t, n)| format!("timeout_ms = {t}\nmax_connections = {n}\n")),
@@ -89,9 +97,7 @@ pub async fn start_proxy_with(opts: Opts) -> TestProxy {
     if opts.exclusive {
         toml.push_str("[record]\nexclusive = true\n");
     }
-    let config = Config::parse(&toml, Path::new("<test>")).expect("test config");
-    let handle = proxy::start(config).await.expect("proxy starts");
-    TestProxy { handle, dir }
+    Config::parse(&toml, Path::new("<test>")).expect("test config")
 }
 
 impl TestProxy {
@@ -198,6 +204,13 @@ impl TestProxy {
 
     /// GETs a path from the admin server and returns the body.
     pub async fn admin_get(&self, path: &str) -> String {
+        let (status, body) = self.admin_request(path).await;
+        assert_eq!(status, 200, "admin {path}: {body}");
+        body
+    }
+
+    /// GETs a path from the admin server and returns the status code and the body.
+    pub async fn admin_request(&self, path: &str) -> (u16, String) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let addr = self.handle.admin_addr().expect("admin enabled");
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("admin connect");
@@ -209,8 +222,8 @@ impl TestProxy {
             .await
             .expect("admin reply in time")
             .expect("admin read");
-        assert!(resp.starts_with("HTTP/1.1 200"), "admin {path}: {resp}");
-        resp.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()
+        let status = resp.get(9..12).and_then(|code| code.parse().ok()).unwrap_or(0);
+        (status, resp.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default())
     }
 }
 

@@ -202,6 +202,30 @@ impl GroupCommit {
         Ok(())
     }
 
+    /// Why the log stopped, once an fsync (or a write, see [`GroupCommit::fail`]) has failed.
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.shared.lock().failed.clone()
+    }
+
+    /// Stops the log as a failed fsync does: the engine could not write a record, and the engine this log
+    /// runs on (sled) refuses every later write after an I/O error, so nothing appended from now on could
+    /// be made durable either. The first failure's reason is kept. Wakes every waiter with the error.
+    pub(crate) fn fail(&self, reason: String) {
+        let woken = {
+            let mut state = self.shared.lock();
+            if state.failed.is_none() {
+                self.shared.counters.fsync_failures.fetch_add(1, Ordering::Relaxed);
+                state.failed = Some(reason);
+            }
+            std::mem::take(&mut state.wakers)
+        };
+        self.shared.work.notify_all();
+        self.shared.done.notify_all();
+        for (_, _, waker) in woken {
+            waker.wake();
+        }
+    }
+
     /// Notes that `seq` was handed to the engine. Callers serialise appends, so seqs arrive in order.
     pub(crate) fn appended(&self, seq: u64) -> DurabilityTicket {
         self.shared.counters.appends.fetch_add(1, Ordering::Relaxed);
@@ -564,7 +588,23 @@ mod tests {
         assert!(matches!(gc.sync(), Err(LogError::FsyncFailed(_))));
         assert_eq!(gc.durable_below(), 1);
         assert_eq!(gc.stats().fsync_failures, 1);
+        assert_eq!(gc.failure().as_deref(), Some("EIO"));
         assert!(gc.shutdown().is_err());
+    }
+
+    #[test]
+    fn a_write_failure_stops_the_log_as_an_fsync_failure_does() {
+        let gc = GroupCommit::start(0, FlushPolicy::OnDemand, true, Box::new(|| Ok(()))).unwrap();
+        gc.appended(0).wait().unwrap();
+        assert_eq!(gc.failure(), None);
+        let pending = gc.appended(1);
+        gc.fail("ENOSPC".into());
+        gc.fail("a later failure".into());
+        assert!(matches!(pending.wait(), Err(LogError::FsyncFailed(ref r)) if r == "ENOSPC"));
+        assert!(matches!(gc.check_usable(), Err(LogError::FsyncFailed(_))));
+        assert_eq!(gc.failure().as_deref(), Some("ENOSPC"), "the first reason is kept");
+        assert_eq!(gc.durable_below(), 1);
+        assert_eq!(gc.stats().fsync_failures, 1);
     }
 
     #[test]

@@ -81,6 +81,7 @@
 //! is sled's guarantee, not ours, and the [`HistoryLog`] trait exists so another engine can replace it.
 
 pub mod group_commit;
+mod reader;
 pub mod record;
 pub mod replay;
 mod sled_log;
@@ -93,6 +94,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 pub use group_commit::{DurabilityTicket, DurableFuture, FSYNC_BUCKETS_US, LogStats};
+pub use reader::LogReader;
 pub use record::{BadStatementIndex, FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError};
 pub use replay::{Replayed, ReplayedTxn, Replayer, TxnXids};
 pub use sled_log::SledLog;
@@ -356,6 +358,11 @@ pub trait HistoryLog: Send + Sync {
 
     /// Fsync and append counters, for `/metrics`.
     fn stats(&self) -> LogStats;
+
+    /// Why the log stopped accepting appends, once it has: an fsync or a write failed (a full disk, an I/O
+    /// error). It is final for this open, as [`LogError::FsyncFailed`] says; opening the log again (a
+    /// restart of the proxy, once the cause is fixed) runs crash recovery and appends resume.
+    fn failure(&self) -> Option<String>;
 
     /// Makes everything durable and marks the log cleanly closed, so the next open records no crash.
     /// Later appends fail with [`LogError::Closed`]. Idempotent.

@@ -93,12 +93,15 @@ impl SledLog {
             // The log fsyncs itself, so it can count fsyncs and share them; sled's own timer would add
             // uncounted ones.
             .flush_every_ms(None);
-        let db = open_waiting_for_lock(&config).map_err(|e| match e {
+        // Opening writes (sled's recovery, then the run state below): an I/O error anywhere in it says what
+        // is wrong with the directory, not just "storage error".
+        let opening = |e: sled::Error| match e {
             sled::Error::Io(io) => open_error(dir.as_ref(), io),
             other => LogError::from(other),
-        })?;
-        let records = db.open_tree(Self::RECORDS_TREE)?;
-        let meta = db.open_tree(Self::META_TREE)?;
+        };
+        let db = open_waiting_for_lock(&config).map_err(opening)?;
+        let records = db.open_tree(Self::RECORDS_TREE).map_err(opening)?;
+        let meta = db.open_tree(Self::META_TREE).map_err(opening)?;
         // sled creates its files with the process's umask (0644 by the usual one); files it makes later
         // (snapshots, blobs) sit in the 0700 directory.
         make_private(dir.as_ref()).map_err(private)?;
@@ -115,7 +118,7 @@ impl SledLog {
                 return Err(LogError::Meta { key: FORMAT_KEY, reason: "missing, but records exist".into() });
             }
             None => {
-                meta.insert(FORMAT_KEY, FORMAT_TAG)?;
+                meta.insert(FORMAT_KEY, FORMAT_TAG).map_err(opening)?;
             }
         }
 
@@ -142,15 +145,16 @@ impl SledLog {
                 previous: Some(previous),
             };
             let bytes = record.encode().map_err(|e| LogError::Storage(format!("recovery record: {e}")))?;
-            records.insert(next_seq.to_be_bytes(), bytes)?;
+            records.insert(next_seq.to_be_bytes(), bytes).map_err(opening)?;
             next_seq += 1;
         }
 
-        meta.insert(RUN_START_KEY, &next_seq.to_be_bytes())?;
-        meta.insert(TXN_FLOOR_KEY, &txn_floor.to_be_bytes())?;
-        meta.insert(STATE_KEY, format!("{RUNNING_PREFIX}{}", options.durability).as_bytes())?;
+        meta.insert(RUN_START_KEY, &next_seq.to_be_bytes()).map_err(opening)?;
+        meta.insert(TXN_FLOOR_KEY, &txn_floor.to_be_bytes()).map_err(opening)?;
+        meta.insert(STATE_KEY, format!("{RUNNING_PREFIX}{}", options.durability).as_bytes())
+            .map_err(opening)?;
         // The run state must be on disk before any append, or a crash in this run would look clean.
-        db.flush()?;
+        db.flush().map_err(opening)?;
 
         let policy = match options.durability {
             Durability::Group => FlushPolicy::Every(options.group_interval),
@@ -210,7 +214,13 @@ impl SledLog {
         self.gc.check_usable()?;
         check(&inner)?;
         let seq = inner.next_seq;
-        self.records.insert(seq.to_be_bytes(), bytes)?;
+        if let Err(e) = self.records.insert(seq.to_be_bytes(), bytes) {
+            if let sled::Error::Io(io) = &e {
+                // sled keeps an I/O error and fails every later operation with it: the log has stopped.
+                self.gc.fail(format!("cannot write record {seq}: {io}"));
+            }
+            return Err(e.into());
+        }
         inner.next_seq += 1;
         after(&mut inner, seq);
         // Still under the lock, so the flusher sees appended seqs in order.
@@ -363,6 +373,10 @@ impl HistoryLog for SledLog {
 
     fn stats(&self) -> LogStats {
         self.gc.stats()
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.gc.failure()
     }
 
     fn close(&self) -> Result<(), LogError> {
@@ -561,14 +575,11 @@ fn make_private(_dir: &Path) -> std::io::Result<()> {
 }
 
 /// How long `open` waits for a directory lock that a just-closed log may still hold.
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+pub(super) const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Opens the sled store, waiting briefly when its directory lock is still held. sled 0.34 releases the lock
-/// only when its background flusher thread exits, which `Db::drop` does not wait for (spacejam/sled#1234), so
-/// reopening a log right after closing it can see the lock for a few milliseconds. A log that another live
-/// process holds stays locked past the wait, and that error is returned.
-/// What an I/O error while opening the log at `dir` means for the person opening it.
-fn open_error(dir: &Path, e: std::io::Error) -> LogError {
+/// What an I/O error while opening the log at `dir` means for the person opening it. Only sled's own lock
+/// error names another process: a full disk, a read-only filesystem and a permission each say what they are.
+pub(super) fn open_error(dir: &Path, e: std::io::Error) -> LogError {
     use std::io::ErrorKind;
     let dir = dir.to_owned();
     let reason = match e.kind() {
@@ -577,15 +588,23 @@ fn open_error(dir: &Path, e: std::io::Error) -> LogError {
             "the disk is full (opening a log writes to its files, even to read it); free some space, or copy \
              the directory to a disk with room and open the copy"
         }
-        ErrorKind::ReadOnlyFilesystem | ErrorKind::PermissionDenied => {
-            "it is not writable by this user (opening a log writes to its files, even to read it); copy the \
-             directory somewhere writable and open the copy"
+        ErrorKind::ReadOnlyFilesystem => {
+            "it is on a read-only filesystem (opening a log writes to its files, even to read it); remount it \
+             read-write, or copy the directory somewhere writable and open the copy"
+        }
+        ErrorKind::PermissionDenied => {
+            "this user may not write to it (opening a log writes to its files, even to read it); run as the \
+             log's owner, or copy the directory somewhere writable and open the copy"
         }
         _ => return LogError::Storage(format!("cannot open {}: {e}", dir.display())),
     };
     LogError::Unwritable { dir, reason: format!("{reason} ({e})") }
 }
 
+/// Opens the sled store, waiting briefly when its directory lock is still held. sled 0.34 releases the lock
+/// only when its background flusher thread exits, which `Db::drop` does not wait for (spacejam/sled#1234), so
+/// reopening a log right after closing it can see the lock for a few milliseconds. A log that another live
+/// process holds stays locked past the wait, and that error is returned.
 fn open_waiting_for_lock(config: &sled::Config) -> Result<sled::Db, sled::Error> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     loop {
@@ -616,9 +635,13 @@ mod tests {
             "{full}"
         );
         let read_only = open_error(dir, std::io::ErrorKind::ReadOnlyFilesystem.into());
-        assert!(read_only.to_string().contains("copy the directory somewhere writable"), "{read_only}");
+        assert!(read_only.to_string().contains("read-only filesystem"), "{read_only}");
+        let denied = open_error(dir, std::io::ErrorKind::PermissionDenied.into());
+        assert!(denied.to_string().contains("this user may not write to it"), "{denied}");
         let locked = open_error(dir, std::io::Error::other("could not acquire lock on \"/data/log/db\""));
         assert!(matches!(locked, LogError::Locked { .. }));
-        assert!(!full.to_string().contains("proxy") && !read_only.to_string().contains("proxy"));
+        for e in [&full, &read_only, &denied] {
+            assert!(!e.to_string().contains("proxy"), "only the lock suggests a running proxy: {e}");
+        }
     }
 }

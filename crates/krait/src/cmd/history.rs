@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use history::History;
 use history::codec::{self, Format};
-use history::log::{Durability, HistoryLog, SledLog};
+use history::log::{HistoryLog, LogReader};
 
 /// Subcommands of `krait history`.
 #[derive(Debug, clap::Subcommand)]
@@ -64,13 +64,20 @@ fn parse_input_format(s: &str) -> Result<FormatChoice, String> {
 /// indeterminate.
 pub fn load(path: &Path, format: Option<Format>) -> anyhow::Result<History> {
     if format.is_none() && is_history_log(path) {
-        // Strict, so that opening the log to read it never records a gap of its own.
-        // The error says why: in use by a proxy, a full disk, a read-only directory.
-        let log = SledLog::open(path, Durability::Strict)
-            .with_context(|| format!("cannot open history log {}", path.display()))?;
+        // In place where it can be, else from a copy (a full disk, a read-only filesystem). The error says
+        // why it cannot be read at all: in use by another process (its lock says so), or unreadable.
+        let reader =
+            LogReader::open(path).with_context(|| format!("cannot open history log {}", path.display()))?;
+        if let (Some(why), Some(copy)) = (reader.why_copied(), reader.copy_path()) {
+            eprintln!(
+                "krait: history log {} cannot be opened in place ({why}); reading a copy in {}",
+                path.display(),
+                copy.display()
+            );
+        }
         let history =
-            log.replay().with_context(|| format!("cannot replay history log {}", path.display()))?;
-        log.close().with_context(|| format!("cannot close history log {}", path.display()))?;
+            reader.log().replay().with_context(|| format!("cannot replay history log {}", path.display()))?;
+        reader.close().with_context(|| format!("cannot close history log {}", path.display()))?;
         return Ok(history);
     }
     // Every codec error names the file (and the line or byte offset) itself.

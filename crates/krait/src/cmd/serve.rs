@@ -159,9 +159,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let interval = options_interval;
         let stop = crate::cmd::proxy::shutdown_signal();
         tokio::pin!(stop);
+        // A failed log ends the proxy as a signal does, but the exit says so (see `proxy::run`).
+        let mut log_failure = None;
         loop {
             tokio::select! {
                 _ = &mut stop => break,
+                reason = handle.log_failed() => {
+                    eprintln!("krait serve: the history log failed, stopping: {reason}");
+                    log_failure = Some(reason);
+                    break;
+                }
                 _ = publisher.tick() => {
                     let (s, next_seq) = (tailer.status(), handle.log().next_seq());
                     publish_status(&s, &handle.metrics().verifier, Instant::now(), interval, next_seq);
@@ -176,12 +183,22 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         }
         eprintln!("krait serve: shutting down");
-        handle.shutdown().await.context("the proxy stopped with an error")?;
+        match &log_failure {
+            // Closing a failed log fails with the same reason, already said.
+            Some(_) => drop(handle.shutdown().await),
+            None => handle.shutdown().await.context("the proxy stopped with an error")?,
+        }
         let finished = tokio::task::spawn_blocking(move || tailer.finish()).await;
-        anyhow::Ok(finished.context("the verifier thread failed")??)
+        anyhow::Ok((finished.context("the verifier thread failed")??, log_failure))
     })?;
+    let (final_status, log_failure) = final_status;
     eprintln!("krait serve: stopped; verifier: {}", final_status.line());
-    Ok(ExitCode::SUCCESS)
+    match log_failure {
+        Some(reason) => {
+            Err(proxy::ProxyError::LogFailed { path: config.log.path.display().to_string(), reason }.into())
+        }
+        None => Ok(ExitCode::SUCCESS),
+    }
 }
 
 #[cfg(test)]

@@ -260,6 +260,36 @@ pub(super) async fn connect_upstream(shared: &Shared) -> Result<BoxStream, std::
     }
 }
 
+/// A client cancel key the session registered in [`Shared::cancel_keys`], mapped to the database's key.
+/// Dropping it removes the entry, so the key leaves with its session however the session ends: a normal
+/// close, an error returned from any step, a panic, or the session's future dropped half way.
+pub(super) struct CancelKey<'s> {
+    shared: &'s Shared,
+    /// The key the client was given: the database's process id and a secret of the proxy's own.
+    client: (i32, Bytes),
+}
+
+impl<'s> CancelKey<'s> {
+    /// Registers a fresh client key for the database's `(pid, secret)`.
+    fn register(shared: &'s Shared, pid: i32, secret: Bytes) -> Self {
+        let client = (pid, Bytes::copy_from_slice(&rand::random::<[u8; 4]>()));
+        // A poisoned map still holds consistent entries (every update is one insert or remove).
+        shared.cancel_keys.lock().unwrap_or_else(|p| p.into_inner()).insert(client.clone(), (pid, secret));
+        CancelKey { shared, client }
+    }
+
+    /// The secret the client was given in its BackendKeyData.
+    fn client_secret(&self) -> Bytes {
+        self.client.1.clone()
+    }
+}
+
+impl Drop for CancelKey<'_> {
+    fn drop(&mut self) {
+        self.shared.cancel_keys.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.client);
+    }
+}
+
 pub(super) async fn relay_cancel(shared: &Shared, pid: i32, secret: Bytes) {
     let target = shared.cancel_keys.lock().ok().and_then(|k| k.get(&(pid, secret)).cloned());
     // An unknown key is ignored silently, as PostgreSQL does, so keys cannot be probed.
@@ -317,13 +347,13 @@ pub(super) async fn read_frame(
 /// log in needs more, and an unauthenticated one must not make the proxy buffer `max_message_bytes`
 /// (64 MiB by default) per connection. The length header alone decides ([`split_frame`]), before any of
 /// the body is buffered.
-pub(super) async fn relay_auth(
-    shared: &Shared,
+pub(super) async fn relay_auth<'s>(
+    shared: &'s Shared,
     client: &mut BoxStream,
     cbuf: &mut BytesMut,
     upstream: &mut BoxStream,
     sbuf: &mut BytesMut,
-    cancel_key: &mut Option<(i32, Bytes)>,
+    cancel_key: &mut Option<CancelKey<'s>>,
 ) -> Result<bool, SessionError> {
     let max = shared.config.listen.max_message_bytes;
     loop {
@@ -370,12 +400,11 @@ pub(super) async fn relay_auth(
                 frame.raw().clone()
             }
             BackendMessage::BackendKeyData { pid, secret } => {
-                // The client gets a key of our own, mapped to the database's.
-                let mine = Bytes::copy_from_slice(&rand::random::<[u8; 4]>());
-                if let Ok(mut keys) = shared.cancel_keys.lock() {
-                    keys.insert((pid, mine.clone()), (pid, secret));
-                }
-                *cancel_key = Some((pid, mine.clone()));
+                // The client gets a key of our own, mapped to the database's. A second key (no PostgreSQL
+                // sends one, a broken server might) replaces the first, whose guard removes it.
+                let key = CancelKey::register(shared, pid, secret);
+                let mine = key.client_secret();
+                *cancel_key = Some(key);
                 BackendMessage::BackendKeyData { pid, secret: mine }.to_bytes()
             }
             BackendMessage::ErrorResponse(ref e) => {
