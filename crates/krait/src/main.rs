@@ -67,9 +67,15 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .finish()
-        // sqlparser logs every SQL text it parses (at debug, through the `log` bridge), and SQL text may hold
-        // passwords and values: its records never reach the output, whatever KRAIT_LOG asks for.
-        .with(tracing_subscriber::filter::filter_fn(|meta| !meta.target().starts_with("sqlparser")))
+        // sqlparser logs every SQL text it parses (at debug, through the `log` bridge), and sled logs the bytes
+        // of every history-log record it stores (at trace, as lists of decimal bytes: statement texts and the
+        // values clients read and wrote). SQL text may hold passwords and values: those records never reach
+        // the output, whatever KRAIT_LOG asks for.
+        .with(tracing_subscriber::filter::filter_fn(|meta| {
+            let target = meta.target();
+            !(target.starts_with("sqlparser")
+                || (target.starts_with("sled") && *meta.level() == tracing::Level::TRACE))
+        }))
         .init();
     let result = match cli.command {
         Command::Verify(args) => cmd::verify::run(args),
