@@ -37,6 +37,23 @@
 //!
 //! So G is acyclic, and the whole history plus F is serializable whenever the residual one plus F is.
 //!
+//! **Why F has no edge into D** (used in step 3). A future transaction reaches D only through a version of
+//! D's. A superseded one is a tombstone, and reading it is a reject in both histories. A frontier version x
+//! of a deleted constraint's chain c1 stays readable (rule 4 makes it the base), and a future read of it
+//! draws an rw edge to the writer of every version after x. Rule 4 lets x become the base only if every other
+//! version y of the key with a deleted writer is superseded, and a superseded y's writer reaches an old
+//! writer of a later version: a kept one would be reached from x's writer too (rule 4 again) and make x
+//! superseded, and a deleted one is superseded in turn, so the chain ends at x's writer. So every deleted
+//! writer of the key reaches x's writer in g, and every deleted version precedes x in G (the opposite order
+//! closes a cycle with that path). In particular the side of c1's constraint that puts c1 before the other
+//! chain c2 lies on a cycle of g ⊆ Γ, so a deleted constraint has the other side taken, and the future read
+//! draws no edge into D. This was found in review, not by a test.
+//!
+//! **Φ is not exercised by the tests.** Replacing Φ's out-edges with none changes no verdict in
+//! `tests/rounds_chengrw.rs`: a path through F into a transaction that is not old usually exists in g
+//! already, through the fence chain. It stays, because the argument needs it when it does not (a session
+//! whose last fence of epoch `epoch_agree − 1` comes late in the chain).
+//!
 //! **Both sides of kept constraints, and Φ.** The future can decide a kept constraint either way (reading
 //! the older of two unordered frontier versions orders the other before it), so Γ has both of its sides; a
 //! path through Φ stands for a future transaction that follows one transaction of the round and precedes
