@@ -8,11 +8,45 @@
 //! 1. **Superseded** (§4.3 (2), (3)): a vertex is a candidate when its epoch is ≤ `epoch_agree − 2` and no
 //!    vertex with a later (or no) epoch reaches it in the known graph. By the Guarantee of §4.2, no future
 //!    transaction can precede it either.
-//! 2. **Cycles in g′** (§4.3 (ii), the trap of the §4.3 counter-example): g′ is the known graph plus *both*
-//!    sides of every constraint pruning left. Candidates are deleted a whole strongly connected component of
-//!    g′ at a time, and only when every member of the component is a candidate. So nothing deleted lies on a
-//!    cycle of g′ with anything kept, and a constraint among old transactions that future transactions
-//!    could still resolve (T4 → T3 → T1 in §4.3) keeps its transactions.
+//! 2. **Live constraints go whole, and only when no future can close them** (§4.3 (ii), the trap of the §4.3
+//!    counter-example). A live constraint's *participants* are the writers and readers of every version of
+//!    its two chains. They are deleted all together or not at all: a constraint with a participant that is
+//!    not a candidate, or that another rule keeps, keeps them all. A constraint all of whose participants are
+//!    candidates goes with them only if the side it is taken to have (either; see [`entangled`]) lies on no
+//!    cycle of Γ: the known graph, *both* sides of every constraint that stays (the future may still choose
+//!    either: a read of one frontier version orders every other old version of its key before it), the taken
+//!    side of every constraint that goes, and a vertex Φ for all future transactions, which every vertex
+//!    precedes and which precedes every vertex that is not old (by the Guarantee, a future transaction can
+//!    precede no old one). A candidate in no live constraint is not constrained by this rule at all.
+//!
+//!    Why what it deletes never matters again: take an acyclic compatible graph of the residual history and
+//!    any future transactions, and extend it to the whole history with the taken side for every deleted
+//!    constraint and, for a constraint between a deleted and a future transaction, the side that puts the
+//!    deleted one first. Every edge this graph has among the round's transactions is an edge of Γ, and a
+//!    future transaction, merged into Φ, enters the round only at a transaction that is not old. So a cycle
+//!    through a deleted constraint's edge would be a cycle of Γ, which the check rules out; a cycle through
+//!    none crosses the deleted transactions only along known edges, which the links of rule 6 keep between
+//!    the kept ones, so it would be a cycle of the residual graph, which is acyclic. The long form is in
+//!    [`entangled`].
+//!
+//!    **Why Cobra's rule kept nearly everything on chengRW.** Cobra deletes a superseded transaction only
+//!    when every transaction on a cycle with it in g′ (the known graph plus both sides of every live
+//!    constraint) is superseded too. Both sides of one constraint close a cycle of their own (W1 → r1 → W2 →
+//!    r2 → W1 for blind writes W1, W2 of one key and their readers r1, r2), so every transaction on a known
+//!    path between two participants joins their strongly connected component, although that cycle needs both
+//!    sides of one constraint at once, which no compatible graph has. On chengRW almost every transaction is
+//!    on such a path: blind writes of a key are rarely ordered, a version is read about 2,500 transactions
+//!    (five epochs) after it is written, so each live constraint spans epochs, the spans overlap, and one
+//!    component runs from the start of the history to its newest transactions; the few dozen constraints per
+//!    round with a reader that is not old then keep all of it ("on a g′ cycle with kept ones"). On a
+//!    100,000-transaction chengRW history in rounds of 10,000, Cobra's rule deleted 7,392 transactions and
+//!    held up to 97,617; this one deletes 101,257 and holds at most 6,740 (see the rounds module's notes on
+//!    memory).
+//!
+//!    The check is needed: a rule that judged a constraint by its own participants alone (all candidates)
+//!    accepts the history of `an_old_constraint_that_kept_constraints_can_close_both_ways_stays` in
+//!    `tests/rounds_chengrw.rs`, where two future reads of kept frontier versions close each side of a
+//!    deletable old constraint into a cycle through kept constraints.
 //! 3. **Frontier** (§4.3 (1)): a version is superseded when an old transaction the writer reaches wrote a
 //!    later version of the key. A future read of a superseded version is a stale read (the later writer
 //!    precedes the reader by the Guarantee), so it becomes a **tombstone**, and the admission of a later read
@@ -24,7 +58,7 @@
 //!
 //!    Earlier versions kept the writer instead ("every live reader must be deleted with it"). That is sound
 //!    but spreads: on C-Twitter a key's read-modify-write chain is a chain of readers, so one kept
-//!    transaction kept every earlier writer of the key, and with them (rules 2 and 4) their components and
+//!    transaction kept every earlier writer of the key, and with them (rules 2 and 4) their g′ components and
 //!    other keys' frontiers; on `cobra/scaling/twitter-100000` the live set grew by about 2,200 transactions
 //!    per round of 5,000 (to 44% of the history). With the reads dropped it stays at 1,000–3,000.
 //! 4. **Frontier versions become the base.** Cobra keeps frontier transactions whole; on C-Twitter that is
@@ -47,16 +81,21 @@
 //! 6. **Links.** Cobra keeps its known graph between rounds; Krait re-derives it from the residual history,
 //!    which loses paths between kept transactions through deleted ones (and with them pruning decisions that
 //!    rested on those paths). Each such path, and each decision whose witness cycle may pass through deleted
-//!    transactions, is kept as a *link*: a synthetic key (namespace `krait.gc`) written by the source and read
-//!    by the target, i.e. a wr edge. Links only add orderings the whole history already implies.
+//!    transactions, is kept as a *link*: a synthetic key (namespace `krait.gc`) written by the source and
+//!    read by the target, i.e. a wr edge. Links only add orderings the whole history already implies.
 //!
 //! The residual history (live transactions, reads rewritten) is closed under reads-from, so a serial order of
 //! the whole history restricted to it explains it: collection never causes a false reject. The no-false-
-//! accept direction is Cobra's argument (Appendix C of the extended version) for rules 1–3, made to hold for a
-//! re-derived residual history by rule 6; rule 4 only removes a transaction whose one relation to
-//! what stays is the order of its key's versions, which the base keeps. This is argued, not proved: the
-//! differential tests in `tests/rounds.rs` check both directions against one-shot verification (and fail
-//! when rule 2 or 4 is switched off). The random ones do *not* fail when the links of rule 3 are left out:
+//! accept direction rests on Cobra's argument (Appendix C of the extended version) for rules 1 and 3 and on
+//! rule 2's own argument above, both made to hold for a re-derived residual history by rule 6; rule 4 only
+//! removes a transaction whose one relation to what stays is the order of its key's versions, which the base
+//! keeps.
+//! This is argued, not proved: the differential tests in `tests/rounds.rs` and `tests/rounds_chengrw.rs`
+//! check both directions against one-shot verification. Random histories of the chengRW shape do not fail
+//! when rule 2's cycle check is switched off (the shape it guards against practically never arises in
+//! them; they do fail when rule 6's exit links are left out), so `tests/rounds_chengrw.rs` also shakes the
+//! counter-example above at random, which fails at once without the check. The random ones of
+//! `tests/rounds.rs` do *not* fail when the links of rule 3 are left out:
 //! the reader of a superseded version has epoch `epoch_agree − 1` or less (it precedes an old writer), so
 //! the fence chain alone orders it before every future transaction, except in a session that ended without
 //! a later fence. `tests/rounds_bounded.rs` builds that case, and `tests/rounds.rs` has a random variant in
@@ -66,27 +105,30 @@
 //!
 //! **Blind writes (BlindW-RW) and what cannot be collected.** Blind writes of one key by transactions the
 //! known graph does not order are all on the frontier (§4.3: "if there are multiple writes to the same key
-//! and the verifier cannot distinguish which is the most recent one, the verifier keeps them all"), and
-//! their constraints put them in one component of g′ with their readers, so rules 2–4 keep them for as long
-//! as the known graph leaves them unordered (a write two epochs later is ordered after them by the fence
-//! chain, which can supersede them; this was not measured again on BlindW-RW). Taking the order the solver
-//! chose in one round as known edges would collect more, but it is not sound: the solver's model is one of
-//! possibly many, and a later transaction can require the other order (the §4.3 counter-example is exactly
-//! a future read that resolves an old constraint); with the chosen order fixed, that serializable history
-//! would be rejected, and with the other side's transactions already deleted, a non-serializable one could
-//! be accepted. Cobra names this case as future work (its longer text: BlindW-RW runs out of GPU memory in
-//! rounds); nothing here goes beyond it.
+//! and the verifier cannot distinguish which is the most recent one, the verifier keeps them all"), rule 4
+//! keeps them, and rule 2 keeps the readers in their constraints, for as long as the known graph leaves them
+//! unordered (a write two epochs later is ordered after them by the fence chain, which can supersede them;
+//! this was not measured again on BlindW-RW). Taking the order the solver chose in one round as known edges
+//! would collect more, but it is not sound: the solver's model is one of possibly many, and a later
+//! transaction can require the other order (the §4.3 counter-example is exactly a future read that resolves
+//! an old constraint); with the chosen order fixed, that serializable history would be rejected, and with the
+//! other side's transactions already deleted, a non-serializable one could be accepted. Cobra names this case
+//! as future work (its longer text: BlindW-RW runs out of GPU memory in rounds); nothing here goes beyond it.
 
 use std::collections::{HashMap, HashSet};
 
 use history::{History, Key, Observed, Op, Outcome, WriteId};
 use kernels::{Graph, reachability};
-use solver::Side;
 
 use crate::error::VerifyError;
 use crate::normalize::Label;
 use crate::options::Options;
 use crate::pipeline::Polygraph;
+
+mod entangled;
+mod exits;
+
+use exits::exit_links;
 
 /// What one collection does.
 #[derive(Debug, Default)]
@@ -106,6 +148,8 @@ pub(crate) struct Plan {
     pub drop_reads: Vec<(usize, WriteId)>,
     /// Why each kept vertex was kept (the first rule that kept it).
     pub kept: KeptReasons,
+    /// Live constraints deleted with all their participants (rule 2).
+    pub constraints: usize,
 }
 
 /// How many live transactions each rule kept in one collection: the first rule that kept each one. They say
@@ -118,8 +162,14 @@ pub struct KeptReasons {
     pub not_old: usize,
     /// Old, but a vertex that is not old reaches it in the known graph (Cobra §4.3 (3)).
     pub reached_from_new: usize,
-    /// A superseded candidate on a cycle of g′ with a kept vertex (Cobra §4.3 (ii)).
-    pub g_prime_cycle: usize,
+    /// In a live constraint with a transaction that is not a candidate, which the future may still order
+    /// (rule 2, Cobra §4.3 (ii)).
+    #[serde(default)]
+    pub constraint_with_new: usize,
+    /// In a live constraint among candidates whose taken side lies on a cycle of Γ, which the future may
+    /// still close (rule 2).
+    #[serde(default)]
+    pub entangled_constraint: usize,
     /// A fence after a kept transaction of its session (rule 5).
     pub fence_order: usize,
     /// It wrote a version a live transaction outside the polygraph read.
@@ -128,8 +178,9 @@ pub struct KeptReasons {
     pub reader_kept: usize,
     /// It wrote a frontier version that cannot become its key's base (rule 4).
     pub not_base: usize,
-    /// In a g′ component with a member kept by rules 3–5.
-    pub component_mate: usize,
+    /// In a live constraint with a participant kept by rules 3–5, or by rule 2 through another constraint.
+    #[serde(default)]
+    pub constraint_mate: usize,
 }
 
 impl KeptReasons {
@@ -138,18 +189,22 @@ impl KeptReasons {
         self.not_vertex
             + self.not_old
             + self.reached_from_new
-            + self.g_prime_cycle
+            + self.constraint_with_new
+            + self.entangled_constraint
             + self.fence_order
             + self.pinned
             + self.reader_kept
             + self.not_base
-            + self.component_mate
+            + self.constraint_mate
     }
 }
 
 /// Why `can_go` refused a vertex.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Refusal {
+    ConstraintWithNew,
+    EntangledConstraint,
+    ConstraintMate,
     FenceOrder,
     Pinned,
     ReaderKept,
@@ -221,35 +276,10 @@ pub(crate) fn plan(
     if !candidate.iter().any(|&c| c) {
         return Ok(out);
     }
-    // Rule 2: components of g′.
-    let mut adj = known_adj.clone();
-    for (c, &l) in p.constraints.iter().zip(&p.live) {
-        if l {
-            for side in [Side::A, Side::B] {
-                for e in c.side(norm, &p.chains, side) {
-                    adj[e.from as usize].push(e.to);
-                }
-            }
-        }
-    }
-    let comp = solver::strongly_connected_components(n, |v| adj[v as usize].as_slice());
-    drop(adj);
-    let ncomp = comp.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
-    let mut comp_ok = vec![true; ncomp];
-    for v in 0..n {
-        if !candidate[v] {
-            comp_ok[comp[v] as usize] = false;
-        }
-    }
-    let mut members: Vec<Vec<u32>> = vec![Vec::new(); ncomp];
-    for v in 0..n {
-        members[comp[v] as usize].push(v as u32);
-    }
-    let mut del: Vec<bool> = (0..n).map(|v| comp_ok[comp[v] as usize]).collect();
-    out.kept.g_prime_cycle = (0..n).filter(|&v| candidate[v] && !del[v]).count();
-    if !del.iter().any(|&d| d) {
-        return Ok(out);
-    }
+    // Rule 2 runs to a fixpoint with rules 3 and 4 below.
+    let mut live = entangled::LiveConstraints::new(p, &known_adj);
+    let mut del: Vec<bool> = candidate.clone();
+    let mut refused: Vec<Option<Refusal>> = vec![None; n];
     // Rule 3: frontier, by reachability in the known graph.
     let pairs: Vec<(u32, u32)> = p.g.edges.iter().map(|e| (e.from, e.to)).collect();
     let graph = Graph::from_edges(n as u32, &pairs).map_err(VerifyError::Reachability)?;
@@ -280,18 +310,20 @@ pub(crate) fn plan(
     };
     // Rule 5: a fence goes only after everything before it in its session. Deleted fences then always form
     // a prefix of the fence chain (rule 4 keeps a fence whose chain predecessor stays), so every live old
-    // transaction still reaches, in the residual history, its session's next fence and through the chain every
-    // later transaction: the Guarantee of §4.2 holds inside what is kept, not only in the whole history.
+    // transaction still reaches, in the residual history, its session's next fence and through the chain
+    // every later transaction: the Guarantee of §4.2 holds inside what is kept, not only in the whole
+    // history.
     let mut session_pos: Vec<(usize, usize)> = vec![(0, 0); n];
     for (si, path) in p.g.sessions.iter().enumerate() {
         for (pos, &v) in path.iter().enumerate() {
             session_pos[v as usize] = (si, pos);
         }
     }
-    // Rules 3 and 4, to a fixpoint: drop a whole component whenever one member cannot go.
-    // `first_kept[si]`: the position of the first kept vertex of session si, as of the start of a pass. Within
-    // a pass it can only be too late, which lets a fence pass for now; the pass then changed something, so
-    // another pass follows and, by the last (unchanged) one, it is exact.
+    // Rules 2, 3 and 4, to a fixpoint: a vertex that cannot go stays, and with it the participants of its
+    // live constraints (rule 2), whose sides then join Γ both ways and may close cycles through other
+    // constraints. `first_kept[si]`: the position of the first kept vertex of session si, as of the start of
+    // a pass. Within a pass it can only be too late, which lets a fence pass for now; the pass then changed
+    // something, so another pass follows and, by the last (unchanged) one, it is exact.
     let can_go = |v: u32, del: &[bool], first_kept: &[usize]| -> Result<(), Refusal> {
         if legacy && h.transactions[norm.txns[v as usize].hist].fence {
             let (si, pos) = session_pos[v as usize];
@@ -325,23 +357,20 @@ pub(crate) fn plan(
         }
         Ok(())
     };
-    let mut refused: Vec<Option<Refusal>> = vec![None; n];
     loop {
+        let mut changed = live.keep_entangled(&known_adj, &old, &candidate, &mut del, &mut refused);
         let first_kept: Vec<usize> =
             p.g.sessions
                 .iter()
                 .map(|path| path.iter().position(|&u| !del[u as usize]).unwrap_or(usize::MAX))
                 .collect();
-        let mut changed = false;
         for v in 0..n as u32 {
             if !del[v as usize] {
                 continue;
             }
             if let Err(why) = can_go(v, &del, &first_kept) {
                 refused[v as usize] = Some(why);
-                for &m in &members[comp[v as usize] as usize] {
-                    del[m as usize] = false;
-                }
+                del[v as usize] = false;
                 changed = true;
             }
         }
@@ -350,16 +379,19 @@ pub(crate) fn plan(
         }
     }
     for v in 0..n {
-        if candidate[v] && comp_ok[comp[v] as usize] && !del[v] {
+        if candidate[v] && !del[v] {
             match refused[v] {
+                Some(Refusal::ConstraintWithNew) => out.kept.constraint_with_new += 1,
+                Some(Refusal::EntangledConstraint) => out.kept.entangled_constraint += 1,
                 Some(Refusal::FenceOrder) => out.kept.fence_order += 1,
                 Some(Refusal::Pinned) => out.kept.pinned += 1,
                 Some(Refusal::ReaderKept) => out.kept.reader_kept += 1,
                 Some(Refusal::NotBase) => out.kept.not_base += 1,
-                None => out.kept.component_mate += 1,
+                Some(Refusal::ConstraintMate) | None => out.kept.constraint_mate += 1,
             }
         }
     }
+    out.constraints = live.collected();
     // Rule 6: what the residual history cannot re-derive is kept as links. Pruning's decisions between two
     // kept vertices rested on paths that may go through deleted ones, and paths between kept vertices through
     // deleted ones vanish with them; Cobra keeps its known graph from round to round, so both survive there.
@@ -389,9 +421,9 @@ pub(crate) fn plan(
     //   chains, pruning's decisions), to kept vertices, as links; to deleted ones, through the exits.
     // - The wr edge from the writer is a path from the writer's kept predecessors to `r` through a deleted
     //   vertex, which the exits below keep.
-    // No unresolved constraint can involve the read: one would put `x`'s chain, and with it both the writer
-    // and `r`, in one component of g′ (rule 2), and `r` is kept. Future reads of `x` are stale reads, as for
-    // any tombstone.
+    // No unresolved constraint can involve the read: the writer and `r` would both be among its participants,
+    // which rule 2 deletes together or not at all, and `r` is kept. Future reads of `x` are stale reads, as
+    // for any tombstone.
     let mut extra: Vec<(u32, u32)> = Vec::new();
     let mut dangling: HashSet<u32> = HashSet::new();
     for v in (0..n as u32).filter(|&v| del[v as usize]) {
@@ -476,138 +508,6 @@ pub(crate) fn plan(
     Ok(out)
 }
 
-/// For each kept vertex `u` with a deleted successor, the earliest kept vertex of each session that `u`
-/// reaches through deleted vertices only (rule 6), as pairs `(u, exit)`.
-///
-/// The known graph of an accepted round is acyclic, so each deleted vertex's exits are computed once, in
-/// reverse topological order of the deleted subgraph, and merged into its predecessors': the cost is the
-/// deleted vertices' edges times the sessions, not one search per kept vertex. Should the deleted subgraph
-/// have a cycle after all, every kept vertex gets its own search instead (the same answer, slower).
-fn exit_links(
-    adj: &[Vec<u32>],
-    del: &[bool],
-    session_pos: &[(usize, usize)],
-    sessions: usize,
-) -> Vec<(u32, u32)> {
-    let n = adj.len();
-    // Kahn's algorithm over the deleted subgraph.
-    let mut indegree = vec![0u32; n];
-    for d in (0..n).filter(|&d| del[d]) {
-        for &w in &adj[d] {
-            if del[w as usize] {
-                indegree[w as usize] += 1;
-            }
-        }
-    }
-    let mut order: Vec<u32> =
-        (0..n as u32).filter(|&d| del[d as usize] && indegree[d as usize] == 0).collect();
-    let mut i = 0;
-    while i < order.len() {
-        let d = order[i] as usize;
-        i += 1;
-        for &w in &adj[d] {
-            if del[w as usize] {
-                indegree[w as usize] -= 1;
-                if indegree[w as usize] == 0 {
-                    order.push(w);
-                }
-            }
-        }
-    }
-    if order.len() != del.iter().filter(|&&d| d).count() {
-        return exit_links_by_search(adj, del, session_pos);
-    }
-    // best[si]: the earliest exit found in session si so far, while merging one vertex's lists.
-    let mut best: Vec<Option<(usize, u32)>> = vec![None; sessions];
-    let mut touched: Vec<usize> = Vec::new();
-    let mut merge = |succ: &[u32], exits: &[Vec<(usize, usize, u32)>]| -> Vec<(usize, usize, u32)> {
-        let mut offer = |si: usize, pos: usize, w: u32, touched: &mut Vec<usize>| match &mut best[si] {
-            Some((p, x)) => {
-                if pos < *p {
-                    *p = pos;
-                    *x = w;
-                }
-            }
-            slot @ None => {
-                *slot = Some((pos, w));
-                touched.push(si);
-            }
-        };
-        for &w in succ {
-            if del[w as usize] {
-                for &(si, pos, x) in &exits[w as usize] {
-                    offer(si, pos, x, &mut touched);
-                }
-            } else {
-                let (si, pos) = session_pos[w as usize];
-                offer(si, pos, w, &mut touched);
-            }
-        }
-        let mut out: Vec<(usize, usize, u32)> =
-            touched.drain(..).filter_map(|si| best[si].take().map(|(pos, w)| (si, pos, w))).collect();
-        out.sort_unstable();
-        out
-    };
-    let mut exits: Vec<Vec<(usize, usize, u32)>> = vec![Vec::new(); n];
-    for &d in order.iter().rev() {
-        exits[d as usize] = merge(&adj[d as usize], &exits);
-    }
-    let mut links = Vec::new();
-    for u in 0..n as u32 {
-        if del[u as usize] {
-            continue;
-        }
-        let through: Vec<u32> = adj[u as usize].iter().copied().filter(|&w| del[w as usize]).collect();
-        if through.is_empty() {
-            continue;
-        }
-        let found = merge(&through, &exits);
-        if found.iter().any(|&(_, _, w)| w == u) {
-            // Only a cycle through `u` could lead back to it; search the plain way.
-            return exit_links_by_search(adj, del, session_pos);
-        }
-        links.extend(found.into_iter().map(|(_, _, w)| (u, w)));
-    }
-    links
-}
-
-/// [`exit_links`] by one depth-first search per kept vertex.
-fn exit_links_by_search(adj: &[Vec<u32>], del: &[bool], session_pos: &[(usize, usize)]) -> Vec<(u32, u32)> {
-    let n = adj.len();
-    let mut links = Vec::new();
-    let mut seen = vec![u32::MAX; n];
-    let mut exits: HashMap<usize, (usize, u32)> = HashMap::new();
-    for u in 0..n as u32 {
-        if del[u as usize] || !adj[u as usize].iter().any(|&w| del[w as usize]) {
-            continue;
-        }
-        exits.clear();
-        let mut stack: Vec<u32> = adj[u as usize].iter().copied().filter(|&w| del[w as usize]).collect();
-        for &w in &stack {
-            seen[w as usize] = u;
-        }
-        while let Some(d) = stack.pop() {
-            for &w in &adj[d as usize] {
-                if seen[w as usize] == u {
-                    continue;
-                }
-                seen[w as usize] = u;
-                if del[w as usize] {
-                    stack.push(w);
-                } else if w != u {
-                    let (si, pos) = session_pos[w as usize];
-                    let e = exits.entry(si).or_insert((pos, w));
-                    if pos < e.0 {
-                        *e = (pos, w);
-                    }
-                }
-            }
-        }
-        links.extend(exits.values().map(|&(_, w)| (u, w)));
-    }
-    links
-}
-
 /// The pre-history tag that stands for a promoted base version: the write id with the top bit set, so it
 /// never collides with the small tags importers use.
 pub(crate) fn base_tag(w: WriteId) -> u64 {
@@ -617,45 +517,4 @@ pub(crate) fn base_tag(w: WriteId) -> u64 {
 /// Whether a read observed one of a key's initial versions.
 pub(crate) fn is_initial(o: Observed) -> bool {
     matches!(o, Observed::Absent | Observed::PreHistory(_))
-}
-
-#[cfg(test)]
-mod tests {
-    use rand::rngs::StdRng;
-    use rand::{Rng, SeedableRng};
-
-    use super::{exit_links, exit_links_by_search};
-
-    /// The merged exits of rule 6 equal one search per kept vertex, on random DAGs of a few sessions.
-    #[test]
-    fn exit_links_match_the_search() {
-        let mut rng = StdRng::seed_from_u64(7);
-        for _ in 0..300 {
-            let n: usize = rng.gen_range(2..40);
-            let sessions: usize = rng.gen_range(1..5);
-            // Vertices in topological order 0..n; each in a session, positions in index order.
-            let mut next_pos = vec![0usize; sessions];
-            let session_pos: Vec<(usize, usize)> = (0..n)
-                .map(|_| {
-                    let si = rng.gen_range(0..sessions);
-                    next_pos[si] += 1;
-                    (si, next_pos[si] - 1)
-                })
-                .collect();
-            let mut adj: Vec<Vec<u32>> = vec![Vec::new(); n];
-            for (u, out) in adj.iter_mut().enumerate() {
-                for w in u + 1..n {
-                    if rng.gen_bool(0.15) {
-                        out.push(w as u32);
-                    }
-                }
-            }
-            let del: Vec<bool> = (0..n).map(|_| rng.gen_bool(0.5)).collect();
-            let mut fast = exit_links(&adj, &del, &session_pos, sessions);
-            let mut slow = exit_links_by_search(&adj, &del, &session_pos);
-            fast.sort_unstable();
-            slow.sort_unstable();
-            assert_eq!(fast, slow, "adj {adj:?} del {del:?} sessions {session_pos:?}");
-        }
-    }
 }

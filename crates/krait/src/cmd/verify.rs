@@ -242,17 +242,18 @@ fn verify_in_rounds(
         let k = &r.kept;
         if k.total() > 0 {
             eprintln!(
-                "  kept: {} not old, {} reached from a newer one, {} on a g' cycle with kept ones, {} fences after \
-                 a kept one, {} pinned, {} with a kept reader of a superseded version, {} frontier not base, {} \
-                 component mates, {} not vertices",
+                "  kept: {} not old, {} reached from a newer one, {} in a constraint with a newer one, {} in an \
+                 entangled constraint, {} fences after a kept one, {} pinned, {} with a kept reader of a superseded \
+                 version, {} frontier not base, {} constraint mates, {} not vertices",
                 k.not_old,
                 k.reached_from_new,
-                k.g_prime_cycle,
+                k.constraint_with_new,
+                k.entangled_constraint,
                 k.fence_order,
                 k.pinned,
                 k.reader_kept,
                 k.not_base,
-                k.component_mate,
+                k.constraint_mate,
                 k.not_vertex
             );
         }
