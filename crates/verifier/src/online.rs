@@ -356,6 +356,7 @@ fn set<T: Copy>(table: &mut Vec<Option<T>>, at: usize, value: T) {
 /// A [`Feeder`] on its own thread, tailing a live log until told to stop.
 pub struct Tailer {
     stop: Arc<AtomicBool>,
+    give_up: GiveUp,
     status: Arc<Mutex<Status>>,
     thread: Option<JoinHandle<Result<Status, OnlineError>>>,
 }
@@ -370,8 +371,9 @@ impl Tailer {
         on_reject: impl Fn(Option<&str>, &str) + Send + 'static,
     ) -> Result<Tailer, OnlineError> {
         let stop = Arc::new(AtomicBool::new(false));
+        let give_up = GiveUp::default();
         let status = Arc::new(Mutex::new(Status::default()));
-        let (stop2, status2) = (stop.clone(), status.clone());
+        let (stop2, give_up2, status2) = (stop.clone(), give_up.clone(), status.clone());
         let thread = std::thread::Builder::new()
             .name("krait-verifier".into())
             .spawn(move || {
@@ -386,10 +388,17 @@ impl Tailer {
                 let result = (|| -> Result<(), OnlineError> {
                     loop {
                         let stopping = stop2.load(Ordering::Acquire);
-                        // Once stopping, the proxy has closed the log: read everything that is left.
-                        let max = if stopping { usize::MAX } else { MAX_RECORDS_PER_TICK };
-                        let n = feeder.read_log(log.as_ref(), max)?;
-                        if stopping {
+                        if stopping && give_up2.given_up() {
+                            // What is left stays in the log, for the next run or `krait verify`; reading
+                            // nothing still counts it, so that the final state says how much is left.
+                            feeder.read_log(log.as_ref(), 0)?;
+                            return Ok(());
+                        }
+                        // Once stopping, the proxy has closed the log: the rest is read a tick's worth at a
+                        // time, so that giving up is seen between ticks, and the last read runs a last round.
+                        let n = feeder.read_log(log.as_ref(), MAX_RECORDS_PER_TICK)?;
+                        let done = stopping && n < MAX_RECORDS_PER_TICK;
+                        if done {
                             feeder.finish()?;
                         } else {
                             feeder.poll()?;
@@ -398,7 +407,7 @@ impl Tailer {
                             on_reject(id.as_deref(), &line);
                         }
                         publish(&mut feeder);
-                        if stopping {
+                        if done {
                             return Ok(());
                         }
                         if n < MAX_RECORDS_PER_TICK {
@@ -416,7 +425,12 @@ impl Tailer {
                 result.map(|()| s)
             })
             .map_err(OnlineError::Spawn)?;
-        Ok(Tailer { stop, status, thread: Some(thread) })
+        Ok(Tailer { stop, give_up, status, thread: Some(thread) })
+    }
+
+    /// A handle that makes [`Tailer::finish`] stop at the next tick instead of verifying the rest of the log.
+    pub fn give_up_handle(&self) -> GiveUp {
+        self.give_up.clone()
     }
 
     /// The state at the last tick.
@@ -425,7 +439,9 @@ impl Tailer {
     }
 
     /// Tells the thread to read the rest of the log, run a last round and exit; returns the final state.
-    /// Call after the proxy has shut down (so the log is closed and everything in it is durable).
+    /// Call after the proxy has shut down (so the log is closed and everything in it is durable). A
+    /// [`GiveUp`] from [`Tailer::give_up_handle`] cuts that short at the next tick (a round under way runs to
+    /// its end): the final state then counts what was left unverified in `lag_txns`.
     pub fn finish(mut self) -> Result<Status, OnlineError> {
         self.stop.store(true, Ordering::Release);
         match self.thread.take().map(JoinHandle::join) {
@@ -433,6 +449,24 @@ impl Tailer {
             Some(Err(_)) => Err(OnlineError::Panicked),
             None => Ok(self.status()),
         }
+    }
+}
+
+/// Tells a stopping [`Tailer`] not to verify the rest of the log: `krait serve` gives up after its grace
+/// period, or at a second Ctrl-C, so that a backlog does not hold a stop for minutes. Nothing is lost: the
+/// log keeps every record, and the next run reads it from its start.
+#[derive(Clone, Debug, Default)]
+pub struct GiveUp(Arc<AtomicBool>);
+
+impl GiveUp {
+    /// Gives up (from any thread).
+    pub fn now(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether [`GiveUp::now`] was called.
+    pub fn given_up(&self) -> bool {
+        self.0.load(Ordering::Acquire)
     }
 }
 

@@ -5,7 +5,7 @@
 //! `DATA_DIR/reports/`. This command only wires the two together and reports what they do.
 //!
 //! The proxy's admin server is the proxy crate's; this command publishes the verifier's state into it every
-//! quarter second ([`publish_status`]): `/metrics` and `/api/status` show the transactions verified, the lag
+//! quarter second ([`Publisher`]): `/metrics` and `/api/status` show the transactions verified, the lag
 //! in transactions and in seconds, and whether the verifier has fallen behind. It also prints a status line
 //! (transactions recorded and verified, lag, rounds, rejects) to stderr every few seconds. The admin server's
 //! status page (`/`) links to the reports, and `/reports/ID` shows each as HTML ([`StoredReports`]).
@@ -25,7 +25,10 @@ use crate::cmd::report::StoredReports;
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Stop it with Ctrl-C or SIGTERM: the proxy records open transactions and closes its log, then \
-                  the verifier reads the rest of the log, runs a last round and exits."
+                  the verifier reads the rest of the log, runs a last round and exits. If it is still verifying \
+                  after --stop-grace seconds, or at a second Ctrl-C or SIGTERM, it stops at its next tick and \
+                  says how many transactions it left unverified; they are all in the log, and the next \
+                  `krait serve` on it (or `krait verify`) checks them."
 )]
 pub struct ServeArgs {
     /// The proxy's configuration file (see configs/krait.toml).
@@ -49,6 +52,10 @@ pub struct ServeArgs {
     /// transaction, so its memory and each round's time grow with the history.
     #[arg(long, value_enum)]
     level: Option<crate::cmd::verify::LevelArg>,
+    /// On Ctrl-C or SIGTERM, how long the verifier may go on verifying what the log still holds before it
+    /// stops with the rest unverified (the log keeps it). A second signal stops it at once.
+    #[arg(long, default_value_t = 30, value_name = "S")]
+    stop_grace: u64,
 }
 
 /// The level `serve` checks: `--level`, else the configuration's `[verify] level`, else `declared`.
@@ -67,32 +74,51 @@ fn chosen_level(args: &ServeArgs, config: &proxy::Config) -> anyhow::Result<Leve
 /// How often `serve` publishes the verifier's state to the admin server's `/metrics` and `/api/status`.
 const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 
-/// Publishes the verifier's state into the proxy's metrics, for `/metrics` and `/api/status`. The lag is
-/// told from `now` (not from the verifier's last tick), so it keeps growing while a long round runs;
-/// `log_next_seq` counts log records appended since that tick as not yet verified. The verifier is behind
-/// when the oldest unverified transaction has waited more than two round intervals and a second (a round
-/// should verify it within one interval), or when more records wait unread than one tick reads.
-pub fn publish_status(
-    status: &Status,
-    metrics: &proxy::metrics::VerifierMetrics,
-    now: Instant,
-    round_interval: Duration,
-    log_next_seq: u64,
-) {
-    use proxy::metrics::VerifierMetrics as V;
-    let lag = status.oldest_unverified.map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
-    let unread = log_next_seq.saturating_sub(status.log_records.max(status.records_read));
-    let lag_txns = status.lag_txns + unread;
-    let behind = lag > round_interval * 2 + Duration::from_secs(1)
-        || log_next_seq.saturating_sub(status.records_read) > MAX_RECORDS_PER_TICK as u64;
-    V::set(&metrics.verified, status.verified);
-    V::set(&metrics.lag_txns, lag_txns);
-    V::set(&metrics.lag_ms, lag.as_millis() as u64);
-    V::set(&metrics.behind, u64::from(behind));
-    V::set(&metrics.rounds, status.rounds);
-    V::set(&metrics.rejects, status.rejects);
-    V::set(&metrics.live, status.live);
-    V::set(&metrics.attached, 1);
+/// Publishes the verifier's state into the proxy's metrics, for `/metrics` and `/api/status`, and keeps the
+/// one clock the verifier cannot keep: since when log records have waited unread.
+#[derive(Debug, Default)]
+pub struct Publisher {
+    /// When this publisher first saw records appended that the verifier had not read, while it still has not.
+    unread_since: Option<Instant>,
+}
+
+impl Publisher {
+    /// Publishes `status` as of `now`. The lag is told from `now` (not from the verifier's last tick), so it
+    /// keeps growing while a long round runs; `log_next_seq` counts log records appended since that tick as
+    /// not yet verified. Records the verifier has not read have no time of their own in its status, so the
+    /// lag is at least how long records have waited unread: a verifier stuck in a long round, or one that
+    /// has read nothing of a backlog yet, would otherwise show a lag of 0 s with thousands of transactions
+    /// behind. The verifier is behind when the lag exceeds two round intervals and a second (a round should
+    /// verify a transaction within one interval), or when more records wait unread than one tick reads.
+    pub fn publish(
+        &mut self,
+        status: &Status,
+        metrics: &proxy::metrics::VerifierMetrics,
+        now: Instant,
+        round_interval: Duration,
+        log_next_seq: u64,
+    ) {
+        use proxy::metrics::VerifierMetrics as V;
+        let waiting_unread = log_next_seq > status.records_read;
+        self.unread_since = if waiting_unread { Some(self.unread_since.unwrap_or(now)) } else { None };
+        let oldest = match (status.oldest_unverified, self.unread_since) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let lag = oldest.map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
+        let unread = log_next_seq.saturating_sub(status.log_records.max(status.records_read));
+        let lag_txns = status.lag_txns + unread;
+        let behind = lag > round_interval * 2 + Duration::from_secs(1)
+            || log_next_seq.saturating_sub(status.records_read) > MAX_RECORDS_PER_TICK as u64;
+        V::set(&metrics.verified, status.verified);
+        V::set(&metrics.lag_txns, lag_txns);
+        V::set(&metrics.lag_ms, lag.as_millis() as u64);
+        V::set(&metrics.behind, u64::from(behind));
+        V::set(&metrics.rounds, status.rounds);
+        V::set(&metrics.rejects, status.rejects);
+        V::set(&metrics.live, status.live);
+        V::set(&metrics.attached, 1);
+    }
 }
 
 /// The data directory for reports when none is given: the directory holding the log directory.
@@ -117,6 +143,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut options = RoundOptions::online(args.round_size.max(1), options_interval);
     options.verify.level = level;
     let status_every = Duration::from_secs(args.status_every.max(1));
+    let stop_grace = Duration::from_secs(args.stop_grace);
     let final_status = runtime.block_on(async {
         let extras = proxy::StartOptions { reports: Some(Arc::new(StoredReports(store.clone()))) };
         let handle = proxy::start_with(config.clone(), extras).await.context("the proxy could not start")?;
@@ -156,6 +183,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let mut ticker = tokio::time::interval(status_every);
         ticker.tick().await;
         let mut publisher = tokio::time::interval(PUBLISH_EVERY);
+        let mut published = Publisher::default();
         let interval = options_interval;
         let stop = crate::cmd::proxy::shutdown_signal();
         tokio::pin!(stop);
@@ -171,7 +199,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 }
                 _ = publisher.tick() => {
                     let (s, next_seq) = (tailer.status(), handle.log().next_seq());
-                    publish_status(&s, &handle.metrics().verifier, Instant::now(), interval, next_seq);
+                    published.publish(&s, &handle.metrics().verifier, Instant::now(), interval, next_seq);
                 }
                 _ = ticker.tick() => {
                     let s = tailer.status();
@@ -188,8 +216,33 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             Some(_) => drop(handle.shutdown().await),
             None => handle.shutdown().await.context("the proxy stopped with an error")?,
         }
-        let finished = tokio::task::spawn_blocking(move || tailer.finish()).await;
-        anyhow::Ok((finished.context("the verifier thread failed")??, log_failure))
+        let give_up = tailer.give_up_handle();
+        let finishing = tokio::task::spawn_blocking(move || tailer.finish());
+        tokio::pin!(finishing);
+        let grace = tokio::time::sleep(stop_grace);
+        let finished = tokio::select! {
+            finished = &mut finishing => finished,
+            () = grace => {
+                eprintln!("krait serve: still verifying after {} s, stopping at the next tick", stop_grace.as_secs());
+                give_up.now();
+                finishing.await
+            }
+            () = crate::cmd::proxy::shutdown_signal() => {
+                eprintln!("krait serve: stopping the verifier at its next tick");
+                give_up.now();
+                finishing.await
+            }
+        };
+        let status = finished.context("the verifier thread failed")??;
+        if give_up.given_up() && status.lag_txns > 0 {
+            eprintln!(
+                "krait serve: about {} transactions were left unverified; they are in the history log at {}, \
+                 and the next `krait serve` on it (or `krait verify`) checks them",
+                status.lag_txns,
+                config.log.path.display()
+            );
+        }
+        anyhow::Ok((status, log_failure))
     })?;
     let (final_status, log_failure) = final_status;
     eprintln!("krait serve: stopped; verifier: {}", final_status.line());
@@ -219,13 +272,38 @@ mod tests {
             ..Status::default()
         };
         let interval = Duration::from_millis(200);
-        publish_status(&status, v, start + Duration::from_millis(500), interval, 10);
+        let mut p = Publisher::default();
+        p.publish(&status, v, start + Duration::from_millis(500), interval, 10);
         assert_eq!((g(&v.attached), g(&v.lag_txns), g(&v.lag_ms), g(&v.behind)), (1, 4, 500, 0));
         // No new tick, but time passed and records were appended: the lag grows and the verifier is behind.
-        publish_status(&status, v, start + Duration::from_secs(3), interval, 13);
+        p.publish(&status, v, start + Duration::from_secs(3), interval, 13);
         assert_eq!((g(&v.lag_txns), g(&v.lag_ms), g(&v.behind)), (7, 3_000, 1));
         let caught_up = Status { lag_txns: 0, oldest_unverified: None, ..status };
-        publish_status(&caught_up, v, start + Duration::from_secs(4), interval, 10);
+        p.publish(&caught_up, v, start + Duration::from_secs(4), interval, 10);
         assert_eq!((g(&v.lag_txns), g(&v.lag_ms), g(&v.behind)), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_backlog_the_verifier_has_not_read_has_a_lag_in_seconds() {
+        let metrics = proxy::Metrics::default();
+        let v = &metrics.verifier;
+        let g = proxy::Metrics::get;
+        let start = Instant::now();
+        // The verifier has read nothing of 5,000 records (stuck in a round, or just started on a backlog): its
+        // status has no unverified transaction with a time.
+        let nothing_read = Status::default();
+        let interval = Duration::from_millis(200);
+        let mut p = Publisher::default();
+        p.publish(&nothing_read, v, start, interval, 5_000);
+        assert_eq!((g(&v.lag_txns), g(&v.lag_ms), g(&v.behind)), (5_000, 0, 0));
+        p.publish(&nothing_read, v, start + Duration::from_millis(2_500), interval, 5_000);
+        assert_eq!((g(&v.lag_txns), g(&v.lag_ms), g(&v.behind)), (5_000, 2_500, 1));
+        // Read and verified: the clock stops, and starts afresh with the next unread record.
+        let read = Status { log_records: 5_000, records_read: 5_000, ..Status::default() };
+        p.publish(&read, v, start + Duration::from_secs(3), interval, 5_000);
+        assert_eq!((g(&v.lag_txns), g(&v.lag_ms), g(&v.behind)), (0, 0, 0));
+        p.publish(&read, v, start + Duration::from_secs(4), interval, 5_001);
+        p.publish(&read, v, start + Duration::from_millis(4_300), interval, 5_001);
+        assert_eq!(g(&v.lag_ms), 300);
     }
 }
