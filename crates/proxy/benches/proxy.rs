@@ -2,7 +2,9 @@
 //!
 //! `cargo bench -p proxy --bench proxy` (set `KRAIT_BENCH_SECONDS` to change the 10 s per run,
 //! `KRAIT_BENCH_ROUNDS` to repeat every path that many times, alternating, and report the median, and
-//! `KRAIT_BENCH_WORKERS` for the proxy runtime's worker threads, 2 by default). It needs
+//! `KRAIT_BENCH_WORKERS` for the proxy runtime's worker threads, 2 by default, and `KRAIT_BENCH_PROTOCOL`
+//! for pgbench's `-M`: `prepared` by default, `simple` or `extended`; `KRAIT_BENCH_PATH=xmin` runs only the
+//! Krait paths whose name contains it). It needs
 //! PostgreSQL on 127.0.0.1:5432 with trust auth, pgbench and psql; pgbouncer is optional
 //! (`scripts/bench-deps` installs it; it runs as the `postgres` OS user). It creates and drops a database of
 //! its own, `krait_bench`.
@@ -36,13 +38,32 @@ fn run(cmd: &mut Command) -> Result<String, String> {
     }
 }
 
-/// One pgbench run: (tps, mean latency in ms), or why it failed.
-type Run = Result<(f64, f64), String>;
+/// One pgbench run: (tps, mean latency in ms, the proxy's CPU per transaction in µs when it ran in this
+/// process), or why it failed.
+type Run = Result<(f64, f64, Option<f64>), String>;
+
+/// CPU seconds this process has used, all threads (the proxy's runtime and its log's threads; pgbench is a
+/// child and not counted), from `/proc/self/stat`; `None` where there is none.
+fn process_cpu() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces: the state is field 3,
+    // utime and stime (in clock ticks of 1/100 s) are fields 14 and 15.
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// pgbench's query protocol (`-M`): `KRAIT_BENCH_PROTOCOL`, `prepared` unless set. `simple` sends every
+/// statement's literals in its text, which the proxy's plan cache meets by fingerprint.
+fn protocol() -> String {
+    std::env::var("KRAIT_BENCH_PROTOCOL").unwrap_or_else(|_| "prepared".to_owned())
+}
 
 fn pgbench(port: u16, workload: &[&str], seconds: u64) -> Run {
     let port = port.to_string();
     let secs = seconds.to_string();
-    let mut args = vec!["-n", "-M", "prepared", "-c", CLIENTS, "-j", "2", "-T", &secs];
+    let protocol = protocol();
+    let mut args = vec!["-n", "-M", &protocol, "-c", CLIENTS, "-j", "2", "-T", &secs];
     args.extend_from_slice(workload);
     args.extend_from_slice(&["-h", "127.0.0.1", "-p", &port, "-U", "postgres", DB]);
     let report = run(Command::new("pgbench").args(&args))?;
@@ -54,7 +75,7 @@ fn pgbench(port: u16, workload: &[&str], seconds: u64) -> Run {
     };
     let tps = pick("tps = ").ok_or_else(|| format!("no tps in {report}"))?;
     let lat = pick("latency average = ").ok_or_else(|| format!("no latency in {report}"))?;
-    Ok((tps, lat))
+    Ok((tps, lat, None))
 }
 
 fn free_port() -> u16 {
@@ -123,10 +144,17 @@ fn main() {
 
     let rounds: usize =
         std::env::var("KRAIT_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1).max(1);
-    println!("pgbench -M prepared, {CLIENTS} clients, {seconds} s per run, scale 5, median of {rounds}");
-    println!("{:<14} {:<34} {:>10} {:>12} {:>9}", "workload", "path", "tps", "latency ms", "/direct");
+    println!(
+        "pgbench -M {}, {CLIENTS} clients, {seconds} s per run, scale 5, median of {rounds}",
+        protocol()
+    );
+    println!(
+        "{:<14} {:<34} {:>10} {:>12} {:>9} {:>14}",
+        "workload", "path", "tps", "latency ms", "/direct", "proxy µs CPU/txn"
+    );
     // KRAIT_BENCH_ONLY=select-only (or tpcb-like) runs one workload, e.g. under a profiler.
     let only = std::env::var("KRAIT_BENCH_ONLY").ok();
+    let path_filter = std::env::var("KRAIT_BENCH_PATH").ok();
     let krait_paths: [(&str, &str, &str); 4] = [
         ("krait, tagging off, none", "none", OFF),
         ("krait, tagging off, group", "group", OFF),
@@ -139,14 +167,16 @@ fn main() {
         }
         // Every path once per round, in the same order, so drift on a shared machine spreads over all.
         let mut results: Vec<(String, Vec<Run>)> = Vec::new();
-        let mut record =
-            |path: &str, r: Result<(f64, f64), String>| match results.iter_mut().find(|(p, _)| p == path) {
-                Some((_, rs)) => rs.push(r),
-                None => results.push((path.to_owned(), vec![r])),
-            };
+        let mut record = |path: &str, r: Run| match results.iter_mut().find(|(p, _)| p == path) {
+            Some((_, rs)) => rs.push(r),
+            None => results.push((path.to_owned(), vec![r])),
+        };
         for round in 0..rounds {
             record("direct", pgbench(5432, &workload, seconds));
             for (path, durability, tagging) in krait_paths {
+                if path_filter.as_deref().is_some_and(|f| !path.contains(f)) {
+                    continue;
+                }
                 let log = tmp.join(format!("log-{name}-{round}-{durability}-{}", tagging.len()));
                 let toml = format!(
                     "[listen]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
@@ -158,14 +188,16 @@ fn main() {
                         proxy::Config::parse(&toml, Path::new("<bench>")).map_err(|e| e.to_string())?;
                     let handle = proxy::start(config).await.map_err(|e| e.to_string())?;
                     let port = handle.listen_addr().port();
+                    let cpu_before = process_cpu();
                     let r = tokio::task::spawn_blocking({
                         let workload: Vec<&'static str> = workload.clone();
                         move || pgbench(port, &workload, seconds)
                     })
                     .await
                     .map_err(|e| e.to_string())?;
+                    let cpu = cpu_before.zip(process_cpu()).map(|(b, a)| a - b);
                     handle.shutdown().await.map_err(|e| e.to_string())?;
-                    r
+                    r.map(|(tps, lat, _)| (tps, lat, cpu.map(|c| c * 1e6 / (tps * seconds as f64))))
                 });
                 record(path, result);
                 let _ = std::fs::remove_dir_all(&log);
@@ -179,12 +211,13 @@ fn main() {
                 Err(e) => record("pgbouncer (session)", Err(e)),
             }
         }
-        let direct = results.first().and_then(|(_, rs)| median(rs)).map(|(tps, _)| tps);
+        let direct = results.first().and_then(|(_, rs)| median(rs)).map(|(tps, _, _)| tps);
         for (path, rs) in &results {
             match median(rs) {
-                Some((tps, lat)) => {
+                Some((tps, lat, cpu)) => {
                     let ratio = direct.map_or_else(|| "-".to_owned(), |d| format!("{:.2}", tps / d));
-                    println!("{name:<14} {path:<34} {tps:>10.0} {lat:>12.3} {ratio:>9}");
+                    let cpu = cpu.map_or_else(|| "-".to_owned(), |c| format!("{c:.0}"));
+                    println!("{name:<14} {path:<34} {tps:>10.0} {lat:>12.3} {ratio:>9} {cpu:>14}");
                 }
                 None => {
                     let why = rs.iter().find_map(|r| r.as_ref().err()).cloned().unwrap_or_default();
@@ -197,9 +230,9 @@ fn main() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
-/// The run with the median throughput among those that succeeded: its (tps, latency).
-fn median(runs: &[Run]) -> Option<(f64, f64)> {
-    let mut ok: Vec<(f64, f64)> = runs.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+/// The run with the median throughput among those that succeeded: its (tps, latency, CPU).
+fn median(runs: &[Run]) -> Option<(f64, f64, Option<f64>)> {
+    let mut ok: Vec<(f64, f64, Option<f64>)> = runs.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
     ok.sort_by(|a, b| a.0.total_cmp(&b.0));
     ok.get(ok.len().checked_sub(1)? / 2).copied()
 }

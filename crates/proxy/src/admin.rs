@@ -330,6 +330,17 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
         for (name, what, counter) in [
             ("krait_plan_cache_hits_total", "answered from the plan cache", &t.plans.hits),
             ("krait_plan_cache_misses_total", "that had to be parsed and planned", &t.plans.misses),
+            (
+                "krait_plan_cache_fingerprint_hits_total",
+                "with literals answered from their literal-stripped fingerprint's plan template",
+                &t.plans.fingerprint_hits,
+            ),
+            (
+                "krait_plan_cache_fingerprint_misses_total",
+                "with literals whose fingerprint had no plan template (they go on to the exact-text lookup \
+                 when the fingerprint can have none)",
+                &t.plans.fingerprint_misses,
+            ),
         ] {
             let _ = writeln!(
                 out,

@@ -11,6 +11,8 @@
 //!   module docs list the limits of `xmin`.
 //! - [`catalog`]: primary keys from `pg_catalog`, cached.
 //! - [`fence`]: the fence transaction and the per-connection counter.
+//! - [`plan_cache`]: plans shared by all sessions, by exact text and, for texts with literals, by
+//!   [`fingerprint`] (the text with its literals cut out) as a [`plan_template`] filled in per execution.
 //!
 //! # In the session
 //!
@@ -64,10 +66,12 @@
 
 pub mod catalog;
 pub mod fence;
+pub mod fingerprint;
 pub mod inject;
 pub mod ops;
 pub mod plan;
 pub mod plan_cache;
+pub mod plan_template;
 pub mod search_path;
 pub mod shared;
 pub mod strip;

@@ -187,7 +187,7 @@ impl Tagger {
         // The plan depends on the text and on the catalog as `during` and the user resolve its names.
         self.shared
             .plans
-            .get_or_plan(&shared, &self.user, &during, text, || XminStrategy.plan(text, &catalog).ok())
+            .get_or_plan(&shared, &self.user, &during, text, |t| XminStrategy.plan(t, &catalog).ok())
     }
 
     /// Whether the tagger gave up recording ops for this session.

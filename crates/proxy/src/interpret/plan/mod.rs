@@ -264,6 +264,10 @@ pub struct PlannedQuery {
     pub stmts: Vec<StmtPlan>,
     /// Whether `stmts` lines up with the statements the server will run (false after a parse failure).
     pub aligned: bool,
+    /// Whether `rewritten` is the client's own text with the extra columns spliced in (one statement), not
+    /// sqlparser's printing of the statements, which may show a literal otherwise than the client wrote it
+    /// (a plan template relies on the former: [`super::plan_template`]).
+    pub spliced: bool,
 }
 
 /// Plans a query string (simple protocol: maybe several statements; Parse: one).
@@ -280,6 +284,7 @@ pub fn plan_query(sql: &str, catalog: &Catalog) -> PlannedQuery {
         rewritten: None,
         stmts: vec![StmtPlan::Opaque(opaque(OpaqueKind::Unparsed, e.to_string()))],
         aligned: false,
+        spliced: false,
     };
     let dialect = PostgreSqlDialect {};
     let mut statements = match Parser::new(&dialect).try_with_sql(sql) {
@@ -295,6 +300,7 @@ pub fn plan_query(sql: &str, catalog: &Catalog) -> PlannedQuery {
     let mut out = Vec::new();
     let mut texts = String::new();
     let mut any = false;
+    let mut all_spliced = true;
     while let Some(mut stmt) = next.take() {
         next = match statements.next() {
             Ok(s) => s,
@@ -318,12 +324,14 @@ pub fn plan_query(sql: &str, catalog: &Catalog) -> PlannedQuery {
             None => {
                 use std::fmt::Write;
                 let _ = write!(texts, "{stmt}");
+                all_spliced = false;
             }
         }
         out.push(plan);
     }
     out.shrink_to_fit();
-    PlannedQuery { rewritten: any.then_some(texts), stmts: out, aligned: true }
+    let spliced = any && all_spliced;
+    PlannedQuery { rewritten: any.then_some(texts), stmts: out, aligned: true, spliced }
 }
 
 /// The statements of a query string, parsed one at a time with the same rules as sqlparser's
@@ -563,11 +571,11 @@ mod tests {
             Ok(s) => s,
             Err(e) => {
                 let stmts = vec![StmtPlan::Opaque(opaque(OpaqueKind::Unparsed, e.to_string()))];
-                return PlannedQuery { rewritten: None, stmts, aligned: false };
+                return PlannedQuery { rewritten: None, stmts, aligned: false, spliced: false };
             }
         };
         let single = statements.len() == 1;
-        let (mut out, mut texts, mut any) = (Vec::new(), Vec::new(), false);
+        let (mut out, mut texts, mut any, mut all_spliced) = (Vec::new(), Vec::new(), false, true);
         for mut stmt in statements {
             let select_end = select_list_end(&stmt);
             let mut plan = plan_statement(&mut stmt, catalog);
@@ -576,10 +584,12 @@ mod tests {
                 (StmtPlan::Rows(rows), true) => splice(sql, &stmt, rows, select_end),
                 _ => None,
             };
+            all_spliced &= spliced.is_some();
             texts.push(spliced.unwrap_or_else(|| stmt.to_string()));
             out.push(plan);
         }
-        PlannedQuery { rewritten: any.then(|| texts.join("; ")), stmts: out, aligned: true }
+        let spliced = any && all_spliced;
+        PlannedQuery { rewritten: any.then(|| texts.join("; ")), stmts: out, aligned: true, spliced }
     }
 
     #[test]
