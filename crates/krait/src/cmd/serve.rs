@@ -80,6 +80,8 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 pub struct Publisher {
     /// When this publisher first saw records appended that the verifier had not read, while it still has not.
     unread_since: Option<Instant>,
+    /// The lag last published, in time and in transactions, for the status lines on stderr.
+    last: (Duration, u64),
 }
 
 impl Publisher {
@@ -110,6 +112,7 @@ impl Publisher {
         let lag_txns = status.lag_txns + unread;
         let behind = lag > round_interval * 2 + Duration::from_secs(1)
             || log_next_seq.saturating_sub(status.records_read) > MAX_RECORDS_PER_TICK as u64;
+        self.last = (lag, lag_txns);
         V::set(&metrics.verified, status.verified);
         V::set(&metrics.lag_txns, lag_txns);
         V::set(&metrics.lag_ms, lag.as_millis() as u64);
@@ -118,6 +121,12 @@ impl Publisher {
         V::set(&metrics.rejects, status.rejects);
         V::set(&metrics.live, status.live);
         V::set(&metrics.attached, 1);
+    }
+
+    /// `status` with the lag last published, so that a status line says what `/metrics` says.
+    pub fn with_lag(&self, mut status: Status) -> Status {
+        (status.lag, status.lag_txns) = self.last;
+        status
     }
 }
 
@@ -202,7 +211,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                     published.publish(&s, &handle.metrics().verifier, Instant::now(), interval, next_seq);
                 }
                 _ = ticker.tick() => {
-                    let s = tailer.status();
+                    let s = published.with_lag(tailer.status());
                     eprintln!("krait serve: verifier: {}", s.line());
                     if let Some(e) = s.error {
                         eprintln!("krait serve: the verifier stopped: {e}");
