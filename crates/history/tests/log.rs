@@ -35,6 +35,11 @@ fn collect_tail(log: &dyn HistoryLog, from: u64) -> Vec<(u64, LogRecord)> {
     log.tail(from).collect::<Result<Vec<_>, _>>().expect("tail of a healthy log")
 }
 
+/// The whole log as the proxy handed its records over: compact records expanded, definitions left out.
+fn resolved_tail(log: &dyn HistoryLog) -> Vec<(u64, LogRecord)> {
+    history::log::resolved(log.tail(0)).collect::<Result<Vec<_>, _>>().expect("a resolvable log")
+}
+
 #[test]
 fn tail_returns_records_in_append_order_with_consecutive_seqs() {
     let dir = tempfile::tempdir().unwrap();
@@ -42,25 +47,32 @@ fn tail_returns_records_in_append_order_with_consecutive_seqs() {
     let t1 = log.append_intent(rmw(1, 1, 0, "a", Observed::PreHistory(0), 10)).unwrap();
     let t2 = log.append_outcome(TxnId(1), Outcome::Committed, Some(5_000)).unwrap();
     let t3 = log.append_finished(LoggedTxn::new(TxnId(2), SessionId(2), 0), Outcome::Aborted, None).unwrap();
-    assert_eq!((t1.seq(), t2.seq(), t3.seq()), (0, 1, 2));
-    assert_eq!(log.next_seq(), 3);
+    // The intent's two statement texts and its namespace are defined first, in records 0 to 2.
+    assert_eq!((t1.seq(), t2.seq(), t3.seq()), (3, 4, 5));
+    assert_eq!(log.next_seq(), 6);
     t3.wait().unwrap();
 
     let all = collect_tail(&log, 0);
-    assert_eq!(all.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![0, 1, 2]);
-    assert!(matches!(&all[0].1, LogRecord::Intent(t) if t.id == TxnId(1)));
+    assert_eq!(all.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4, 5]);
+    assert!(matches!(&all[0].1, LogRecord::Statement { text } if text.starts_with("SELECT")));
+    assert!(matches!(&all[2].1, LogRecord::Namespace { name } if name == "accounts"));
+    assert!(matches!(&all[3].1, LogRecord::CompactIntent(t) if t.id == TxnId(1)));
+    // Resolved, the records read as the proxy handed them over.
+    let resolved: Vec<_> = history::log::resolved(all.into_iter().map(Ok)).collect::<Result<_, _>>().unwrap();
+    assert_eq!(resolved.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![3, 4, 5]);
+    assert_eq!(resolved[0].1, LogRecord::Intent(rmw(1, 1, 0, "a", Observed::PreHistory(0), 10)));
     assert_eq!(
-        all[1].1,
+        resolved[1].1,
         LogRecord::Outcome { txn: TxnId(1), outcome: Outcome::Committed, commit_ns: Some(5_000) }
     );
     assert!(
-        matches!(&all[2].1, LogRecord::Finished { txn, outcome: Outcome::Aborted, .. } if txn.id == TxnId(2))
+        matches!(&resolved[2].1, LogRecord::Finished { txn, outcome: Outcome::Aborted, .. } if txn.id == TxnId(2))
     );
 
-    let from_two = collect_tail(&log, 2);
-    assert_eq!(from_two.len(), 1);
-    assert_eq!(from_two[0].0, 2);
-    assert!(collect_tail(&log, 3).is_empty());
+    let from_five = collect_tail(&log, 5);
+    assert_eq!(from_five.len(), 1);
+    assert_eq!(from_five[0].0, 5);
+    assert!(collect_tail(&log, 6).is_empty());
 }
 
 #[test]
@@ -191,19 +203,17 @@ fn recovery_after_a_strict_crash_marks_pending_intents_indeterminate_without_a_g
         log.drop_as_if_crashed();
     }
     let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
-    let records = collect_tail(&log, 0);
+    let records = resolved_tail(&log);
     assert_eq!(records.len(), 5);
     assert_eq!(
-        records[4],
-        (
-            4,
-            LogRecord::Recovery {
-                indeterminate: vec![TxnId(1), TxnId(3)],
-                gap: false,
-                previous: Some(Durability::Strict)
-            }
-        )
+        records[4].1,
+        LogRecord::Recovery {
+            indeterminate: vec![TxnId(1), TxnId(3)],
+            gap: false,
+            previous: Some(Durability::Strict)
+        }
     );
+    assert_eq!(records[4].0, log.next_seq() - 1, "the recovery record is the last one");
     let h = log.replay().unwrap();
     let outcomes: Vec<_> = h.transactions.iter().map(|t| (t.id.0, t.outcome)).collect();
     assert_eq!(
@@ -265,7 +275,7 @@ fn a_clean_close_records_no_crash_but_resolves_intents_left_pending() {
         log.close().unwrap();
     }
     let log = SledLog::open(dir.path(), Durability::Group).unwrap();
-    let records = collect_tail(&log, 0);
+    let records = resolved_tail(&log);
     assert_eq!(records.len(), 4, "the reopen after a clean close appends nothing");
     assert_eq!(
         records[3].1,

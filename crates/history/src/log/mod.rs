@@ -14,6 +14,14 @@
 //! number as 8 big-endian bytes, so key order is append order and [`HistoryLog::tail`] reads in append
 //! order.
 //!
+//! The log stores those three in their compact form ([`LogRecord::CompactIntent`],
+//! [`LogRecord::CompactFinished`], [`LogRecord::CompactLateOps`]): each statement text and key namespace
+//! is written once per open of the log, in a [`LogRecord::Statement`] or [`LogRecord::Namespace`] record
+//! of its own just before the first record that cites it, and cited by that record's sequence number (see
+//! [`compact`] for why that is sound across crashes, restarts and copies). Replay expands them back;
+//! [`resolved`] does the same for tools that read the records themselves. Logs written before this still
+//! read: their records are decoded as they were written.
+//!
 //! ```
 //! use history::{
 //!     Durability, HistoryLog, KeyName, LoggedOp, LoggedTxn, Outcome, SessionId, SledLog, TxnId, WriteId,
@@ -80,6 +88,7 @@
 //! on sled's use of `sync_file_range`, which does not flush file metadata or the drive's write cache; that
 //! is sled's guarantee, not ours, and the [`HistoryLog`] trait exists so another engine can replace it.
 
+pub mod compact;
 pub mod group_commit;
 mod reader;
 pub mod record;
@@ -93,6 +102,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub use compact::{CompactOp, CompactOps, CompactTxn, Resolver, resolved};
 pub use group_commit::{DurabilityTicket, DurableFuture, FSYNC_BUCKETS_US, LogStats};
 pub use reader::LogReader;
 pub use record::{BadStatementIndex, FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError};
