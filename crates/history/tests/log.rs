@@ -647,3 +647,55 @@ fn the_log_directory_and_its_files_are_private_to_their_owner() {
     SledLog::open(&old, Durability::Strict).unwrap().close().unwrap();
     check(&old);
 }
+
+/// Under `strict`, the fsync a commit waits for is held back while another transaction's COMMIT is in
+/// flight (its intent logged, its outcome not yet), so that one fsync covers both outcomes.
+#[test]
+fn a_commit_fsync_waits_for_commits_in_flight_and_covers_them_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = LogOptions::new(Durability::Strict);
+    // Far longer than the test needs, so that it does not depend on the machine's speed.
+    options.commit_delay = Duration::from_secs(20);
+    let log = Arc::new(SledLog::open_with(dir.path(), options).unwrap());
+    let _ = log.append_intent(rmw(1, 1, 0, "a", Observed::PreHistory(0), 10)).unwrap();
+    let _ = log.append_intent(rmw(2, 2, 0, "b", Observed::PreHistory(0), 20)).unwrap();
+    let before = log.stats().fsyncs;
+    let first = log.append_outcome(TxnId(1), Outcome::Committed, Some(1)).unwrap();
+    let waiter = thread::spawn(move || first.wait());
+    thread::sleep(Duration::from_millis(200));
+    assert!(!waiter.is_finished(), "T2's COMMIT is in flight, so T1's fsync waits for its outcome");
+    let started = Instant::now();
+    log.append_outcome(TxnId(2), Outcome::Committed, Some(2)).unwrap().wait().unwrap();
+    waiter.join().unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10), "T2's outcome ended the delay");
+    assert_eq!(log.stats().fsyncs - before, 1, "one fsync covered both commits");
+}
+
+/// The delay is bounded: an intent whose outcome does not come (a long statement that may commit as it
+/// runs) holds another commit's fsync back for at most `commit_delay`; with nothing in flight there is none.
+#[test]
+fn the_commit_delay_is_bounded_and_taken_only_with_commits_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = LogOptions::new(Durability::Strict);
+    options.commit_delay = Duration::from_millis(300);
+    let log = SledLog::open_with(dir.path(), options).unwrap();
+    let alone = Instant::now();
+    log.append_finished(rmw(1, 1, 0, "a", Observed::PreHistory(0), 10), Outcome::Committed, None)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(
+        alone.elapsed() < Duration::from_millis(250),
+        "nothing in flight, no delay: {:?}",
+        alone.elapsed()
+    );
+    let _ = log.append_intent(rmw(2, 2, 0, "b", Observed::PreHistory(0), 20)).unwrap();
+    let held = Instant::now();
+    log.append_finished(rmw(3, 3, 0, "c", Observed::PreHistory(0), 30), Outcome::Committed, None)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let waited = held.elapsed();
+    assert!(waited >= Duration::from_millis(250), "T2 in flight, the fsync waited for it: {waited:?}");
+    assert!(waited < Duration::from_secs(10), "but not for ever: {waited:?}");
+}

@@ -49,9 +49,11 @@
 //!
 //! - [`Durability::Strict`]: an outcome's ticket resolves only after an fsync that covers it. Concurrent
 //!   sessions share fsyncs through group commit (see [`group_commit`]): a flusher thread covers every
-//!   request that arrived during the previous fsync with the next one. Because the engine's fsync covers
-//!   everything appended before it, an acknowledged outcome also makes every earlier intent durable, in
-//!   particular the intent of any transaction whose writes the acknowledged one could have read.
+//!   request that arrived during the previous fsync with the next one, and holds an fsync back briefly
+//!   ([`LogOptions::commit_delay`]) while other COMMITs are in flight, so that it covers their outcomes
+//!   too. Because the engine's fsync covers everything appended before it, an acknowledged outcome also
+//!   makes every earlier intent durable, in particular the intent of any transaction whose writes the
+//!   acknowledged one could have read.
 //! - [`Durability::Group`]: tickets resolve at once; the flusher fsyncs at least every
 //!   [`LogOptions::group_interval`] (10 ms by default).
 //! - [`Durability::None`]: the log never fsyncs on its own (only on [`HistoryLog::sync`] and at close).
@@ -183,12 +185,22 @@ pub struct LogOptions {
     pub group_interval: Duration,
     /// The storage engine's page cache size, in bytes.
     pub cache_bytes: u64,
+    /// Under `strict`, the longest an fsync that a commit waits for is held back while other transactions'
+    /// COMMITs are in flight (their intents logged, their outcomes not yet), so that one fsync covers
+    /// their outcomes too (the idea of PostgreSQL's `commit_delay`, taken only when there is a commit to
+    /// wait for). Zero turns it off.
+    pub commit_delay: Duration,
 }
 
 impl LogOptions {
-    /// Defaults for `durability`: a 10 ms group interval and a 64 MiB cache.
+    /// Defaults for `durability`: a 10 ms group interval, a 64 MiB cache and a 2 ms commit delay.
     pub fn new(durability: Durability) -> Self {
-        LogOptions { durability, group_interval: Duration::from_millis(10), cache_bytes: 64 << 20 }
+        LogOptions {
+            durability,
+            group_interval: Duration::from_millis(10),
+            cache_bytes: 64 << 20,
+            commit_delay: Duration::from_millis(2),
+        }
     }
 }
 

@@ -169,6 +169,7 @@ impl SledLog {
             next_seq,
             policy,
             options.durability == Durability::Strict,
+            options.commit_delay,
             Box::new(move || flush_db.flush().map(|_| ()).map_err(|e| e.to_string())),
         )?;
 
@@ -219,9 +220,11 @@ impl SledLog {
         self.gc.check_usable()?;
         check(&inner)?;
         let seq = self.insert(&mut inner, bytes)?;
+        // Still under the lock, so the flusher sees appended seqs in order; before `after`, so that an
+        // fsync the outcome's bookkeeping lets go covers the outcome itself.
+        let ticket = self.gc.appended(seq);
         after(&mut inner, seq);
-        // Still under the lock, so the flusher sees appended seqs in order.
-        Ok(self.gc.appended(seq))
+        Ok(ticket)
     }
 
     /// Appends a record that cites statement texts and namespaces (see [`super::compact`]): `build` makes
@@ -252,8 +255,9 @@ impl SledLog {
             let _ticket = self.gc.appended(seq);
         }
         let seq = self.insert(&mut inner, bytes)?;
+        let ticket = self.gc.appended(seq);
         after(&mut inner, seq);
-        Ok(self.gc.appended(seq))
+        Ok(ticket)
     }
 
     /// Hands `bytes` to the engine as the next record; returns its sequence number.
@@ -297,6 +301,7 @@ impl HistoryLog for SledLog {
             |inner, seq| {
                 inner.pending.insert(id, seq);
                 inner.txn_floor = inner.txn_floor.max(id.0.saturating_add(1));
+                self.gc.set_in_flight(inner.pending.len(), false);
             },
         )
     }
@@ -315,6 +320,7 @@ impl HistoryLog for SledLog {
             },
             |inner, _| {
                 inner.pending.remove(&txn);
+                self.gc.set_in_flight(inner.pending.len(), true);
             },
         )
     }
