@@ -193,13 +193,13 @@ pub struct LogOptions {
 }
 
 impl LogOptions {
-    /// Defaults for `durability`: a 10 ms group interval, a 64 MiB cache and a 2 ms commit delay.
+    /// Defaults for `durability`: a 10 ms group interval, a 64 MiB cache and a 5 ms commit delay.
     pub fn new(durability: Durability) -> Self {
         LogOptions {
             durability,
             group_interval: Duration::from_millis(10),
             cache_bytes: 64 << 20,
-            commit_delay: Duration::from_millis(2),
+            commit_delay: Duration::from_millis(5),
         }
     }
 }
