@@ -31,7 +31,10 @@ async fn a_closed_session_is_logged_as_ended_after_its_transactions() {
     // The end record may land just after the client's socket closed; wait for it (bounded).
     let mut records = Vec::new();
     for _ in 0..100 {
-        records = p.handle.log().tail(0).collect::<Result<Vec<_>, _>>().expect("readable log");
+        // Resolved: transaction records as the proxy handed them over (the log writes them compactly).
+        records = history::log::resolved(p.handle.log().tail(0))
+            .collect::<Result<Vec<_>, _>>()
+            .expect("readable log");
         if records
             .iter()
             .any(|(_, r)| matches!(r, LogRecord::SessionEnded { session: s, .. } if *s == session))

@@ -35,6 +35,11 @@ fn collect_tail(log: &dyn HistoryLog, from: u64) -> Vec<(u64, LogRecord)> {
     log.tail(from).collect::<Result<Vec<_>, _>>().expect("tail of a healthy log")
 }
 
+/// The whole log as the proxy handed its records over: compact records expanded, definitions left out.
+fn resolved_tail(log: &dyn HistoryLog) -> Vec<(u64, LogRecord)> {
+    history::log::resolved(log.tail(0)).collect::<Result<Vec<_>, _>>().expect("a resolvable log")
+}
+
 #[test]
 fn tail_returns_records_in_append_order_with_consecutive_seqs() {
     let dir = tempfile::tempdir().unwrap();
@@ -42,25 +47,32 @@ fn tail_returns_records_in_append_order_with_consecutive_seqs() {
     let t1 = log.append_intent(rmw(1, 1, 0, "a", Observed::PreHistory(0), 10)).unwrap();
     let t2 = log.append_outcome(TxnId(1), Outcome::Committed, Some(5_000)).unwrap();
     let t3 = log.append_finished(LoggedTxn::new(TxnId(2), SessionId(2), 0), Outcome::Aborted, None).unwrap();
-    assert_eq!((t1.seq(), t2.seq(), t3.seq()), (0, 1, 2));
-    assert_eq!(log.next_seq(), 3);
+    // The intent's two statement texts and its namespace are defined first, in records 0 to 2.
+    assert_eq!((t1.seq(), t2.seq(), t3.seq()), (3, 4, 5));
+    assert_eq!(log.next_seq(), 6);
     t3.wait().unwrap();
 
     let all = collect_tail(&log, 0);
-    assert_eq!(all.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![0, 1, 2]);
-    assert!(matches!(&all[0].1, LogRecord::Intent(t) if t.id == TxnId(1)));
+    assert_eq!(all.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4, 5]);
+    assert!(matches!(&all[0].1, LogRecord::Statement { text } if text.starts_with("SELECT")));
+    assert!(matches!(&all[2].1, LogRecord::Namespace { name } if name == "accounts"));
+    assert!(matches!(&all[3].1, LogRecord::CompactIntent(t) if t.id == TxnId(1)));
+    // Resolved, the records read as the proxy handed them over.
+    let resolved: Vec<_> = history::log::resolved(all.into_iter().map(Ok)).collect::<Result<_, _>>().unwrap();
+    assert_eq!(resolved.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![3, 4, 5]);
+    assert_eq!(resolved[0].1, LogRecord::Intent(rmw(1, 1, 0, "a", Observed::PreHistory(0), 10)));
     assert_eq!(
-        all[1].1,
+        resolved[1].1,
         LogRecord::Outcome { txn: TxnId(1), outcome: Outcome::Committed, commit_ns: Some(5_000) }
     );
     assert!(
-        matches!(&all[2].1, LogRecord::Finished { txn, outcome: Outcome::Aborted, .. } if txn.id == TxnId(2))
+        matches!(&resolved[2].1, LogRecord::Finished { txn, outcome: Outcome::Aborted, .. } if txn.id == TxnId(2))
     );
 
-    let from_two = collect_tail(&log, 2);
-    assert_eq!(from_two.len(), 1);
-    assert_eq!(from_two[0].0, 2);
-    assert!(collect_tail(&log, 3).is_empty());
+    let from_five = collect_tail(&log, 5);
+    assert_eq!(from_five.len(), 1);
+    assert_eq!(from_five[0].0, 5);
+    assert!(collect_tail(&log, 6).is_empty());
 }
 
 #[test]
@@ -191,19 +203,17 @@ fn recovery_after_a_strict_crash_marks_pending_intents_indeterminate_without_a_g
         log.drop_as_if_crashed();
     }
     let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
-    let records = collect_tail(&log, 0);
+    let records = resolved_tail(&log);
     assert_eq!(records.len(), 5);
     assert_eq!(
-        records[4],
-        (
-            4,
-            LogRecord::Recovery {
-                indeterminate: vec![TxnId(1), TxnId(3)],
-                gap: false,
-                previous: Some(Durability::Strict)
-            }
-        )
+        records[4].1,
+        LogRecord::Recovery {
+            indeterminate: vec![TxnId(1), TxnId(3)],
+            gap: false,
+            previous: Some(Durability::Strict)
+        }
     );
+    assert_eq!(records[4].0, log.next_seq() - 1, "the recovery record is the last one");
     let h = log.replay().unwrap();
     let outcomes: Vec<_> = h.transactions.iter().map(|t| (t.id.0, t.outcome)).collect();
     assert_eq!(
@@ -265,7 +275,7 @@ fn a_clean_close_records_no_crash_but_resolves_intents_left_pending() {
         log.close().unwrap();
     }
     let log = SledLog::open(dir.path(), Durability::Group).unwrap();
-    let records = collect_tail(&log, 0);
+    let records = resolved_tail(&log);
     assert_eq!(records.len(), 4, "the reopen after a clean close appends nothing");
     assert_eq!(
         records[3].1,
@@ -636,4 +646,56 @@ fn the_log_directory_and_its_files_are_private_to_their_owner() {
     std::fs::set_permissions(old.join("db"), std::fs::Permissions::from_mode(0o644)).unwrap();
     SledLog::open(&old, Durability::Strict).unwrap().close().unwrap();
     check(&old);
+}
+
+/// Under `strict`, the fsync a commit waits for is held back while another transaction's COMMIT is in
+/// flight (its intent logged, its outcome not yet), so that one fsync covers both outcomes.
+#[test]
+fn a_commit_fsync_waits_for_commits_in_flight_and_covers_them_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = LogOptions::new(Durability::Strict);
+    // Far longer than the test needs, so that it does not depend on the machine's speed.
+    options.commit_delay = Duration::from_secs(20);
+    let log = Arc::new(SledLog::open_with(dir.path(), options).unwrap());
+    let _ = log.append_intent(rmw(1, 1, 0, "a", Observed::PreHistory(0), 10)).unwrap();
+    let _ = log.append_intent(rmw(2, 2, 0, "b", Observed::PreHistory(0), 20)).unwrap();
+    let before = log.stats().fsyncs;
+    let first = log.append_outcome(TxnId(1), Outcome::Committed, Some(1)).unwrap();
+    let waiter = thread::spawn(move || first.wait());
+    thread::sleep(Duration::from_millis(200));
+    assert!(!waiter.is_finished(), "T2's COMMIT is in flight, so T1's fsync waits for its outcome");
+    let started = Instant::now();
+    log.append_outcome(TxnId(2), Outcome::Committed, Some(2)).unwrap().wait().unwrap();
+    waiter.join().unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10), "T2's outcome ended the delay");
+    assert_eq!(log.stats().fsyncs - before, 1, "one fsync covered both commits");
+}
+
+/// The delay is bounded: an intent whose outcome does not come (a long statement that may commit as it
+/// runs) holds another commit's fsync back for at most `commit_delay`; with nothing in flight there is none.
+#[test]
+fn the_commit_delay_is_bounded_and_taken_only_with_commits_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = LogOptions::new(Durability::Strict);
+    options.commit_delay = Duration::from_millis(300);
+    let log = SledLog::open_with(dir.path(), options).unwrap();
+    let alone = Instant::now();
+    log.append_finished(rmw(1, 1, 0, "a", Observed::PreHistory(0), 10), Outcome::Committed, None)
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(
+        alone.elapsed() < Duration::from_millis(250),
+        "nothing in flight, no delay: {:?}",
+        alone.elapsed()
+    );
+    let _ = log.append_intent(rmw(2, 2, 0, "b", Observed::PreHistory(0), 20)).unwrap();
+    let held = Instant::now();
+    log.append_finished(rmw(3, 3, 0, "c", Observed::PreHistory(0), 30), Outcome::Committed, None)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let waited = held.elapsed();
+    assert!(waited >= Duration::from_millis(250), "T2 in flight, the fsync waited for it: {waited:?}");
+    assert!(waited < Duration::from_secs(10), "but not for ever: {waited:?}");
 }

@@ -47,7 +47,8 @@ fn sled_open(dir: &std::path::Path) -> sled::Db {
     }
 }
 
-/// Writes five records, closes the log, then lets `damage` rewrite record 2's value through sled.
+/// Writes five transactions (after the definitions of their statement and namespace, records 0 and 1),
+/// closes the log, then lets `damage` rewrite record 2's value (the first transaction) through sled.
 fn log_with_damaged_record(damage: impl FnOnce(Vec<u8>) -> Vec<u8>) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     {
@@ -69,8 +70,9 @@ fn log_with_damaged_record(damage: impl FnOnce(Vec<u8>) -> Vec<u8>) -> tempfile:
 fn expect_corrupt_at_2(dir: &tempfile::TempDir) -> RecordError {
     let log = SledLog::open(dir.path(), Durability::Strict).expect("a clean log opens without scanning");
     let items: Vec<_> = log.tail(0).collect();
-    assert_eq!(items.len(), 5, "the corrupt record is reported in place, not skipped");
-    assert!(items[0].is_ok() && items[1].is_ok() && items[3].is_ok() && items[4].is_ok());
+    // Records 0 and 1 define the statement text and the namespace; 2 to 6 are the five transactions.
+    assert_eq!(items.len(), 7, "the corrupt record is reported in place, not skipped");
+    assert!(items.iter().enumerate().all(|(i, item)| i == 2 || item.is_ok()));
     let replay_err = log.replay().unwrap_err();
     assert!(matches!(replay_err, LogError::Corrupt { seq: 2, .. }), "{replay_err}");
     assert!(replay_err.to_string().contains("record 2"), "the message names the record: {replay_err}");

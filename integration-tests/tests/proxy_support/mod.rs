@@ -133,7 +133,8 @@ impl TestProxy {
     pub fn recorded(&self) -> Vec<Recorded> {
         let mut out: Vec<Recorded> = Vec::new();
         let mut index: HashMap<TxnId, usize> = HashMap::new();
-        for item in self.handle.log().tail(0) {
+        // Resolved: the log writes transaction records compactly, citing texts defined once.
+        for item in history::log::resolved(self.handle.log().tail(0)) {
             let (_, record) = item.expect("readable log record");
             match record {
                 LogRecord::Intent(txn) => {
@@ -172,6 +173,11 @@ impl TestProxy {
                 | LogRecord::Horizon { .. }
                 | LogRecord::HorizonSnapshot(_)
                 | LogRecord::Isolation { .. } => {}
+                LogRecord::Statement { .. }
+                | LogRecord::Namespace { .. }
+                | LogRecord::CompactIntent(_)
+                | LogRecord::CompactFinished { .. }
+                | LogRecord::CompactLateOps { .. } => unreachable!("resolved records are expanded"),
             }
         }
         out

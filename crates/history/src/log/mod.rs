@@ -14,6 +14,14 @@
 //! number as 8 big-endian bytes, so key order is append order and [`HistoryLog::tail`] reads in append
 //! order.
 //!
+//! The log stores those three in their compact form ([`LogRecord::CompactIntent`],
+//! [`LogRecord::CompactFinished`], [`LogRecord::CompactLateOps`]): each statement text and key namespace
+//! is written once per open of the log, in a [`LogRecord::Statement`] or [`LogRecord::Namespace`] record
+//! of its own just before the first record that cites it, and cited by that record's sequence number (see
+//! [`compact`] for why that is sound across crashes, restarts and copies). Replay expands them back;
+//! [`resolved`] does the same for tools that read the records themselves. Logs written before this still
+//! read: their records are decoded as they were written.
+//!
 //! ```
 //! use history::{
 //!     Durability, HistoryLog, KeyName, LoggedOp, LoggedTxn, Outcome, SessionId, SledLog, TxnId, WriteId,
@@ -41,9 +49,11 @@
 //!
 //! - [`Durability::Strict`]: an outcome's ticket resolves only after an fsync that covers it. Concurrent
 //!   sessions share fsyncs through group commit (see [`group_commit`]): a flusher thread covers every
-//!   request that arrived during the previous fsync with the next one. Because the engine's fsync covers
-//!   everything appended before it, an acknowledged outcome also makes every earlier intent durable, in
-//!   particular the intent of any transaction whose writes the acknowledged one could have read.
+//!   request that arrived during the previous fsync with the next one, and holds an fsync back briefly
+//!   ([`LogOptions::commit_delay`]) while other COMMITs are in flight, so that it covers their outcomes
+//!   too. Because the engine's fsync covers everything appended before it, an acknowledged outcome also
+//!   makes every earlier intent durable, in particular the intent of any transaction whose writes the
+//!   acknowledged one could have read.
 //! - [`Durability::Group`]: tickets resolve at once; the flusher fsyncs at least every
 //!   [`LogOptions::group_interval`] (10 ms by default).
 //! - [`Durability::None`]: the log never fsyncs on its own (only on [`HistoryLog::sync`] and at close).
@@ -80,6 +90,7 @@
 //! on sled's use of `sync_file_range`, which does not flush file metadata or the drive's write cache; that
 //! is sled's guarantee, not ours, and the [`HistoryLog`] trait exists so another engine can replace it.
 
+pub mod compact;
 pub mod group_commit;
 mod reader;
 pub mod record;
@@ -93,6 +104,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub use compact::{CompactOp, CompactOps, CompactTxn, Resolver, resolved};
 pub use group_commit::{DurabilityTicket, DurableFuture, FSYNC_BUCKETS_US, LogStats};
 pub use reader::LogReader;
 pub use record::{BadStatementIndex, FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError};
@@ -173,12 +185,22 @@ pub struct LogOptions {
     pub group_interval: Duration,
     /// The storage engine's page cache size, in bytes.
     pub cache_bytes: u64,
+    /// Under `strict`, the longest an fsync that a commit waits for is held back while other transactions'
+    /// COMMITs are in flight (their intents logged, their outcomes not yet), so that one fsync covers
+    /// their outcomes too (the idea of PostgreSQL's `commit_delay`, taken only when there is a commit to
+    /// wait for). Zero turns it off.
+    pub commit_delay: Duration,
 }
 
 impl LogOptions {
-    /// Defaults for `durability`: a 10 ms group interval and a 64 MiB cache.
+    /// Defaults for `durability`: a 10 ms group interval, a 64 MiB cache and a 5 ms commit delay.
     pub fn new(durability: Durability) -> Self {
-        LogOptions { durability, group_interval: Duration::from_millis(10), cache_bytes: 64 << 20 }
+        LogOptions {
+            durability,
+            group_interval: Duration::from_millis(10),
+            cache_bytes: 64 << 20,
+            commit_delay: Duration::from_millis(5),
+        }
     }
 }
 

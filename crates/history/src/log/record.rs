@@ -1,7 +1,9 @@
 //! The records of the durable log and their byte format.
 //!
-//! The proxy interns nothing, so records carry key *names* ([`KeyName`]) and statement *texts*; replay
-//! interns them (see [`super::replay`]).
+//! The proxy interns nothing, so the records it hands to the log carry key *names* ([`KeyName`]) and
+//! statement *texts*; replay interns them (see [`super::replay`]). The log stores transaction records in
+//! the compact encoding of [`super::compact`] (each statement text and namespace once, cited by sequence
+//! number) and the reader expands them back, so what replay yields does not depend on the encoding.
 //!
 //! # Byte format of one record value
 //!
@@ -27,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::Durability;
+use super::compact::{CompactOps, CompactTxn};
 use crate::{
     CollectorId, IsolationLevel, KeyName, KeyTable, Observed, Op, Outcome, RecordingHorizon, SessionId,
     StmtRef, Transaction, TxnId, UncheckedStatement, WriteId,
@@ -312,6 +315,42 @@ pub enum LogRecord {
         /// The level its next transactions asked for.
         level: IsolationLevel,
     },
+    /// A statement text, written once (per open of the log, at most once more each time the writer's table
+    /// of texts fills) before the first record that cites it. Records cite it by this record's sequence
+    /// number (see [`super::compact`]). Appended last to the enum, so logs written before it existed
+    /// still decode.
+    Statement {
+        /// The text.
+        text: String,
+    },
+    /// A key namespace (a table's name), written once as [`LogRecord::Statement`] is. Appended last to the
+    /// enum, so logs written before it existed still decode.
+    Namespace {
+        /// The name.
+        name: String,
+    },
+    /// [`LogRecord::Intent`] in the compact encoding, which the log writes instead: statement texts and
+    /// namespaces cited by the sequence numbers of their definitions. Appended last to the enum, so logs
+    /// written before it existed still decode.
+    CompactIntent(CompactTxn),
+    /// [`LogRecord::Finished`] in the compact encoding, which the log writes instead. Appended last to the
+    /// enum, so logs written before it existed still decode.
+    CompactFinished {
+        /// The transaction.
+        txn: CompactTxn,
+        /// How it ended.
+        outcome: Outcome,
+        /// When it ended, by the collector's clock.
+        commit_ns: Option<u64>,
+    },
+    /// [`LogRecord::LateOps`] in the compact encoding, which the log writes instead. Appended last to the
+    /// enum, so logs written before it existed still decode.
+    CompactLateOps {
+        /// The transaction, whose intent is pending.
+        txn: TxnId,
+        /// The ops that arrived after the intent, and the transaction's whole statement list now.
+        ops: CompactOps,
+    },
 }
 
 /// Why a record value could not be decoded.
@@ -408,8 +447,10 @@ impl LogRecord {
     pub fn txn_id(&self) -> Option<TxnId> {
         match self {
             LogRecord::Intent(txn) | LogRecord::Finished { txn, .. } => Some(txn.id),
+            LogRecord::CompactIntent(txn) | LogRecord::CompactFinished { txn, .. } => Some(txn.id),
             LogRecord::Outcome { txn, .. }
             | LogRecord::LateOps { txn, .. }
+            | LogRecord::CompactLateOps { txn, .. }
             | LogRecord::DiscoveredWrite { txn, .. }
             | LogRecord::Xids { txn, .. }
             | LogRecord::Resolved { txn, .. } => Some(*txn),
@@ -417,7 +458,9 @@ impl LogRecord {
             | LogRecord::SessionEnded { .. }
             | LogRecord::Horizon { .. }
             | LogRecord::HorizonSnapshot(_)
-            | LogRecord::Isolation { .. } => None,
+            | LogRecord::Isolation { .. }
+            | LogRecord::Statement { .. }
+            | LogRecord::Namespace { .. } => None,
         }
     }
 }

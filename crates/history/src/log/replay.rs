@@ -30,6 +30,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::LogError;
+use super::compact::Resolver;
 use super::record::{LogRecord, LoggedTxn};
 use crate::{
     History, IsolationLevel, Key, KeyTable, LogGap, Observed, Op, Outcome, RecordingHorizon, SessionId,
@@ -93,6 +94,8 @@ pub struct TxnXids {
 /// Turns log records, fed in sequence order, into [`Replayed`] events; see the module documentation.
 #[derive(Debug, Default)]
 pub struct Replayer {
+    /// Statement texts and namespaces defined so far, to expand compact records.
+    resolver: Resolver,
     /// The key names interned so far.
     keys: KeyTable,
     /// The statement texts added so far, each once.
@@ -168,6 +171,10 @@ impl Replayer {
             return Err(inconsistent(seq, format!("expected record {expected} next; the log has a hole")));
         }
         self.next_seq = Some(seq.saturating_add(1));
+        // Definitions are kept, compact records expanded; what follows sees records as the proxy made them.
+        let Some(record) = self.resolver.resolve(seq, record)? else {
+            return Ok(Vec::new());
+        };
         let mut finished = Vec::new();
         match record {
             LogRecord::Intent(txn) => {
@@ -268,6 +275,14 @@ impl Replayer {
             }
             LogRecord::Isolation { session, level } => {
                 self.levels.insert(session, level);
+            }
+            // The resolver keeps definitions and expands compact records; none of these gets here.
+            LogRecord::Statement { .. }
+            | LogRecord::Namespace { .. }
+            | LogRecord::CompactIntent(_)
+            | LogRecord::CompactFinished { .. }
+            | LogRecord::CompactLateOps { .. } => {
+                return Err(inconsistent(seq, "a compact record the resolver did not expand".into()));
             }
             LogRecord::Recovery { indeterminate, gap, previous: _ } => {
                 for txn in indeterminate {

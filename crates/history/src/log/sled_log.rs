@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
+use super::compact::{CompactOps, CompactTxn, NewText, TextTable};
 use super::group_commit::{FlushPolicy, GroupCommit};
 use super::{
     Durability, DurabilityTicket, HistoryLog, LogError, LogOptions, LogRecord, LogStats, LoggedOp, LoggedTxn,
@@ -44,6 +45,9 @@ struct Inner {
     open_floor: u64,
     /// Set by [`SledLog::drop_as_if_crashed`]: skip the clean close on drop.
     crashed: bool,
+    /// The statement texts and namespaces this open has defined (see [`super::compact`]). Empty at every
+    /// open, so that this run cites only definitions it appended itself.
+    texts: TextTable,
 }
 
 /// The durable history log on sled 0.34. Cheap to share behind an `Arc`; appends from many threads are
@@ -165,6 +169,7 @@ impl SledLog {
             next_seq,
             policy,
             options.durability == Durability::Strict,
+            options.commit_delay,
             Box::new(move || flush_db.flush().map(|_| ()).map_err(|e| e.to_string())),
         )?;
 
@@ -180,6 +185,7 @@ impl SledLog {
                 txn_floor,
                 open_floor: txn_floor,
                 crashed: false,
+                texts: TextTable::default(),
             }),
             gc,
         })
@@ -213,6 +219,49 @@ impl SledLog {
         }
         self.gc.check_usable()?;
         check(&inner)?;
+        let seq = self.insert(&mut inner, bytes)?;
+        // Still under the lock, so the flusher sees appended seqs in order; before `after`, so that an
+        // fsync the outcome's bookkeeping lets go covers the outcome itself.
+        let ticket = self.gc.appended(seq);
+        after(&mut inner, seq);
+        Ok(ticket)
+    }
+
+    /// Appends a record that cites statement texts and namespaces (see [`super::compact`]): `build` makes
+    /// it from the text table, under the append lock, and the definitions of texts new to this open go in
+    /// first, so each has a smaller sequence number than any record citing it.
+    fn append_citing(
+        &self,
+        check: impl FnOnce(&Inner) -> Result<(), LogError>,
+        build: impl FnOnce(&mut TextTable, u64, &mut Vec<NewText>) -> LogRecord,
+        after: impl FnOnce(&mut Inner, u64),
+    ) -> Result<DurabilityTicket, LogError> {
+        let mut inner = self.lock();
+        if inner.closed {
+            return Err(LogError::Closed);
+        }
+        self.gc.check_usable()?;
+        check(&inner)?;
+        let mut new = Vec::new();
+        let first = inner.next_seq;
+        let record = build(&mut inner.texts, first, &mut new);
+        let bytes = record.encode().map_err(|e| LogError::Refused(e.to_string()))?;
+        for text in new {
+            let seq = inner.next_seq;
+            let definition = text.clone().record().encode().map_err(|e| LogError::Refused(e.to_string()))?;
+            self.insert(&mut inner, definition)?;
+            // Only once it is in the engine: a definition that failed to go in is never cited.
+            inner.texts.defined(&text, seq);
+            let _ticket = self.gc.appended(seq);
+        }
+        let seq = self.insert(&mut inner, bytes)?;
+        let ticket = self.gc.appended(seq);
+        after(&mut inner, seq);
+        Ok(ticket)
+    }
+
+    /// Hands `bytes` to the engine as the next record; returns its sequence number.
+    fn insert(&self, inner: &mut Inner, bytes: Vec<u8>) -> Result<u64, LogError> {
         let seq = inner.next_seq;
         if let Err(e) = self.records.insert(seq.to_be_bytes(), bytes) {
             if let sled::Error::Io(io) = &e {
@@ -222,24 +271,37 @@ impl SledLog {
             return Err(e.into());
         }
         inner.next_seq += 1;
-        after(&mut inner, seq);
-        // Still under the lock, so the flusher sees appended seqs in order.
-        Ok(self.gc.appended(seq))
+        Ok(seq)
+    }
+}
+
+/// `txn` in the compact encoding, its texts looked up (or queued as new) in `texts`.
+fn compact_txn(texts: &mut TextTable, txn: LoggedTxn, next_seq: u64, new: &mut Vec<NewText>) -> CompactTxn {
+    let ops: CompactOps = texts.encode(txn.ops, txn.statements, next_seq, new);
+    CompactTxn {
+        id: txn.id,
+        session: txn.session,
+        seq: txn.seq,
+        ops,
+        start_ns: txn.start_ns,
+        collector: txn.collector,
+        fence: txn.fence,
     }
 }
 
 impl HistoryLog for SledLog {
     fn append_intent(&self, txn: LoggedTxn) -> Result<DurabilityTicket, LogError> {
         let id = txn.id;
-        self.append(
-            &LogRecord::Intent(txn),
+        self.append_citing(
             |inner| match inner.pending.contains_key(&id) {
                 true => Err(LogError::Refused(format!("{id} already has a pending intent"))),
                 false => check_fresh_id(inner, id),
             },
+            |texts, next, new| LogRecord::CompactIntent(compact_txn(texts, txn, next, new)),
             |inner, seq| {
                 inner.pending.insert(id, seq);
                 inner.txn_floor = inner.txn_floor.max(id.0.saturating_add(1));
+                self.gc.set_in_flight(inner.pending.len(), false);
             },
         )
     }
@@ -258,6 +320,7 @@ impl HistoryLog for SledLog {
             },
             |inner, _| {
                 inner.pending.remove(&txn);
+                self.gc.set_in_flight(inner.pending.len(), true);
             },
         )
     }
@@ -268,11 +331,14 @@ impl HistoryLog for SledLog {
         ops: Vec<LoggedOp>,
         statements: Vec<String>,
     ) -> Result<DurabilityTicket, LogError> {
-        self.append(
-            &LogRecord::LateOps { txn, ops, statements },
+        self.append_citing(
             |inner| match inner.pending.contains_key(&txn) {
                 true => Ok(()),
                 false => Err(LogError::Refused(format!("late ops for {txn}, which has no pending intent"))),
+            },
+            |texts, next, new| LogRecord::CompactLateOps {
+                txn,
+                ops: texts.encode(ops, statements, next, new),
             },
             |_, _| {},
         )
@@ -285,11 +351,15 @@ impl HistoryLog for SledLog {
         commit_ns: Option<u64>,
     ) -> Result<DurabilityTicket, LogError> {
         let id = txn.id;
-        self.append(
-            &LogRecord::Finished { txn, outcome, commit_ns },
+        self.append_citing(
             |inner| match inner.pending.contains_key(&id) {
                 true => Err(LogError::Refused(format!("{id} has a pending intent; append its outcome"))),
                 false => check_fresh_id(inner, id),
+            },
+            |texts, next, new| LogRecord::CompactFinished {
+                txn: compact_txn(texts, txn, next, new),
+                outcome,
+                commit_ns,
             },
             |inner, _| inner.txn_floor = inner.txn_floor.max(id.0.saturating_add(1)),
         )
@@ -511,16 +581,22 @@ fn scan_run(records: &sled::Tree, run_start: u64) -> Result<RunScan, LogError> {
         let seq = parse_key(&key, last)?;
         last = Some(seq);
         match LogRecord::decode(&value).map_err(|source| LogError::Corrupt { seq, source })? {
-            LogRecord::Intent(txn) => {
-                txn_floor = txn_floor.max(txn.id.0.saturating_add(1));
-                pending.insert(txn.id, seq);
+            LogRecord::Intent(LoggedTxn { id, .. }) | LogRecord::CompactIntent(CompactTxn { id, .. }) => {
+                txn_floor = txn_floor.max(id.0.saturating_add(1));
+                pending.insert(id, seq);
             }
-            LogRecord::Finished { txn, .. } => txn_floor = txn_floor.max(txn.id.0.saturating_add(1)),
+            LogRecord::Finished { txn: LoggedTxn { id, .. }, .. }
+            | LogRecord::CompactFinished { txn: CompactTxn { id, .. }, .. } => {
+                txn_floor = txn_floor.max(id.0.saturating_add(1))
+            }
             LogRecord::Outcome { txn, .. } => {
                 pending.remove(&txn);
             }
             LogRecord::SessionEnded { .. }
             | LogRecord::LateOps { .. }
+            | LogRecord::CompactLateOps { .. }
+            | LogRecord::Statement { .. }
+            | LogRecord::Namespace { .. }
             | LogRecord::Horizon { .. }
             | LogRecord::HorizonSnapshot(_)
             | LogRecord::DiscoveredWrite { .. }

@@ -1,0 +1,371 @@
+//! The compact encoding of transaction records (issue 16, item 5): each statement text and each key
+//! namespace is written once, in a record of its own, and transaction records cite it.
+//!
+//! # Why
+//!
+//! Records used to carry every statement text of their transaction, and every op its table's name: an
+//! application runs a few dozen distinct statements, so nearly all of those bytes repeated earlier ones.
+//! A [`LogRecord::Statement`] (or [`LogRecord::Namespace`]) record now holds a text once, and the records
+//! after it cite it by **the sequence number of that record**.
+//!
+//! # Why a sequence number, and what keeps a citation sound
+//!
+//! - It is unique across the whole log and every run that wrote it, so two definitions can never share an
+//!   id, and a citation never needs a "which run" to be read.
+//! - A definition is appended before the first record that cites it, under the same append lock, so it
+//!   has the smaller sequence number. The storage engine recovers a prefix of what was appended (a crash
+//!   loses a suffix, never a hole), so a record that survives a crash has its definitions too.
+//! - The writer's table of what it already defined lives in memory only. Each open of the log starts with
+//!   it empty, so a run cites only definitions it appended itself, after it opened; nothing it writes
+//!   depends on what an earlier run left. The table is bounded (about [`TEXT_TABLE_BYTES`] of text): when
+//!   it fills, it is emptied and the texts are defined again at their next use. A text may so be defined
+//!   more than once; each definition is complete on its own.
+//! - The reader ([`Resolver`], inside [`super::Replayer`]) keeps every definition it has read, and refuses a
+//!   citation of anything else (a sequence number it has not read, or one that defines the other kind of
+//!   text) as an inconsistency, never guessing. Reading a log from the middle, or a copy of some of its
+//!   records, therefore fails loudly instead of attributing a text to the wrong statement.
+//!
+//! Expanding a compact record gives back exactly the record the proxy handed to the log
+//! ([`Resolver::resolve`]): the same ops, the same statement list in the same order. So everything after
+//! the resolver (replay, tests reading records) sees the records as before.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::LogError;
+use super::record::{LogRecord, LoggedOp, LoggedTxn};
+use crate::{CollectorId, KeyName, Observed, SessionId, TxnId, WriteId};
+
+/// Roughly how many bytes of text the writer's table of defined texts holds before it starts over.
+pub const TEXT_TABLE_BYTES: usize = 4 << 20;
+
+/// One op in the compact encoding: a [`LoggedOp`] whose key names its namespace by an index into
+/// [`CompactOps::namespaces`]. Statement indices are as in [`LoggedOp`], into [`CompactOps::statements`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompactOp {
+    /// A read of a key that observed one version.
+    Read {
+        /// Index into [`CompactOps::namespaces`].
+        ns: u32,
+        /// The key's bytes within its namespace.
+        key: Vec<u8>,
+        /// The version it returned.
+        observed: Observed,
+        /// Index into [`CompactOps::statements`].
+        stmt: Option<u32>,
+    },
+    /// A write of a new version of a key.
+    Write {
+        /// Index into [`CompactOps::namespaces`].
+        ns: u32,
+        /// The key's bytes within its namespace.
+        key: Vec<u8>,
+        /// The identity of the new version.
+        write: WriteId,
+        /// Index into [`CompactOps::statements`].
+        stmt: Option<u32>,
+    },
+    /// A statement the proxy could not map to row reads and writes, as [`LoggedOp::Opaque`].
+    Opaque {
+        /// Why it could not be mapped.
+        kind: String,
+        /// Index into [`CompactOps::statements`].
+        stmt: Option<u32>,
+    },
+}
+
+/// Ops with the tables their indices refer to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactOps {
+    /// The ops, in order.
+    pub ops: Vec<CompactOp>,
+    /// The transaction's statement list: for each, the sequence number of the [`LogRecord::Statement`]
+    /// record that holds its text.
+    pub statements: Vec<u64>,
+    /// The namespaces the ops cite: for each, the sequence number of its [`LogRecord::Namespace`] record.
+    pub namespaces: Vec<u64>,
+}
+
+/// A [`LoggedTxn`] in the compact encoding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactTxn {
+    /// Unique within the history.
+    pub id: TxnId,
+    /// The session that ran it.
+    pub session: SessionId,
+    /// Its position within the session, counting from 0.
+    pub seq: u64,
+    /// Its ops and statements.
+    pub ops: CompactOps,
+    /// When it started, in nanoseconds since the Unix epoch, by the collector's clock.
+    pub start_ns: Option<u64>,
+    /// The collector whose clock took the timestamps.
+    pub collector: CollectorId,
+    /// Whether this is a fence transaction.
+    pub fence: bool,
+}
+
+/// A text the writer must define before the record that cites it: a statement or a namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NewText {
+    /// A statement text.
+    Statement(String),
+    /// A namespace name.
+    Namespace(String),
+}
+
+impl NewText {
+    /// The definition record.
+    pub fn record(self) -> LogRecord {
+        match self {
+            NewText::Statement(text) => LogRecord::Statement { text },
+            NewText::Namespace(name) => LogRecord::Namespace { name },
+        }
+    }
+}
+
+/// The writer's side: which texts this open of the log has defined, and at which sequence number.
+#[derive(Debug, Default)]
+pub struct TextTable {
+    statements: HashMap<String, u64>,
+    namespaces: HashMap<String, u64>,
+    bytes: usize,
+}
+
+impl TextTable {
+    /// Encodes `ops` and `statements` compactly. Texts this table has not defined yet get the sequence
+    /// numbers from `next_seq` on, in the order of `new`, where the caller must append their definitions
+    /// (before the record that cites them) and then call [`TextTable::defined`] for each.
+    pub fn encode(
+        &mut self,
+        ops: Vec<LoggedOp>,
+        statements: Vec<String>,
+        next_seq: u64,
+        new: &mut Vec<NewText>,
+    ) -> CompactOps {
+        if self.bytes > TEXT_TABLE_BYTES {
+            // Start over rather than grow without bound; texts are defined again at their next use, and
+            // the reader keeps the old definitions, so earlier citations still resolve.
+            *self = TextTable::default();
+        }
+        let seq_of = |text: String, is_statement: bool, new: &mut Vec<NewText>| {
+            let table = if is_statement { &self.statements } else { &self.namespaces };
+            if let Some(&seq) = table.get(&text) {
+                return seq;
+            }
+            // Defined earlier in this same record's list of new texts?
+            let earlier = new.iter().position(|n| match n {
+                NewText::Statement(t) => is_statement && *t == text,
+                NewText::Namespace(t) => !is_statement && *t == text,
+            });
+            match earlier {
+                Some(i) => next_seq + i as u64,
+                None => {
+                    new.push(if is_statement { NewText::Statement(text) } else { NewText::Namespace(text) });
+                    next_seq + new.len() as u64 - 1
+                }
+            }
+        };
+        let statements: Vec<u64> = statements.into_iter().map(|t| seq_of(t, true, new)).collect();
+        let mut namespaces: Vec<u64> = Vec::new();
+        let mut ns_index = |name: String, new: &mut Vec<NewText>| -> u32 {
+            let seq = seq_of(name, false, new);
+            match namespaces.iter().position(|&s| s == seq) {
+                Some(i) => i as u32,
+                None => {
+                    namespaces.push(seq);
+                    namespaces.len() as u32 - 1
+                }
+            }
+        };
+        let ops = ops
+            .into_iter()
+            .map(|op| match op {
+                LoggedOp::Read { key, observed, stmt } => {
+                    CompactOp::Read { ns: ns_index(key.namespace, new), key: key.bytes, observed, stmt }
+                }
+                LoggedOp::Write { key, write, stmt } => {
+                    CompactOp::Write { ns: ns_index(key.namespace, new), key: key.bytes, write, stmt }
+                }
+                LoggedOp::Opaque { kind, stmt } => CompactOp::Opaque { kind, stmt },
+            })
+            .collect();
+        CompactOps { ops, statements, namespaces }
+    }
+
+    /// Notes that the definition of `text` was appended as record `seq`.
+    pub fn defined(&mut self, text: &NewText, seq: u64) {
+        match text {
+            NewText::Statement(t) => {
+                self.bytes += t.len();
+                self.statements.insert(t.clone(), seq);
+            }
+            NewText::Namespace(t) => {
+                self.bytes += t.len();
+                self.namespaces.insert(t.clone(), seq);
+            }
+        }
+    }
+}
+
+/// The reader's side: turns compact records back into the records the proxy appended, from the
+/// definitions read so far. Feed it every record from the first, in sequence order.
+#[derive(Debug, Default)]
+pub struct Resolver {
+    statements: HashMap<u64, String>,
+    namespaces: HashMap<u64, String>,
+}
+
+impl Resolver {
+    /// A resolver that has read no definitions.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes record `seq` and returns it as the proxy appended it: a definition is kept and yields nothing;
+    /// a compact record comes back as its [`LogRecord::Intent`], [`LogRecord::Finished`] or
+    /// [`LogRecord::LateOps`]; any other record as it is. A citation of a text not defined earlier is an
+    /// error naming `seq`.
+    pub fn resolve(&mut self, seq: u64, record: LogRecord) -> Result<Option<LogRecord>, LogError> {
+        Ok(Some(match record {
+            LogRecord::Statement { text } => {
+                self.statements.insert(seq, text);
+                return Ok(None);
+            }
+            LogRecord::Namespace { name } => {
+                self.namespaces.insert(seq, name);
+                return Ok(None);
+            }
+            LogRecord::CompactIntent(txn) => LogRecord::Intent(self.txn(seq, txn)?),
+            LogRecord::CompactFinished { txn, outcome, commit_ns } => {
+                LogRecord::Finished { txn: self.txn(seq, txn)?, outcome, commit_ns }
+            }
+            LogRecord::CompactLateOps { txn, ops } => {
+                let (ops, statements) = self.ops(seq, ops)?;
+                LogRecord::LateOps { txn, ops, statements }
+            }
+            other => other,
+        }))
+    }
+
+    fn txn(&self, seq: u64, txn: CompactTxn) -> Result<LoggedTxn, LogError> {
+        let (ops, statements) = self.ops(seq, txn.ops)?;
+        Ok(LoggedTxn {
+            id: txn.id,
+            session: txn.session,
+            seq: txn.seq,
+            ops,
+            statements,
+            start_ns: txn.start_ns,
+            collector: txn.collector,
+            fence: txn.fence,
+        })
+    }
+
+    fn ops(&self, seq: u64, compact: CompactOps) -> Result<(Vec<LoggedOp>, Vec<String>), LogError> {
+        let lookup = |table: &HashMap<u64, String>, cited: u64, what: &str| {
+            table.get(&cited).cloned().ok_or_else(|| LogError::Inconsistent {
+                seq,
+                reason: format!(
+                    "cites record {cited} as a {what}, but no {what} was defined there earlier in the log"
+                ),
+            })
+        };
+        let statements = compact
+            .statements
+            .iter()
+            .map(|&s| lookup(&self.statements, s, "statement"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let namespaces = compact
+            .namespaces
+            .iter()
+            .map(|&s| lookup(&self.namespaces, s, "namespace"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let namespace = |ns: u32| {
+            namespaces.get(ns as usize).cloned().ok_or_else(|| LogError::Inconsistent {
+                seq,
+                reason: format!("an op cites namespace {ns}, but the record lists {}", namespaces.len()),
+            })
+        };
+        let ops = compact
+            .ops
+            .into_iter()
+            .map(|op| {
+                Ok(match op {
+                    CompactOp::Read { ns, key, observed, stmt } => LoggedOp::Read {
+                        key: KeyName { namespace: namespace(ns)?, bytes: key },
+                        observed,
+                        stmt,
+                    },
+                    CompactOp::Write { ns, key, write, stmt } => LoggedOp::Write {
+                        key: KeyName { namespace: namespace(ns)?, bytes: key },
+                        write,
+                        stmt,
+                    },
+                    CompactOp::Opaque { kind, stmt } => LoggedOp::Opaque { kind, stmt },
+                })
+            })
+            .collect::<Result<Vec<_>, LogError>>()?;
+        Ok((ops, statements))
+    }
+}
+
+/// Resolves records read in sequence order from the first ([`super::HistoryLog::tail`]`(0)`): what
+/// [`Resolver::resolve`] gives for each, definitions left out. For tools and tests that look at the records
+/// themselves; replay resolves on its own.
+pub fn resolved<'a>(
+    records: impl IntoIterator<Item = Result<(u64, LogRecord), LogError>> + 'a,
+) -> impl Iterator<Item = Result<(u64, LogRecord), LogError>> + 'a {
+    let mut resolver = Resolver::new();
+    records.into_iter().filter_map(move |item| match item {
+        Ok((seq, record)) => resolver.resolve(seq, record).transpose().map(|r| r.map(|r| (seq, r))),
+        Err(e) => Some(Err(e)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Encodes one statement `text` with `table`, appending (here: numbering) any new definition; returns
+    /// the cited sequence number and the definitions appended.
+    fn cite(table: &mut TextTable, text: &str, next_seq: &mut u64, log: &mut Vec<(u64, LogRecord)>) -> u64 {
+        let mut new = Vec::new();
+        let ops = table.encode(Vec::new(), vec![text.to_owned()], *next_seq, &mut new);
+        for n in new {
+            table.defined(&n, *next_seq);
+            log.push((*next_seq, n.record()));
+            *next_seq += 1;
+        }
+        ops.statements[0]
+    }
+
+    /// The writer's table is bounded: once full it starts over and defines texts again at their next use,
+    /// while citations of the earlier definitions still resolve.
+    #[test]
+    fn a_full_text_table_starts_over_and_old_citations_still_resolve() {
+        let (mut table, mut seq, mut log) = (TextTable::default(), 0, Vec::new());
+        let a = cite(&mut table, "SELECT 1", &mut seq, &mut log);
+        assert_eq!(cite(&mut table, "SELECT 1", &mut seq, &mut log), a, "a known text is not defined again");
+        let big = "x".repeat(TEXT_TABLE_BYTES / 2 + 1);
+        cite(&mut table, &format!("{big}1"), &mut seq, &mut log);
+        cite(&mut table, &format!("{big}2"), &mut seq, &mut log);
+        let again = cite(&mut table, "SELECT 1", &mut seq, &mut log);
+        assert_ne!(again, a, "after the table filled, the text is defined anew");
+        assert!(table.bytes <= "SELECT 1".len(), "the table started over");
+
+        let mut resolver = Resolver::new();
+        for (s, r) in log {
+            assert_eq!(resolver.resolve(s, r).unwrap(), None);
+        }
+        for cited in [a, again] {
+            let ops = CompactOps { ops: Vec::new(), statements: vec![cited], namespaces: Vec::new() };
+            let late = LogRecord::CompactLateOps { txn: TxnId(1), ops };
+            match resolver.resolve(seq, late).unwrap() {
+                Some(LogRecord::LateOps { statements, .. }) => assert_eq!(statements, vec!["SELECT 1"]),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}
