@@ -34,7 +34,8 @@ fn a_write_skew_in_the_log_is_rejected_and_its_report_stored() {
     log.append_outcome(TxnId(1), Outcome::Committed, Some(10)).expect("outcome").wait().expect("durable");
     let store = ReportStore::open(dir.path()).expect("a report store");
     let mut feeder = Feeder::new(RoundOptions::online(1_000, Duration::from_secs(3600)), Some(store.clone()));
-    assert_eq!(feeder.read_log(&log, usize::MAX).expect("reads"), 3);
+    // Two intents and an outcome, and the definitions they cite: two statement texts and a namespace.
+    assert_eq!(feeder.read_log(&log, usize::MAX).expect("reads"), 6);
     let s = feeder.status();
     assert_eq!((s.txns_read, s.ops_read, s.verified), (1, 3, 0));
     assert_eq!(s.lag_txns, 1);
@@ -318,5 +319,8 @@ fn a_stopping_tailer_verifies_the_whole_backlog_unless_told_to_give_up() {
     tailer.give_up_handle().now();
     let cut = tailer.finish().expect("the tailer stops");
     assert!(cut.verified < n, "giving up should leave most of {n} unverified: {cut:?}");
-    assert_eq!(cut.verified + cut.lag_txns, n, "what was not verified is counted as left: {cut:?}");
+    // The count is of records left unread: the transactions, and the one namespace definition they cite if it
+    // was not read yet.
+    let counted = cut.verified + cut.lag_txns;
+    assert!((n..=n + 1).contains(&counted), "what was not verified is counted as left: {cut:?}");
 }
