@@ -5,6 +5,7 @@ mod builder;
 pub mod codec;
 pub mod log;
 mod model;
+pub mod values;
 
 pub use builder::{HistoryBuilder, TxnBuilder};
 pub use codec::{CodecError, Format, read_history, write_history};

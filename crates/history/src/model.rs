@@ -6,6 +6,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::values::TxnValues;
+
 /// Identifies one transaction within a history. Unique across sessions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -298,6 +300,10 @@ pub struct Transaction {
     /// may not carry it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<IsolationLevel>,
+    /// The parameters and row values the collector recorded for people and for replay (issue 18); the
+    /// verifier never reads them. Boxed: most transactions of most histories carry none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub values: Option<Box<TxnValues>>,
 }
 
 impl Transaction {
@@ -314,6 +320,7 @@ impl Transaction {
             collector: CollectorId::default(),
             fence: false,
             isolation: None,
+            values: None,
         }
     }
 

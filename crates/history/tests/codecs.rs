@@ -142,6 +142,7 @@ fn arb_history() -> impl Strategy<Value = History> {
                         collector: CollectorId(collector),
                         fence,
                         isolation,
+                        values: None,
                     }
                 },
             );

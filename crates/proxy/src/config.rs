@@ -82,9 +82,22 @@ pub struct VerifyConfig {
 }
 
 /// `[record]`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecordConfig {
+    /// Record each statement's parameters and the values of the rows each mapped read returned and each
+    /// write returned to the client, beside the ops in the log, for reports and replay (issue 18). On by
+    /// default; needs tagging. The verifier never uses them.
+    #[serde(default = "default_true")]
+    pub values: bool,
+    /// The byte budget of one row's values (and of one statement's parameters): a value past it keeps a
+    /// prefix and its length.
+    #[serde(default = "default_row_bytes")]
+    pub row_bytes: usize,
+    /// Column names whose values are secrets: recorded as a hash, and so is every parameter of a statement
+    /// that names one. Statements about passwords (`ALTER ROLE … PASSWORD`, `pg_authid`) are hashed anyway.
+    #[serde(default)]
+    pub redact: Vec<String>,
     /// The operator asserts that every writer of the database goes through this proxy: a version written
     /// during this run that no recorded transaction wrote, and that nothing the proxy saw can explain, is
     /// then reported as an anomaly ("unowned version") instead of being unverifiable (DESIGN.md §3). Off by
@@ -92,6 +105,20 @@ pub struct RecordConfig {
     /// a statement it cannot map that may write, or loses track of a session.
     #[serde(default)]
     pub exclusive: bool,
+}
+
+impl Default for RecordConfig {
+    fn default() -> Self {
+        RecordConfig { values: true, row_bytes: default_row_bytes(), redact: Vec::new(), exclusive: false }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_row_bytes() -> usize {
+    256
 }
 
 /// `[listen]`.

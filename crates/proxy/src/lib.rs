@@ -210,7 +210,13 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
 
     let tagging = match config.tagging.strategy {
         interpret::StrategyName::Xmin => {
-            let t = Arc::new(interpret::shared::TaggingShared::new());
+            let mut shared = interpret::shared::TaggingShared::new();
+            if config.record.values {
+                let values =
+                    interpret::values::ValueRecording::new(config.record.row_bytes, &config.record.redact);
+                shared.values = Some(Arc::new(values));
+            }
+            let t = Arc::new(shared);
             if config.record.exclusive {
                 t.book.assert_exclusive();
             }

@@ -494,7 +494,8 @@ impl SessionMachine {
                             }
                             None => None,
                         };
-                        let bound = t.bind(msg, plan, &mut self.ops);
+                        let sql = known.as_ref().map_or("", |p| &*p.sql);
+                        let bound = t.bind(msg, plan, sql, &mut self.ops);
                         (Some(bound.portal), bound.reading, bound.frame)
                     }
                     None => (None, Reading::Nothing, None),
@@ -601,6 +602,7 @@ impl SessionMachine {
                         portal: tagging.unwrap_or_else(PortalPlan::unknown),
                         rows: 0,
                         stmt: self.current_statement(),
+                        run_logged: false,
                     },
                     None => Reading::Nothing,
                 };

@@ -648,12 +648,19 @@ pub(crate) fn txn_report(h: &History, i: usize) -> TxnReport {
         .iter()
         .enumerate()
         .map(|(index, op)| {
-            let text = match *op {
-                Op::Read { key, observed, .. } => format!("r({}) = {}", key_name(h, key), show(observed)),
-                Op::Write { key, write, .. } => format!("w({}) = {}", key_name(h, key), write),
+            let (text, version) = match *op {
+                Op::Read { key, observed, .. } => {
+                    (format!("r({}) = {}", key_name(h, key), show(observed)), show(observed))
+                }
+                Op::Write { key, write, .. } => {
+                    (format!("w({}) = {}", key_name(h, key), write), write.to_string())
+                }
             };
             let sql = op.stmt().and_then(|s| h.statement(s)).map(str::to_owned);
-            OpReport { index, text, sql }
+            let values = t.values.as_deref();
+            let row = values.and_then(|v| v.describe_row(index));
+            let params = values.and_then(|v| v.describe_params(index, op.stmt()));
+            OpReport { index, text, sql, version: Some(version), row, params }
         })
         .collect();
     TxnReport {

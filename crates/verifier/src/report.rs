@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::options::Level;
 
 /// The version of the report's JSON schema.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Accept or reject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -369,6 +369,16 @@ pub struct OpReport {
     /// The SQL it came from, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sql: Option<String>,
+    /// The version it read or wrote, as `text` names it (`w…`, `init`, …). Schema 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The row behind it as the client saw it (`column = value, …`), where the collector recorded values.
+    /// Schema 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row: Option<String>,
+    /// The parameters of the statement run it came from (`$1 = value, …`), where recorded. Schema 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<String>,
 }
 
 /// A transaction involved in some anomaly, with all its ops.
@@ -733,5 +743,6 @@ mod html;
 mod labels;
 mod svg;
 mod text;
+mod values;
 
 pub use html::{REPORT_CSP, escape};

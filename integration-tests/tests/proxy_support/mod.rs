@@ -47,6 +47,8 @@ pub struct Opts {
     pub fence_every: Option<u64>,
     /// `record.exclusive`.
     pub exclusive: bool,
+    /// More settings of `[record]`, as TOML lines.
+    pub record: Option<&'static str>,
     /// The history log's path, if not a fresh one in the proxy's temporary directory.
     pub log_path: Option<PathBuf>,
     /// `admin.timeout_ms` and `admin.max_connections`, when set.
@@ -94,8 +96,15 @@ pub fn test_config(opts: &Opts, dir: &Path) -> Config {
     if let Some(every) = opts.fence_every {
         toml.push_str(&format!("[fence]\nevery = {every}\n"));
     }
+    if opts.exclusive || opts.record.is_some() {
+        toml.push_str("[record]\n");
+    }
     if opts.exclusive {
-        toml.push_str("[record]\nexclusive = true\n");
+        toml.push_str("exclusive = true\n");
+    }
+    if let Some(lines) = opts.record {
+        toml.push_str(lines);
+        toml.push('\n');
     }
     Config::parse(&toml, Path::new("<test>")).expect("test config")
 }

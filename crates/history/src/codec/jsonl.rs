@@ -462,5 +462,6 @@ fn decode_txn(
         collector: t.collector,
         fence: t.fence,
         isolation: t.isolation,
+        values: None,
     })
 }

@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use super::LogError;
 use super::record::{LogRecord, LoggedOp, LoggedTxn};
+use crate::values::Value;
 use crate::{CollectorId, KeyName, Observed, SessionId, TxnId, WriteId};
 
 /// Roughly how many bytes of text the writer's table of defined texts holds before it starts over.
@@ -72,6 +73,23 @@ pub enum CompactOp {
         kind: String,
         /// Index into [`CompactOps::statements`].
         stmt: Option<u32>,
+    },
+    /// A statement run's values, as [`LoggedOp::Run`]. Appended last, so logs written before it existed
+    /// still decode.
+    Run {
+        /// Index into [`CompactOps::statements`].
+        stmt: Option<u32>,
+        /// Its parameters.
+        params: Vec<Value>,
+        /// The names of its rows' columns.
+        columns: Vec<String>,
+    },
+    /// The row behind the ops just before it, as [`LoggedOp::Row`]. Appended last.
+    Row {
+        /// How many of the reads and writes just before it the row is behind.
+        ops: u32,
+        /// One value per column.
+        values: Vec<Value>,
     },
 }
 
@@ -189,6 +207,8 @@ impl TextTable {
                     CompactOp::Write { ns: ns_index(key.namespace, new), key: key.bytes, write, stmt }
                 }
                 LoggedOp::Opaque { kind, stmt } => CompactOp::Opaque { kind, stmt },
+                LoggedOp::Run { stmt, params, columns } => CompactOp::Run { stmt, params, columns },
+                LoggedOp::Row { ops, values } => CompactOp::Row { ops, values },
             })
             .collect();
         CompactOps { ops, statements, namespaces }
@@ -304,6 +324,8 @@ impl Resolver {
                         stmt,
                     },
                     CompactOp::Opaque { kind, stmt } => LoggedOp::Opaque { kind, stmt },
+                    CompactOp::Run { stmt, params, columns } => LoggedOp::Run { stmt, params, columns },
+                    CompactOp::Row { ops, values } => LoggedOp::Row { ops, values },
                 })
             })
             .collect::<Result<Vec<_>, LogError>>()?;

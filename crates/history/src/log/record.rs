@@ -30,6 +30,7 @@ use thiserror::Error;
 
 use super::Durability;
 use super::compact::{CompactOps, CompactTxn};
+use crate::values::{OpRow, StatementRun, TxnValues, Value};
 use crate::{
     CollectorId, IsolationLevel, KeyName, KeyTable, Observed, Op, Outcome, RecordingHorizon, SessionId,
     StmtRef, Transaction, TxnId, UncheckedStatement, WriteId,
@@ -72,16 +73,44 @@ pub enum LoggedOp {
         /// Index into [`LoggedTxn::statements`] of the statement.
         stmt: Option<u32>,
     },
+    /// A statement run's values (issue 18, [`crate::values`]): the parameters it was bound with and the
+    /// columns of the rows it returned. Written before the ops of its rows. Not an op of the model: replay
+    /// turns it into a [`StatementRun`]. Appended last, so logs written before it existed still decode.
+    Run {
+        /// Index into [`LoggedTxn::statements`] of the statement.
+        stmt: Option<u32>,
+        /// Its parameters, empty for a simple-protocol statement.
+        params: Vec<Value>,
+        /// The names of the columns of its rows, when a row description was seen.
+        columns: Vec<String>,
+    },
+    /// The row behind the last `ops` reads and writes before it (one row may be a read of several tables'
+    /// versions), as values of the columns of the last [`LoggedOp::Run`] before it. Not an op of the model:
+    /// replay turns it into an [`OpRow`] per op. Appended last, so logs written before it existed still
+    /// decode.
+    Row {
+        /// How many of the reads and writes just before it the row is behind.
+        ops: u32,
+        /// One value per column.
+        values: Vec<Value>,
+    },
 }
 
 impl LoggedOp {
     /// The statement index this op refers to, if any.
     pub fn stmt(&self) -> Option<u32> {
         match self {
-            LoggedOp::Read { stmt, .. } | LoggedOp::Write { stmt, .. } | LoggedOp::Opaque { stmt, .. } => {
-                *stmt
-            }
+            LoggedOp::Read { stmt, .. }
+            | LoggedOp::Write { stmt, .. }
+            | LoggedOp::Opaque { stmt, .. }
+            | LoggedOp::Run { stmt, .. } => *stmt,
+            LoggedOp::Row { .. } => None,
         }
+    }
+
+    /// Whether it is a read or write of a row, an op of the model.
+    pub fn is_row_op(&self) -> bool {
+        matches!(self, LoggedOp::Read { .. } | LoggedOp::Write { .. })
     }
 }
 
@@ -137,12 +166,25 @@ impl LoggedTxn {
         let mut refs: Vec<Option<StmtRef>> = vec![None; self.statements.len()];
         let mut ops = Vec::with_capacity(self.ops.len());
         let mut unchecked = Vec::new();
+        let mut values = TxnValues::default();
         for op in self.ops {
-            if let LoggedOp::Opaque { kind, stmt: index } = op {
-                // Not an op of the model: its text goes with it, not into the statement table.
-                let statement = index.and_then(|i| self.statements.get(i as usize)).cloned();
-                unchecked.push(UncheckedStatement { txn: self.id, kind, statement });
-                continue;
+            match op {
+                LoggedOp::Opaque { kind, stmt: index } => {
+                    // Not an op of the model: its text goes with it, not into the statement table.
+                    let statement = index.and_then(|i| self.statements.get(i as usize)).cloned();
+                    unchecked.push(UncheckedStatement { txn: self.id, kind, statement });
+                    continue;
+                }
+                LoggedOp::Row { ops: n, values: row } => {
+                    // Behind the last `n` ops, as values of the last run's columns.
+                    let Some(run) = values.runs.len().checked_sub(1) else { continue };
+                    let first = ops.len().saturating_sub(n as usize);
+                    for op in first..ops.len() {
+                        values.rows.push(OpRow { op: op as u32, run: run as u32, values: row.clone() });
+                    }
+                    continue;
+                }
+                _ => {}
             }
             let stmt = match op.stmt() {
                 None => None,
@@ -165,7 +207,10 @@ impl LoggedTxn {
                 LoggedOp::Write { key, write, .. } => {
                     ops.push(Op::Write { key: keys.intern(key), write, stmt })
                 }
-                LoggedOp::Opaque { .. } => {}
+                LoggedOp::Run { params, columns, .. } => {
+                    values.runs.push(StatementRun { stmt, params, columns, before_op: ops.len() as u32 })
+                }
+                LoggedOp::Opaque { .. } | LoggedOp::Row { .. } => {}
             }
         }
         let txn = Transaction {
@@ -179,6 +224,7 @@ impl LoggedTxn {
             collector: self.collector,
             fence: self.fence,
             isolation: None,
+            values: (!values.is_empty()).then(|| Box::new(values)),
         };
         Ok((txn, unchecked))
     }

@@ -201,6 +201,10 @@ impl Replayer {
                 (late.ops, late.statements) = (ops, statements);
                 let (late, unchecked) = self.convert(seq, late, Outcome::Indeterminate, None)?;
                 if let Some(intent) = self.pending.get_mut(&txn) {
+                    if let Some(values) = late.values {
+                        let before = intent.txn.ops.len() as u32;
+                        intent.txn.values.get_or_insert_default().append(*values, before);
+                    }
                     intent.txn.ops.extend(late.ops);
                     intent.unchecked.extend(unchecked);
                 }

@@ -76,6 +76,7 @@ pub mod search_path;
 pub mod shared;
 pub mod strip;
 pub mod tagger;
+pub mod values;
 pub mod versions;
 
 use bytes::Bytes;

@@ -51,7 +51,12 @@ impl TxnOps {
         }
         // A statement's rows arrive together, so an earlier note of it is among the last ops.
         if let LoggedOp::Opaque { stmt, .. } = &op
-            && self.ops.iter().rev().take_while(|o| op_stmt(o) == *stmt).any(|o| *o == op)
+            && self
+                .ops
+                .iter()
+                .rev()
+                .take_while(|o| matches!(o, LoggedOp::Row { .. }) || op_stmt(o) == *stmt)
+                .any(|o| *o == op)
         {
             return;
         }
@@ -131,14 +136,35 @@ impl TxnOps {
                         _ => None,
                     })
                     .collect();
-                let kept = later.into_iter().filter(|op| match op {
+                let keeps = |op: &LoggedOp| match op {
                     LoggedOp::Write { .. } => false,
                     LoggedOp::Read { key, observed: Observed::Version(w), .. } => {
                         !undone.iter().any(|(k, u)| k == key && u == w)
                     }
                     _ => true,
-                });
-                self.ops.extend(kept);
+                };
+                // A row's values stay behind those of its ops that stay (a row of a join may be behind a
+                // read that stays and one that goes).
+                let mut row_ops_kept: Vec<bool> = Vec::new();
+                for op in later {
+                    match op {
+                        LoggedOp::Row { ops: n, values } => {
+                            let behind = row_ops_kept.len().saturating_sub(n as usize);
+                            let n = row_ops_kept[behind..].iter().filter(|&&k| k).count() as u32;
+                            if n > 0 {
+                                self.ops.push(LoggedOp::Row { ops: n, values });
+                            }
+                        }
+                        op if op.is_row_op() => {
+                            let kept = keeps(&op);
+                            row_ops_kept.push(kept);
+                            if kept {
+                                self.ops.push(op);
+                            }
+                        }
+                        op => self.ops.push(op),
+                    }
+                }
             }
         }
     }
@@ -171,14 +197,13 @@ impl TxnOps {
     }
 }
 
-/// Whether every op is a recorded read: no write, and no opaque statement (which may have written).
+/// Whether every op is a recorded read: no write, and no opaque statement (which may have written). Recorded
+/// values are neither.
 pub fn reads_only(ops: &[LoggedOp]) -> bool {
-    ops.iter().all(|op| matches!(op, LoggedOp::Read { .. }))
+    ops.iter().all(|op| matches!(op, LoggedOp::Read { .. } | LoggedOp::Run { .. } | LoggedOp::Row { .. }))
 }
 
 /// The statement an op came from.
 fn op_stmt(op: &LoggedOp) -> Option<u32> {
-    match op {
-        LoggedOp::Read { stmt, .. } | LoggedOp::Write { stmt, .. } | LoggedOp::Opaque { stmt, .. } => *stmt,
-    }
+    op.stmt()
 }

@@ -92,6 +92,8 @@ pub struct TaggingShared {
     pub crash_window: std::sync::Mutex<Vec<(history::TxnId, u32)>>,
     /// Plans by statement text (see [`super::plan_cache`]).
     pub plans: PlanCache,
+    /// How parameters and row values are recorded beside the ops (`[record] values`); `None` records none.
+    pub values: Option<Arc<super::values::ValueRecording>>,
     /// Counters.
     pub metrics: TaggingMetrics,
 }

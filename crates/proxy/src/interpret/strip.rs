@@ -61,6 +61,36 @@ pub fn strip_row_description(body: &[u8], extra: usize) -> Result<Bytes, StripEr
     Ok(with_count(keep, &body[2..at]))
 }
 
+/// The columns of a RowDescription body, each name with its type's OID, for recording row values
+/// ([`super::values`]).
+pub fn row_description_columns(body: &[u8]) -> Result<Vec<(String, u32)>, StripError> {
+    const WHAT: &str = "RowDescription";
+    let n = count(body, WHAT)?;
+    let mut columns = Vec::with_capacity(n);
+    let mut at = 2;
+    for _ in 0..n {
+        let nul =
+            body.get(at..).and_then(|s| s.iter().position(|&b| b == 0)).ok_or(StripError::Truncated(WHAT))?;
+        let name = String::from_utf8_lossy(&body[at..at + nul]).into_owned();
+        // After the name: table OID (4), column number (2), type OID (4), size (2), modifier (4), format (2).
+        let ty = body.get(at + nul + 7..at + nul + 11).ok_or(StripError::Truncated(WHAT))?;
+        columns.push((name, u32::from_be_bytes([ty[0], ty[1], ty[2], ty[3]])));
+        at += nul + 1 + 18;
+        if at > body.len() {
+            return Err(StripError::Truncated(WHAT));
+        }
+    }
+    Ok(columns)
+}
+
+/// The parameter type OIDs of a ParameterDescription body.
+pub fn parameter_types(body: &[u8]) -> Result<Vec<u32>, StripError> {
+    const WHAT: &str = "ParameterDescription";
+    let n = count(body, WHAT)?;
+    let types = body.get(2..2 + 4 * n).ok_or(StripError::Truncated(WHAT))?;
+    Ok(types.chunks_exact(4).map(|t| u32::from_be_bytes([t[0], t[1], t[2], t[3]])).collect())
+}
+
 /// Every value of a DataRow body (`None` is NULL), for rows of the proxy's own injected queries.
 pub fn data_row_values(body: &Bytes) -> Result<Vec<Option<Bytes>>, StripError> {
     let n = body.get(..2).map_or(0, |b| i16::from_be_bytes([b[0], b[1]]).max(0) as usize);
@@ -174,6 +204,18 @@ mod tests {
     fn body(msg: &BackendMessage) -> Bytes {
         let raw = msg.to_bytes();
         raw.slice(5..)
+    }
+
+    #[test]
+    fn row_description_columns_are_read_in_order_with_their_types() {
+        let full = BackendMessage::RowDescription { fields: vec![field("a"), field("bb")] };
+        assert_eq!(
+            row_description_columns(&body(&full)),
+            Ok(vec![("a".to_owned(), 25), ("bb".to_owned(), 25)])
+        );
+        assert!(row_description_columns(&body(&full)[..6]).is_err());
+        assert_eq!(parameter_types(&[0, 2, 0, 0, 0, 23, 0, 0, 0, 25]), Ok(vec![23, 25]));
+        assert!(parameter_types(&[0, 2, 0, 0, 0, 23]).is_err());
     }
 
     #[test]

@@ -27,7 +27,10 @@ use super::ops::TxnOps;
 use super::plan::{OpaqueKind, PkValue, StmtPlan, may_write_unseen};
 use super::search_path::SearchPath;
 use super::shared::TaggingShared;
-use super::strip::{ClientReply, data_row_for_client, extend_result_formats, row_description_for_client};
+use super::strip::{
+    ClientReply, data_row_for_client, data_row_values, extend_result_formats, row_description_for_client,
+};
+use super::values::{Described, PortalValues, QueryRun, RowValues, ValueRecording, columns_of};
 use super::versions::absent_read;
 use super::{VersionStrategy, XminStrategy};
 use crate::interpret::catalog::Catalog;
@@ -39,12 +42,19 @@ pub struct PortalPlan {
     plan: Arc<StmtPlan>,
     params: Vec<Option<Bytes>>,
     param_formats: Vec<i16>,
+    /// What is recorded of its values, with `[record] values` on.
+    values: Option<Arc<PortalValues>>,
 }
 
 impl PortalPlan {
     /// A portal whose statement is not known: its replies pass through unread.
     pub fn unknown() -> Self {
-        PortalPlan { plan: Arc::new(StmtPlan::Control), params: Vec::new(), param_formats: Vec::new() }
+        PortalPlan {
+            plan: Arc::new(StmtPlan::Control),
+            params: Vec::new(),
+            param_formats: Vec::new(),
+            values: None,
+        }
     }
 
     /// The plan of the portal's statement.
@@ -74,6 +84,8 @@ pub enum Reading {
         rows: usize,
         /// Its statement text's index in the open transaction.
         stmt: Option<u32>,
+        /// Whether its values' run was recorded ([`history::LoggedOp::Run`]).
+        run_logged: bool,
     },
     /// Query: one plan per statement, the one whose replies come now, and its rows so far.
     Query {
@@ -85,6 +97,8 @@ pub enum Reading {
         rows: usize,
         /// The query string's index in the open transaction.
         stmt: Option<u32>,
+        /// The values recorded of the statement whose replies come now.
+        run: QueryRun,
     },
 }
 
@@ -136,6 +150,8 @@ pub struct Tagger {
     /// The shared catalog as this session resolves names, for that catalog and path (kept so it is built
     /// once per catalog load or path change, not per statement).
     resolved: Option<(Arc<Catalog>, SearchPath, Arc<Catalog>)>,
+    /// The column names of prepared statements as Describe showed them, for recording row values.
+    described: Described,
 }
 
 /// The plan of a statement whose replies pass through unread.
@@ -156,6 +172,7 @@ impl Tagger {
             search_path: SearchPath::Default,
             user: String::new(),
             resolved: None,
+            described: Described::default(),
         }
     }
 
@@ -276,7 +293,8 @@ impl Tagger {
             self.shared.metrics.statements_rewritten.fetch_add(1, Ordering::Relaxed);
             encode(&FrontendMessage::Query { sql: Bytes::from(sql.into_bytes()) })
         });
-        (Reading::Query { plans, at: 0, rows: 0, stmt }, out)
+        let run = QueryRun { secret: ValueRecording::is_secret_statement(&text), ..QueryRun::default() };
+        (Reading::Query { plans, at: 0, rows: 0, stmt, run }, out)
     }
 
     /// A Parse about to be forwarded: the plan to keep with the statement's name, its reading, and the frame
@@ -313,6 +331,7 @@ impl Tagger {
         &mut self,
         msg: &FrontendMessage,
         plan: Option<Arc<StmtPlan>>,
+        sql: &str,
         ops: &mut TxnOps,
     ) -> BoundPortal {
         let FrontendMessage::Bind { portal, statement, param_formats, params, result_formats } = msg else {
@@ -358,7 +377,15 @@ impl Tagger {
         } else {
             Vec::new()
         };
-        let portal = PortalPlan { plan, params: kept, param_formats: param_formats.clone() };
+        let values =
+            self.shared.values.as_ref().filter(|_| matches!(plan.as_ref(), StmtPlan::Rows(_))).map(|rec| {
+                Arc::new(PortalValues {
+                    params: rec.params(sql, params, param_formats, self.described.param_types(&plan)),
+                    result_formats: result_formats.clone(),
+                    secret: ValueRecording::is_secret_statement(sql),
+                })
+            });
+        let portal = PortalPlan { plan, params: kept, param_formats: param_formats.clone(), values };
         BoundPortal { portal, reading: Reading::Bind(widened), frame }
     }
 
@@ -392,31 +419,49 @@ impl Tagger {
         match tag {
             btag::ROW_DESCRIPTION => match head {
                 Reading::Describe(plan) => {
-                    Ok(client_reply(row_description_for_client(plan, body, true).map_err(|e| e.to_string())?))
+                    let reply = row_description_for_client(plan, body, true).map_err(|e| e.to_string())?;
+                    if let (Some(_), ClientReply::Keep(kept)) = (&self.shared.values, &reply) {
+                        self.described.remember_columns(plan, kept);
+                    }
+                    Ok(client_reply(reply))
                 }
-                Reading::Query { plans, at, .. } => {
+                Reading::Query { plans, at, run, .. } => {
                     let plan = plans.get(*at).unwrap_or(&UNREAD);
-                    Ok(client_reply(
-                        row_description_for_client(plan, body, false).map_err(|e| e.to_string())?,
-                    ))
+                    let reply = row_description_for_client(plan, body, false).map_err(|e| e.to_string())?;
+                    if let (Some(_), ClientReply::Keep(kept)) = (&self.shared.values, &reply) {
+                        run.columns = columns_of(kept);
+                    }
+                    Ok(client_reply(reply))
                 }
                 _ => Ok(Outgoing::Same),
             },
+            btag::PARAMETER_DESCRIPTION => {
+                if let (Reading::Describe(plan), Some(_)) = (head, &self.shared.values) {
+                    self.described.remember_params(plan, body);
+                }
+                Ok(Outgoing::Same)
+            }
             btag::DATA_ROW => {
-                let (plan, stmt) = match head {
-                    Reading::Execute { portal, rows, stmt } => {
+                let (plan, stmt, run) = match head {
+                    Reading::Execute { portal, rows, stmt, run_logged } => {
                         *rows += 1;
-                        (portal.plan.as_ref(), *stmt)
+                        let first = !std::mem::replace(run_logged, true);
+                        let values =
+                            RowValues::Portal { plan: &portal.plan, values: portal.values.as_ref(), first };
+                        (portal.plan.as_ref(), *stmt, values)
                     }
-                    Reading::Query { plans, at, rows, stmt } => {
+                    Reading::Query { plans, at, rows, stmt, run } => {
                         *rows += 1;
-                        (plans.get(*at).unwrap_or(&UNREAD), *stmt)
+                        (plans.get(*at).unwrap_or(&UNREAD), *stmt, RowValues::Query(run))
                     }
                     _ => return Ok(Outgoing::Same),
                 };
                 let StmtPlan::Rows(rows) = plan else { return Ok(Outgoing::Same) };
                 let (kept, extras) = data_row_for_client(plan, body).map_err(|e| e.to_string())?;
                 if !self.broken {
+                    let recorded = self.shared.values.clone();
+                    let row = recorded.as_ref().and_then(|_| run.start(&self.described, stmt, ops));
+                    let before = ops.as_slice().len();
                     let found = XminStrategy
                         .row_ops(rows, &extras, stmt, &self.shared.book, ops.xids())
                         .map_err(|e| e.to_string())?;
@@ -424,6 +469,14 @@ impl Tagger {
                     ops.discovered(found.discovered);
                     for op in found.ops {
                         self.push_op(op, ops);
+                    }
+                    if let (Some(rec), Some(row), Some(kept)) = (&recorded, row, &kept) {
+                        let n = ops.as_slice()[before..].iter().filter(|op| op.is_row_op()).count() as u32;
+                        if n > 0 {
+                            let values = data_row_values(kept).map_err(|e| e.to_string())?;
+                            let values = rec.row(row.secret, &row.columns, &values, row.formats());
+                            ops.push(LoggedOp::Row { ops: n, values });
+                        }
                     }
                 }
                 Ok(match kept {
@@ -434,16 +487,28 @@ impl Tagger {
             btag::COMMAND_COMPLETE | btag::EMPTY_QUERY_RESPONSE => {
                 let complete = tag == btag::COMMAND_COMPLETE;
                 match head {
-                    Reading::Execute { portal, rows, stmt } if complete => {
-                        let PortalPlan { plan, params, param_formats } = portal;
+                    Reading::Execute { portal, rows, stmt, run_logged } if complete => {
+                        // A run without rows is recorded for its parameters (an absent read's, an update's).
+                        if let (Some(v), false, false) = (&portal.values, *run_logged, self.broken)
+                            && !v.params.is_empty()
+                        {
+                            *run_logged = true;
+                            ops.push(LoggedOp::Run {
+                                stmt: *stmt,
+                                params: v.params.clone(),
+                                columns: Vec::new(),
+                            });
+                        }
+                        let PortalPlan { plan, params, param_formats, .. } = portal;
                         self.statement_done(plan, *rows, params, param_formats, *stmt, ops);
                     }
-                    Reading::Query { plans, at, rows, stmt } => {
+                    Reading::Query { plans, at, rows, stmt, run } => {
                         if let (Some(plan), true) = (plans.get(*at), complete) {
                             self.statement_done(plan, *rows, &[], &[], *stmt, ops);
                         }
                         *at += 1;
                         *rows = 0;
+                        *run = QueryRun { secret: run.secret, ..QueryRun::default() };
                     }
                     _ => {}
                 }
@@ -480,7 +545,7 @@ impl Tagger {
             }
             LoggedOp::Read { .. } => m.reads.fetch_add(1, Ordering::Relaxed),
             LoggedOp::Write { .. } => m.writes.fetch_add(1, Ordering::Relaxed),
-            LoggedOp::Opaque { .. } => 0,
+            LoggedOp::Opaque { .. } | LoggedOp::Run { .. } | LoggedOp::Row { .. } => 0,
         };
         ops.push(op);
     }

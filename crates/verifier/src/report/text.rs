@@ -55,8 +55,9 @@ impl Report {
     /// The report as text for a person: the verdict line, then each anomaly with its cycle, edge by edge,
     /// then the transactions involved.
     /// Long transaction and session ids are shortened to `T1`, `S1`, … with a legend at the end.
+    /// Where values were recorded, versions show as the rows behind them instead of their ids.
     pub fn render_text(&self) -> String {
-        super::labels::shorten(self, &self.to_string())
+        super::labels::shorten(self, &super::values::with_values(self, &self.to_string()))
     }
 }
 
@@ -167,9 +168,18 @@ impl fmt::Display for Report {
                 };
                 writeln!(f, "  {} (session {}, #{}, {:?}{ts})", t.id, t.session, t.seq, t.outcome)?;
                 for o in &t.ops {
-                    match &o.sql {
-                        Some(sql) => writeln!(f, "    {}: {}    -- {sql}", o.index, o.text)?,
-                        None => writeln!(f, "    {}: {}", o.index, o.text)?,
+                    write!(f, "    {}: {}", o.index, o.text)?;
+                    // A recorded version's row shows in its id's place (`render_text`); another's (a
+                    // pre-history version, shared by every key) beside it.
+                    if let (Some(row), false) =
+                        (&o.row, o.version.as_deref().is_some_and(|v| v.starts_with('w')))
+                    {
+                        write!(f, " ⟨{row}⟩")?;
+                    }
+                    match (&o.sql, &o.params) {
+                        (Some(sql), Some(params)) => writeln!(f, "    -- {sql}  [{params}]")?,
+                        (Some(sql), None) => writeln!(f, "    -- {sql}")?,
+                        _ => writeln!(f)?,
                     }
                 }
             }

@@ -239,6 +239,7 @@ fn decode_txn(c: &mut Rd<'_>, d: &mut Delta, n_keys: u32, n_stmts: u32) -> Resul
         collector: CollectorId(collector),
         fence: flags & TXN_FENCE != 0,
         isolation: None,
+        values: None,
     })
 }
 

@@ -1,0 +1,161 @@
+//! Values the proxy records beside a transaction's ops, for people and for replay (issue 18): the
+//! parameters each statement ran with, and the row each read returned or each write produced.
+//!
+//! The verifier never looks at them: verdicts rest on versions alone, so a value that was cut short or
+//! replaced by a hash costs a report its detail, never its correctness. The proxy bounds them (a row's
+//! values share a byte budget, [`Value::Truncated`] keeps a prefix) and keeps secrets out
+//! ([`Value::Redacted`] keeps a hash, for telling equal values apart).
+
+use serde::{Deserialize, Serialize};
+
+use crate::StmtRef;
+
+/// One recorded value: a parameter, or a column of a row.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Value {
+    /// SQL NULL.
+    Null,
+    /// The value in PostgreSQL's text format (a value sent or returned in binary format is shown as
+    /// `\x` and its bytes in hex).
+    Text(String),
+    /// A value longer than what was left of its row's budget: its first bytes (cut at a character
+    /// boundary) and its whole length in bytes.
+    Truncated {
+        /// The first bytes.
+        prefix: String,
+        /// The whole value's length in bytes.
+        len: u64,
+    },
+    /// A secret (a column in the redact list, a parameter of a statement that names one, anything of a
+    /// statement about passwords): a hash of the value instead of the value, so that equal values still
+    /// look equal. Not a protection for guessable values: it is a digest, not a keyed one.
+    Redacted(String),
+}
+
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Null => f.write_str("NULL"),
+            Value::Text(t) => write!(f, "'{}'", t.replace('\'', "''")),
+            Value::Truncated { prefix, len } => {
+                write!(f, "'{}…' ({len} bytes)", prefix.replace('\'', "''"))
+            }
+            Value::Redacted(hash) => write!(f, "<redacted {hash}>"),
+        }
+    }
+}
+
+/// One run of a statement: the parameters it was bound with and the names of the columns its rows carry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatementRun {
+    /// The statement, when its text is known.
+    pub stmt: Option<StmtRef>,
+    /// Its parameters (`$1`, `$2`, …), empty for a simple-protocol statement, whose literals are in its text.
+    pub params: Vec<Value>,
+    /// The names of the columns of the rows it returned to the client, when a row description was seen.
+    pub columns: Vec<String>,
+    /// How many of the transaction's ops came before it, to place it among them.
+    pub before_op: u32,
+}
+
+/// The row behind one op: what a read returned, or what a write produced, as the client saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpRow {
+    /// The op's index in its transaction's ops.
+    pub op: u32,
+    /// The statement run whose row it is: an index into [`TxnValues::runs`].
+    pub run: u32,
+    /// The row's values, one per column of the run (see [`StatementRun::columns`]).
+    pub values: Vec<Value>,
+}
+
+/// Everything recorded of a transaction's values (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnValues {
+    /// Its statement runs, in order.
+    pub runs: Vec<StatementRun>,
+    /// The rows behind its ops, in op order.
+    pub rows: Vec<OpRow>,
+}
+
+impl TxnValues {
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty() && self.rows.is_empty()
+    }
+
+    /// Appends the values of ops that came after `ops_before` ops of this transaction (a late-ops record):
+    /// their op and run indices move up accordingly.
+    pub fn append(&mut self, later: TxnValues, ops_before: u32) {
+        let runs_before = self.runs.len() as u32;
+        self.runs.extend(
+            later.runs.into_iter().map(|r| StatementRun { before_op: r.before_op + ops_before, ..r }),
+        );
+        self.rows.extend(later.rows.into_iter().map(|r| OpRow {
+            op: r.op + ops_before,
+            run: r.run + runs_before,
+            ..r
+        }));
+    }
+
+    /// The row behind op `op`, with its column names.
+    pub fn row_of(&self, op: usize) -> Option<(&OpRow, &[String])> {
+        let row = self.rows.iter().find(|r| r.op as usize == op)?;
+        let columns = self.runs.get(row.run as usize).map_or(&[][..], |r| &r.columns[..]);
+        Some((row, columns))
+    }
+
+    /// The parameters of the statement run op `op` came from (its statement `stmt`), as `$1 = value, …`:
+    /// the last run before it of the same statement, if that run had parameters.
+    pub fn describe_params(&self, op: usize, stmt: Option<StmtRef>) -> Option<String> {
+        let run = self.runs.iter().rev().find(|r| r.before_op as usize <= op && r.stmt == stmt)?;
+        if run.params.is_empty() {
+            return None;
+        }
+        let params: Vec<String> =
+            run.params.iter().enumerate().map(|(i, v)| format!("${} = {v}", i + 1)).collect();
+        Some(params.join(", "))
+    }
+
+    /// The row behind op `op` as `name = value, …` (positions `$1`, `$2`, … for columns without a name).
+    pub fn describe_row(&self, op: usize) -> Option<String> {
+        let (row, columns) = self.row_of(op)?;
+        let fields: Vec<String> = row
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match columns.get(i) {
+                Some(name) => format!("{name} = {v}"),
+                None => format!("${} = {v}", i + 1),
+            })
+            .collect();
+        Some(fields.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn late_values_move_past_the_ops_and_runs_before_them() {
+        let run =
+            |before_op| StatementRun { stmt: None, params: vec![], columns: vec!["v".into()], before_op };
+        let row = |op, run| OpRow { op, run, values: vec![Value::Text(op.to_string())] };
+        let mut early = TxnValues { runs: vec![run(0)], rows: vec![row(0, 0), row(1, 0)] };
+        let late = TxnValues { runs: vec![run(0)], rows: vec![row(0, 0)] };
+        early.append(late, 2);
+        assert_eq!(early.runs[1].before_op, 2);
+        assert_eq!(early.rows[2], OpRow { op: 2, run: 1, values: vec![Value::Text("0".into())] });
+        assert_eq!(early.describe_row(2).as_deref(), Some("v = '0'"));
+        assert_eq!(early.describe_row(3), None);
+    }
+
+    #[test]
+    fn values_read_as_sql_literals_and_secrets_stay_hashes() {
+        assert_eq!(Value::Text("it's".into()).to_string(), "'it''s'");
+        assert_eq!(Value::Null.to_string(), "NULL");
+        assert_eq!(Value::Truncated { prefix: "ab".into(), len: 900 }.to_string(), "'ab…' (900 bytes)");
+        assert_eq!(Value::Redacted("sha256:00ff".into()).to_string(), "<redacted sha256:00ff>");
+    }
+}

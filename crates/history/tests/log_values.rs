@@ -1,0 +1,87 @@
+//! Recorded values in the log (issue 18, item 1): a statement run's parameters and columns, and the row
+//! behind each op, survive the compact encoding and replay, land beside the ops they belong to (a row of a
+//! join is behind each of its reads), and late ops' values move past the intent's ops.
+
+use history::values::{StatementRun, Value};
+use history::{
+    Durability, HistoryLog, KeyName, LoggedOp, LoggedTxn, Observed, Outcome, SessionId, SledLog, TxnId,
+    WriteId,
+};
+
+fn key(ns: &str, k: &str) -> KeyName {
+    KeyName { namespace: ns.into(), bytes: k.as_bytes().to_vec() }
+}
+
+fn text(s: &str) -> Value {
+    Value::Text(s.into())
+}
+
+#[test]
+fn values_replay_beside_their_ops_through_the_compact_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let mut t = LoggedTxn::new(TxnId(7), SessionId(1), 0);
+    t.statements = vec![
+        "SELECT a.v, b.v FROM a JOIN b ON a.id = b.id WHERE a.id = $1".into(),
+        "UPDATE a SET v = $1 WHERE id = $2 RETURNING v".into(),
+    ];
+    t.ops = vec![
+        LoggedOp::Run { stmt: Some(0), params: vec![text("1")], columns: vec!["v".into(), "w".into()] },
+        LoggedOp::Read { key: key("a", "1"), observed: Observed::PreHistory(0), stmt: Some(0) },
+        LoggedOp::Read { key: key("b", "1"), observed: Observed::PreHistory(0), stmt: Some(0) },
+        LoggedOp::Row { ops: 2, values: vec![text("10"), Value::Null] },
+        LoggedOp::Opaque { kind: "predicate".into(), stmt: Some(0) },
+        LoggedOp::Run { stmt: Some(1), params: vec![text("11"), text("1")], columns: vec!["v".into()] },
+        LoggedOp::Write { key: key("a", "1"), write: WriteId(70), stmt: Some(1) },
+        LoggedOp::Row { ops: 1, values: vec![text("11")] },
+    ];
+    drop(log.append_intent(t.clone()).unwrap());
+    // An autocommit statement's row comes after the intent.
+    let late = vec![
+        LoggedOp::Run {
+            stmt: Some(2),
+            params: vec![Value::Redacted("sha256:00".into())],
+            columns: vec!["v".into()],
+        },
+        LoggedOp::Write { key: key("b", "1"), write: WriteId(71), stmt: Some(2) },
+        LoggedOp::Row { ops: 1, values: vec![Value::Truncated { prefix: "ab".into(), len: 300 }] },
+    ];
+    let mut statements = t.statements.clone();
+    statements.push("UPDATE b SET v = $1 WHERE id = 1 RETURNING v".into());
+    drop(log.append_late_ops(TxnId(7), late, statements).unwrap());
+    drop(log.append_outcome(TxnId(7), Outcome::Committed, Some(9)).unwrap());
+
+    let h = log.replay().unwrap();
+    let txn = &h.transactions[0];
+    assert_eq!(txn.ops.len(), 4, "values are not ops: {:?}", txn.ops);
+    let values = txn.values.as_deref().expect("values recorded");
+    assert_eq!(values.runs.len(), 3);
+    assert_eq!(
+        values.runs[1],
+        StatementRun {
+            stmt: txn.ops[2].stmt(),
+            params: vec![text("11"), text("1")],
+            columns: vec!["v".into()],
+            before_op: 2
+        }
+    );
+    assert_eq!(values.runs[2].before_op, 3, "a late run is placed after the intent's ops");
+    // The join's row is behind both of its reads.
+    assert_eq!(values.describe_row(0).as_deref(), Some("v = '10', w = NULL"));
+    assert_eq!(values.describe_row(1).as_deref(), Some("v = '10', w = NULL"));
+    assert_eq!(values.describe_row(2).as_deref(), Some("v = '11'"));
+    assert_eq!(values.describe_row(3).as_deref(), Some("v = 'ab…' (300 bytes)"));
+    assert_eq!(values.describe_params(1, txn.ops[1].stmt()).as_deref(), Some("$1 = '1'"));
+    assert_eq!(values.describe_params(3, txn.ops[3].stmt()).as_deref(), Some("$1 = <redacted sha256:00>"));
+}
+
+#[test]
+fn a_transaction_without_values_carries_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let mut t = LoggedTxn::new(TxnId(1), SessionId(1), 0);
+    t.ops = vec![LoggedOp::Write { key: key("a", "1"), write: WriteId(1), stmt: None }];
+    drop(log.append_finished(t, Outcome::Committed, None).unwrap());
+    let h = log.replay().unwrap();
+    assert_eq!(h.transactions[0].values, None);
+}

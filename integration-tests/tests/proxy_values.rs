@@ -1,0 +1,156 @@
+//! What the proxy records of values (issue 18, item 1), through the real proxy, the real PostgreSQL and a
+//! real driver (tokio-postgres: prepared statements, parameters and results in binary format; its simple
+//! query for the text format): each statement's parameters and each mapped row's values land in the log
+//! beside the ops, named by column; a long value keeps a prefix; secrets (a column in `[record] redact`,
+//! anything of a statement about passwords) are hashes, in the history and in the log's bytes; and
+//! `values = false` records none.
+
+mod proxy_support;
+
+use history::values::{TxnValues, Value};
+use history::{History, Op};
+use proxy_support::*;
+
+const CARD: &str = "4111-1111-1111-1111";
+
+/// The replayed history of the proxy's log.
+async fn history_of(p: &TestProxy) -> History {
+    let log = p.handle.log().clone();
+    tokio::task::spawn_blocking(move || log.replay()).await.expect("join").expect("replay")
+}
+
+/// Every file's bytes under `dir`.
+fn bytes_under(dir: &std::path::Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(bytes_under(&path));
+        } else {
+            out.extend(std::fs::read(&path).unwrap());
+        }
+    }
+    out
+}
+
+/// The row behind the first op of `h` on `table`'s key `id` that `pick` accepts, with the op's parameters.
+fn row_of(
+    h: &History,
+    table: &str,
+    id: &str,
+    pick: impl Fn(&Op) -> bool,
+) -> Option<(String, Option<String>)> {
+    for t in &h.transactions {
+        let Some(values) = t.values.as_deref() else { continue };
+        for (i, op) in t.ops.iter().enumerate() {
+            let Some(key) = h.keys.name(op.key()) else { continue };
+            let names_row = key.namespace.ends_with(table) && key.bytes == id.as_bytes();
+            if names_row && pick(op) {
+                return values.describe_row(i).map(|r| (r, values.describe_params(i, op.stmt())));
+            }
+        }
+    }
+    None
+}
+
+fn values_of(h: &History) -> Vec<&TxnValues> {
+    h.transactions.iter().filter_map(|t| t.values.as_deref()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parameters_and_rows_are_recorded_by_column_bounded_and_without_secrets() {
+    let table = unique_table("values");
+    let d = direct().await;
+    d.batch_execute(&format!(
+        "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (id int PRIMARY KEY, owner text, balance bigint, \
+         card_number text); INSERT INTO {table} VALUES (1, 'alice', 100, '{CARD}'), (2, 'bob', 50, NULL), \
+         (3, repeat('x', 400), 0, NULL)"
+    ))
+    .await
+    .unwrap();
+    let p = start_proxy_with(Opts {
+        record: Some("redact = [\"Card_Number\"]\nrow_bytes = 64"),
+        ..Opts::default()
+    })
+    .await;
+    let c = p.connect().await;
+    c.batch_execute("BEGIN").await.unwrap();
+    let got =
+        c.query(&format!("SELECT id, owner, balance FROM {table} WHERE id = $1"), &[&1i32]).await.unwrap();
+    assert_eq!(got[0].get::<_, i64>(2), 100);
+    c.query(&format!("UPDATE {table} SET balance = $1 WHERE id = $2 RETURNING balance"), &[&90i64, &1i32])
+        .await
+        .unwrap();
+    c.query(&format!("SELECT * FROM {table} WHERE id = $1"), &[&1i32]).await.unwrap();
+    c.batch_execute("COMMIT").await.unwrap();
+    // The simple protocol: text format, names from the RowDescription of each statement.
+    c.simple_query(&format!(
+        "SELECT id, balance FROM {table} WHERE id = 2; SELECT owner FROM {table} WHERE id = 3"
+    ))
+    .await
+    .unwrap();
+    // A secret column a statement names: its parameters are hashes too.
+    c.execute(&format!("UPDATE {table} SET card_number = $1 WHERE id = $2"), &[&CARD, &2i32]).await.unwrap();
+    drop(c);
+    p.wait_for(&table, 3).await;
+    let h = history_of(&p).await;
+
+    let read = |op: &Op| matches!(op, Op::Read { .. });
+    let write = |op: &Op| matches!(op, Op::Write { .. });
+    let (first, params) = row_of(&h, &table, "1", read).expect("the first read of row 1 has its row");
+    assert_eq!(first, "id = '1', owner = 'alice', balance = '100'", "binary results decoded by type");
+    assert_eq!(params.as_deref(), Some("$1 = '1'"));
+    let (updated, params) = row_of(&h, &table, "1", write).expect("the update of row 1 has its row");
+    assert_eq!(updated, "balance = '90'");
+    assert_eq!(params.as_deref(), Some("$1 = '90', $2 = '1'"));
+    let star = values_of(&h)
+        .iter()
+        .flat_map(|v| v.rows.iter().map(move |r| (v, r)))
+        .find(|(v, r)| v.runs[r.run as usize].columns.len() == 4)
+        .map(|(v, r)| (v.runs[r.run as usize].columns.clone(), r.values.clone()))
+        .expect("the SELECT * row");
+    assert_eq!(star.0, ["id", "owner", "balance", "card_number"]);
+    assert!(matches!(&star.1[3], Value::Redacted(h) if h.starts_with("sha256:")), "{:?}", star.1);
+    let (simple, params) = row_of(&h, &table, "2", read).expect("the simple query's row");
+    assert_eq!(simple, "id = '2', balance = '50'");
+    assert_eq!(params, None, "a simple query's literals are in its text");
+    let (long, _) = row_of(&h, &table, "3", read).expect("the long row");
+    assert_eq!(long, format!("owner = '{}…' (400 bytes)", "x".repeat(64)));
+    let secret_params = values_of(&h)
+        .iter()
+        .flat_map(|v| &v.runs)
+        .find(|r| r.params.len() == 2 && r.params.iter().all(|p| matches!(p, Value::Redacted(_))));
+    assert!(secret_params.is_some(), "the card number's UPDATE has hashed parameters: {:?}", values_of(&h));
+
+    // The verdict does not depend on values.
+    let report = verifier::verify(&h, &verifier::Options::default()).expect("verify");
+    assert!(report.is_accept(), "{report}");
+    let dir = p.dir.path().join("log");
+    p.handle.shutdown().await.unwrap();
+    let bytes = bytes_under(&dir);
+    assert!(!bytes.windows(CARD.len()).any(|w| w == CARD.as_bytes()), "the card number reached the log");
+    assert!(bytes.windows(5).any(|w| w == b"alice"), "values are in the log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_values_off_the_log_holds_ops_and_no_values() {
+    let table = unique_table("values_off");
+    let d = direct().await;
+    d.batch_execute(&format!(
+        "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (id int PRIMARY KEY, owner text); \
+         INSERT INTO {table} VALUES (1, 'carol')"
+    ))
+    .await
+    .unwrap();
+    let p = start_proxy_with(Opts { record: Some("values = false"), ..Opts::default() }).await;
+    let c = p.connect().await;
+    c.query(&format!("SELECT owner FROM {table} WHERE id = $1"), &[&1i32]).await.unwrap();
+    drop(c);
+    p.wait_for(&table, 1).await;
+    let h = history_of(&p).await;
+    assert!(h.transactions.iter().any(|t| t.ops.iter().any(|op| matches!(op, Op::Read { .. }))));
+    assert!(values_of(&h).is_empty(), "{:?}", values_of(&h));
+    let dir = p.dir.path().join("log");
+    p.handle.shutdown().await.unwrap();
+    assert!(!bytes_under(&dir).windows(5).any(|w| w == b"carol"));
+}
