@@ -47,7 +47,8 @@ pub(super) struct ProxyArgs {
     proxy_seconds: f64,
     /// fig12: the paths measured side by side, comma-separated: direct (no proxy), off (tagging off),
     /// xmin (tagging, no fences), xmin-fence (tagging and a fence every --fence-every transactions), and
-    /// xmin-fence-group / xmin-fence-none (the same with `log.durability` group or none instead of strict).
+    /// xmin-fence-group / xmin-fence-none (the same with `log.durability` group or none instead of strict),
+    /// and xmin-fence-no-values (xmin-fence without recording parameters and row values).
     #[arg(long, value_delimiter = ',', default_value = "direct,off,xmin,xmin-fence,xmin-fence-group")]
     proxy_configs: Vec<Route>,
     /// fig13: transactions per run (all clients together).
@@ -102,6 +103,9 @@ pub(super) enum Route {
     XminFenceGroup,
     /// As xmin-fence, never fsyncing the history log.
     XminFenceNone,
+    /// As xmin-fence, without recording parameters and row values (`[record] values = false`): what the
+    /// values cost (issue 18).
+    XminFenceNoValues,
 }
 
 impl Route {
@@ -113,7 +117,13 @@ impl Route {
             Route::XminFence => "xmin-fence",
             Route::XminFenceGroup => "xmin-fence-group",
             Route::XminFenceNone => "xmin-fence-none",
+            Route::XminFenceNoValues => "xmin-fence-no-values",
         }
+    }
+
+    /// Whether the proxy records parameters and row values on this path.
+    fn records_values(self) -> bool {
+        self != Route::XminFenceNoValues
     }
 
     /// The `[tagging] strategy`, `[fence] every` and `[log] durability` of this path (None for direct).
@@ -125,6 +135,7 @@ impl Route {
             Route::XminFence => Some(("xmin", fence_every, "strict")),
             Route::XminFenceGroup => Some(("xmin", fence_every, "group")),
             Route::XminFenceNone => Some(("xmin", fence_every, "none")),
+            Route::XminFenceNoValues => Some(("xmin", fence_every, "strict")),
         }
     }
 }

@@ -82,8 +82,9 @@ pub(super) fn run_point(
                 "[listen]\naddress = \"127.0.0.1:0\"\n[upstream]\naddress = {upstream:?}\n\
                  [log]\npath = {:?}\ndurability = \"{durability}\"\n\
                  [admin]\nenabled = true\naddress = \"127.0.0.1:0\"\n\
-                 [tagging]\nstrategy = \"{strategy}\"\n[fence]\nevery = {every}\n",
-                log_dir.path().display().to_string()
+                 [tagging]\nstrategy = \"{strategy}\"\n[fence]\nevery = {every}\n[record]\nvalues = {}\n",
+                log_dir.path().display().to_string(),
+                path.records_values()
             );
             let config = proxy::Config::parse(&toml, Path::new("<krait bench>"))?;
             Some(rt.proxy.block_on(proxy::start(config)).context("cannot start the proxy")?)
