@@ -1,7 +1,8 @@
 //! Stage 4: constraints (Cobra §3.2, `Coalesce`; §2.3 without coalescing).
 //!
-//! In: the chains of each key. Out: one constraint per key and unordered pair of chains, deciding which chain
-//! comes first. Side A ("first before second") holds the edges from the readers of `first`'s tail to the
+//! In: the chains of each key and the known graph's session order. Out: one constraint per key and unordered
+//! pair of chains whose order session order does not already settle (below), deciding which chain comes
+//! first. Side A ("first before second") holds the edges from the readers of `first`'s tail to the
 //! writer of `second`'s head, or, when that tail has no other reader, the edge from the tail's writer to the
 //! head's writer; side B is the mirror image. A chain that starts with an initial version precedes every
 //! other chain of its key, so its pairs are not choices: their side-A edges go straight into the known graph.
@@ -9,6 +10,34 @@
 //! With coalescing off, each pair of chains yields one constraint per pair of edges (one from each side), the
 //! uncoalesced form of §2.3; any acyclic choice of these contains one whole coalesced side, so the two forms
 //! accept the same histories.
+//!
+//! **Chains that session order already sorts.** Generating a constraint for every pair of chains costs
+//! O(c²) for c chains of one key, and blind writes make one chain each: 100,000 blind writes of one key in
+//! one session made 5·10⁹ constraints, and the verifier ran out of memory before pruning could drop them all.
+//! So the chains of a key that lie in one session, each after the one before it in session order (a *run*,
+//! see [`runs`]), get a constraint only between neighbours of the run; every other pair gets its constraint
+//! as before. Why skipping `C_i`, `C_j` (j > i + 1, one run) accepts and rejects exactly what the full
+//! polygraph does, and so can never turn a reject into an accept:
+//! - *Its side B is never taken.* Every edge of "`C_j` before `C_i`" ends at the writer of `C_i`'s head and
+//!   starts at the writer of `C_j`'s tail or at a reader of that tail, which the head's writer already
+//!   reaches along session order and the wr edge of the read. So side B closes a cycle with the known graph,
+//!   and no acyclic compatible graph contains it; pruning would take side A (Cobra §3.3, Fig. 3 lines
+//!   75–85), and under snapshot isolation the cycle is made of dependencies alone (session order and the ww
+//!   edge every SI side holds, see `si::si_side`), which SI forbids too.
+//! - *Its side A is implied by the neighbours' constraints.* The neighbours' constraints are forced to their
+//!   side A the same way, so every compatible graph holds "`C_i` before `C_{i+1}`": each reader `r` of
+//!   `C_i`'s tail has an edge to the writer of `C_{i+1}`'s head (or is that writer), and that writer reaches
+//!   the writer of `C_j`'s head along session order. So every edge `r → head(C_j)` of side A, and the ww edge
+//!   `tail(C_i) → head(C_j)` when the tail has no other reader, is already a path of the graph (under SI too:
+//!   a path that enters `head(C_{i+1})` by an anti-dependency leaves it along session order, a dependency).
+//!   Adding side A would change no reachability, hence no cycle, and no choice of any other constraint.
+//!
+//! The same holds pair of edges by pair of edges without coalescing. With pruning on, its first pass would
+//! have taken side A of every skipped pair and dropped it, so the constraints pruning leaves live, which the
+//! solver and garbage collection (Cobra §4.3) read, are the same as before.
+//!
+//! Chains of one key in different sessions still get a constraint for every pair, unless one of them starts
+//! with an initial version (below): c chains spread evenly over s sessions make about c²(1 − 1/s)/2.
 
 use history::Key;
 use solver::Side;
@@ -84,6 +113,57 @@ pub(crate) fn chain_to_chain(norm: &Normalized, chains: &Chains, c1: u32, c2: u3
     edges
 }
 
+/// A vertex's place in session order: its session (an index into `KnownGraph::sessions`) and its position.
+type Place = (u32, u32);
+
+/// Splits the chains of one key (`group`) into units whose pairs need a constraint (see the module comment):
+/// each *run* is a list of chains of one session in session order, each chain's head after the previous
+/// chain's tail, and every other chain is a run of its own. Only neighbours within a run need a constraint;
+/// any two chains of different runs do.
+fn runs(norm: &Normalized, chains: &Chains, g: &KnownGraph, group: &[u32]) -> Vec<Vec<u32>> {
+    let place = |v: u32| g.place.get(v as usize).copied().flatten();
+    let writer_place = |version: u32| norm.versions[version as usize].writer.and_then(place);
+    // The chains whose head and tail writers lie in one session: (head's place, tail's place, chain).
+    let mut placed: Vec<(Place, Place, u32)> = Vec::new();
+    let mut out: Vec<Vec<u32>> = Vec::new();
+    for &c in group {
+        let versions = &chains.list[c as usize].versions;
+        let (Some(&head), Some(&tail)) = (versions.first(), versions.last()) else { continue };
+        match (writer_place(head), writer_place(tail)) {
+            (Some(h), Some(t)) if h.0 == t.0 && h.1 <= t.1 => placed.push((h, t, c)),
+            _ => out.push(vec![c]),
+        }
+    }
+    placed.sort_unstable();
+    let mut last_tail: Option<Place> = None;
+    for (head, tail, c) in placed {
+        match (last_tail, out.last_mut()) {
+            (Some(t), Some(run)) if t.0 == head.0 && t.1 < head.1 => run.push(c),
+            _ => out.push(vec![c]),
+        }
+        last_tail = Some(tail);
+    }
+    out
+}
+
+/// The pairs of chains of one key that need a constraint, each as (lower index, higher index), sorted (the
+/// order in which the constraints were made when every pair got one).
+fn pairs(norm: &Normalized, chains: &Chains, g: &KnownGraph, group: &[u32]) -> Vec<(u32, u32)> {
+    let runs = runs(norm, chains, g, group);
+    let ordered = |a: u32, b: u32| (a.min(b), a.max(b));
+    let mut out = Vec::new();
+    for (i, run) in runs.iter().enumerate() {
+        out.extend(run.windows(2).map(|w| ordered(w[0], w[1])));
+        for other in &runs[i + 1..] {
+            for &a in run {
+                out.extend(other.iter().map(|&b| ordered(a, b)));
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// Generates the constraints, and adds the edges that initial versions force to the known graph.
 pub(crate) fn generate(
     norm: &Normalized,
@@ -97,37 +177,35 @@ pub(crate) fn generate(
     let mut out = Vec::new();
     let mut initial_edges = 0;
     for group in &chains.by_key {
-        for (i, &c1) in group.iter().enumerate() {
-            for &c2 in &group[i + 1..] {
-                let key = chains.list[c1 as usize].key;
-                let (first, second) = if is_initial(c2) { (c2, c1) } else { (c1, c2) };
-                let side_a = chain_to_chain(norm, chains, first, second);
-                if is_initial(first) {
-                    for e in side_a {
-                        let origin = Origin::Initial {
-                            first,
-                            second,
-                            from_version: e.from_version,
-                            to_version: e.to_version,
-                            rw: e.rw,
-                        };
-                        g.push(e.from, e.to, origin, 0);
-                        initial_edges += 1;
-                    }
-                    continue;
+        for (c1, c2) in pairs(norm, chains, g, group) {
+            let key = chains.list[c1 as usize].key;
+            let (first, second) = if is_initial(c2) { (c2, c1) } else { (c1, c2) };
+            let side_a = chain_to_chain(norm, chains, first, second);
+            if is_initial(first) {
+                for e in side_a {
+                    let origin = Origin::Initial {
+                        first,
+                        second,
+                        from_version: e.from_version,
+                        to_version: e.to_version,
+                        rw: e.rw,
+                    };
+                    g.push(e.from, e.to, origin, 0);
+                    initial_edges += 1;
                 }
-                let side_b = chain_to_chain(norm, chains, second, first);
-                if side_a.is_empty() || side_b.is_empty() {
-                    // An empty side can always be chosen, so the constraint constrains nothing.
-                    continue;
-                }
-                if coalesce {
-                    out.push(Constraint { key, first, second, pick: None });
-                } else {
-                    for a in 0..side_a.len() as u32 {
-                        for b in 0..side_b.len() as u32 {
-                            out.push(Constraint { key, first, second, pick: Some((a, b)) });
-                        }
+                continue;
+            }
+            let side_b = chain_to_chain(norm, chains, second, first);
+            if side_a.is_empty() || side_b.is_empty() {
+                // An empty side can always be chosen, so the constraint constrains nothing.
+                continue;
+            }
+            if coalesce {
+                out.push(Constraint { key, first, second, pick: None });
+            } else {
+                for a in 0..side_a.len() as u32 {
+                    for b in 0..side_b.len() as u32 {
+                        out.push(Constraint { key, first, second, pick: Some((a, b)) });
                     }
                 }
             }

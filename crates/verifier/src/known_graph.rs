@@ -63,6 +63,8 @@ pub(crate) struct KnownGraph {
     pub edges: Vec<KEdge>,
     /// Each session's vertices in session order: paths of the graph, used as chain hints for reachability.
     pub sessions: Vec<Vec<u32>>,
+    /// `place[v]`: the session (an index into `sessions`) and the position in it of vertex `v`.
+    pub place: Vec<Option<(u32, u32)>>,
     /// `next[v]`: the version a read-modify-write put directly after version `v`.
     pub next: Vec<Option<u32>>,
     pub ww_pairs: u64,
@@ -112,9 +114,13 @@ pub(crate) fn create_known_graph_with(
         }
     }
     // Session order, over included transactions only (consecutive ones are joined).
+    g.place = vec![None; norm.txns.len()];
     for path in crate::normalize::session_paths(h, norm) {
         for w in path.windows(2) {
             g.push(w[0], w[1], Origin::So, 0);
+        }
+        for (i, &v) in path.iter().enumerate() {
+            g.place[v as usize] = Some((g.sessions.len() as u32, i as u32));
         }
         g.sessions.push(path);
     }

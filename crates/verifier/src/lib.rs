@@ -8,7 +8,8 @@
 //! 2. `known_graph`: wr, session-order (and real-time, `realtime`, §3.5) edges, and ww pairs from
 //!    read-modify-writes; lost updates — Cobra §2.3, Fig. 3 `CreateKnownGraph`.
 //! 3. `chains`: combining writes and the rw edges inside chains — §3.1.
-//! 4. `constraints`: one coalesced constraint per key and pair of chains — §3.2.
+//! 4. `constraints`: one coalesced constraint per key and pair of chains (only neighbours, among chains that
+//!    session order already sorts) — §3.2.
 //! 5. `prune`: pruning to a fixpoint with reachability from `kernels` — §3.3.
 //! 6. `solve`: solving what is left with the `solver` crate — §3.4.
 //! 7. `certificate` and [`report`]: the evidence, and the report a person (and [`check_report`]) can check.

@@ -535,3 +535,130 @@ fn malformed_histories_get_a_verdict_that_checks() {
             .unwrap_or_else(|e| panic!("case {case}: {e}\n{}\n{:#?}", report.render_text(), h.transactions));
     }
 }
+
+/// A random history of mostly blind writes of few keys across few sessions, in the shape that makes one
+/// chain per write (see `tests/blind_writes.rs`): transactions run serially against a store, and each read
+/// returns the store's version, or, half of the time, any version of the key, which session order may say
+/// was already overwritten (a stale read) or not yet written.
+fn blind_write_history(rng: &mut StdRng) -> (History, u64) {
+    let keys = rng.gen_range(1..=2u32);
+    let mut h = History::default();
+    for k in 0..keys {
+        h.keys.intern(KeyName { namespace: String::new(), bytes: format!("k{k}").into_bytes() });
+    }
+    let n = rng.gen_range(2..=8);
+    let sessions = rng.gen_range(1..=3u64);
+    let mut store: HashMap<Key, Observed> = HashMap::new();
+    let mut written: Vec<Vec<WriteId>> = vec![Vec::new(); keys as usize];
+    let mut txns = Vec::new();
+    let mut clock = 1_000_000u64;
+    for i in 0..n {
+        let session = SessionId(rng.gen_range(0..sessions));
+        let seq = txns.iter().filter(|t: &&Transaction| t.session == session).count() as u64;
+        let mut t = Transaction::new(TxnId(i as u64 + 1), session, seq);
+        t.outcome = if rng.gen_range(0..100) < 5 { Outcome::Aborted } else { Outcome::Committed };
+        t.collector = CollectorId(0);
+        let mut own: HashMap<Key, Observed> = HashMap::new();
+        for _ in 0..rng.gen_range(1..=2) {
+            let key = Key(rng.gen_range(0..keys));
+            if rng.gen_bool(0.65) {
+                let w = WriteId(i as u64 * 10 + t.ops.len() as u64 + 1);
+                own.insert(key, Observed::Version(w));
+                written[key.0 as usize].push(w);
+                t.ops.push(Op::Write { key, write: w, stmt: None });
+            } else if own.contains_key(&key) {
+                continue;
+            } else {
+                let ws = &written[key.0 as usize];
+                let observed = if rng.gen_bool(0.5) && !ws.is_empty() {
+                    Observed::Version(ws[rng.gen_range(0..ws.len())])
+                } else {
+                    store.get(&key).copied().unwrap_or(Observed::PreHistory(0))
+                };
+                t.ops.push(Op::Read { key, observed, stmt: None });
+            }
+        }
+        let start = clock.saturating_sub(rng.gen_range(0..1_500_000));
+        clock += rng.gen_range(500_000..2_000_000);
+        (t.start_ns, t.commit_ns) = (Some(start), Some(clock));
+        if t.outcome == Outcome::Committed {
+            store.extend(own);
+        }
+        txns.push(t);
+    }
+    h.transactions = txns;
+    (h, [0u64, 1][rng.gen_range(0..2)])
+}
+
+/// Many blind writes of one key by one session are chains that session order sorts, and only neighbours get
+/// a constraint (`constraints.rs`); the verdicts must stay the oracle's, with every technique on or off.
+#[test]
+fn blind_writes_of_few_keys_across_few_sessions_agree_with_brute_force() {
+    let count: usize =
+        std::env::var("KRAIT_ORACLE_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(20_000) / 4;
+    let mut rng = StdRng::seed_from_u64(0x626c_696e_6477);
+    let (mut accepts, mut rejects, mut runs) = (0usize, 0usize, 0usize);
+    for case in 0..count {
+        let (h, drift_ms) = blind_write_history(&mut rng);
+        // Histories where one session wrote one key three times or more: non-neighbours of a run.
+        let mut writes: HashMap<(SessionId, Key), usize> = HashMap::new();
+        for t in &h.transactions {
+            for op in &t.ops {
+                if let Op::Write { key, .. } = *op {
+                    *writes.entry((t.session, key)).or_default() += 1;
+                }
+            }
+        }
+        runs += usize::from(writes.values().any(|&w| w >= 3));
+        let level = if rng.gen_bool(0.5) { Level::Serializable } else { Level::StrictSerializable };
+        let want = oracle(&h, level, drift_ms);
+        let default = Options { level, clock_drift_ms: drift_ms, ..Options::default() };
+        let variant = Options { prune: rng.gen_bool(0.5), coalesce: rng.gen_bool(0.5), ..default.clone() };
+        for opts in [&default, &variant] {
+            let report = verify(&h, opts).unwrap_or_else(|e| panic!("case {case}: verify failed: {e}"));
+            assert_eq!(
+                report.is_accept(),
+                want,
+                "case {case}: verifier says {:?}, oracle says {want}, options {opts:?}\n{}\n{}",
+                report.verdict,
+                compact(&h),
+                report.render_text()
+            );
+            check_report_detailed(&h, &report).unwrap_or_else(|e| {
+                panic!("case {case}: report does not check: {e}\n{}\n{}", report.render_text(), compact(&h))
+            });
+        }
+        if want {
+            accepts += 1;
+        } else {
+            rejects += 1;
+        }
+    }
+    println!(
+        "{count} blind-write histories: {accepts} accepted, {rejects} rejected; {runs} with a session that \
+         wrote one key three times or more"
+    );
+    assert!(runs >= count / 4, "only {runs} histories have a run of three chains");
+    assert!(
+        accepts >= count / 5 && rejects >= count / 8,
+        "{accepts} accepts, {rejects} rejects: the generator is unbalanced"
+    );
+}
+
+/// The history, one line per transaction, for failure messages.
+fn compact(h: &History) -> String {
+    h.transactions
+        .iter()
+        .map(|t| {
+            let ops: Vec<String> = t
+                .ops
+                .iter()
+                .map(|op| match *op {
+                    Op::Read { key, observed, .. } => format!("r(k{})={observed:?}", key.0),
+                    Op::Write { key, write, .. } => format!("w(k{})={}", key.0, write.0),
+                })
+                .collect();
+            format!("{} s{}#{} {:?}: {}\n", t.id, t.session.0, t.seq, t.outcome, ops.join(" "))
+        })
+        .collect()
+}

@@ -14,6 +14,8 @@ use verifier::{
     AnomalyClass, OnlineVerifier, Options, ReportStore, RoundOptions, Verdict, verify, verify_in_rounds,
 };
 
+mod common;
+
 /// A random history run serially against a store, with a fence (a read-modify-write of key `F`) every few
 /// transactions of each session, and some reads from older states of the store (stale reads, lost updates,
 /// write skew), so that about half the histories are not serializable.
@@ -102,27 +104,9 @@ fn random_history_with(rng: &mut StdRng, ending: bool) -> History {
 #[test]
 fn rounds_give_the_one_shot_verdict_on_random_histories_with_fences() {
     let mut rng = StdRng::seed_from_u64(0x5eed_0004);
-    let (mut rejects, mut deleted, mut collected_histories) = (0, 0u64, 0);
     let cases = 10_000;
-    for case in 0..cases {
-        let h = random_history(&mut rng);
-        let one_shot = verify(&h, &Options::default()).expect("one-shot verification");
-        let size = [1, 2, 3, 5, 8][case % 5];
-        let rounds = verify_in_rounds(&h, &RoundOptions::offline(size)).expect("round-by-round verification");
-        assert_eq!(
-            rounds.is_accept(),
-            one_shot.is_accept(),
-            "case {case} (round size {size}): rounds say {:?}, one-shot says {:?}\n{}\nrounds: {:?}\n{:#?}",
-            rounds.verdict,
-            one_shot.verdict,
-            one_shot.render_text(),
-            rounds.reports.first().map(|r| r.render_text()),
-            h.transactions,
-        );
-        rejects += usize::from(!one_shot.is_accept());
-        deleted += rounds.deleted;
-        collected_histories += usize::from(rounds.deleted > 0);
-    }
+    let d = common::differential("random histories", cases, &[1, 2, 3, 5, 8], || random_history(&mut rng));
+    let (rejects, deleted, collected_histories) = (d.rejects, d.deleted, d.collected_histories);
     println!(
         "{cases} histories, {rejects} rejected, {deleted} transactions collected in {collected_histories}"
     );
@@ -139,25 +123,11 @@ fn rounds_give_the_one_shot_verdict_on_random_histories_with_fences() {
 #[test]
 fn rounds_give_the_one_shot_verdict_when_a_session_ends_early() {
     let mut rng = StdRng::seed_from_u64(21);
-    let (mut rejects, mut deleted) = (0, 0u64);
     let cases = 10_000;
-    for case in 0..cases {
-        let h = random_history_with(&mut rng, true);
-        let one_shot = verify(&h, &Options::default()).expect("one-shot verification");
-        let size = [1, 2, 3, 4, 6][case % 5];
-        let rounds = verify_in_rounds(&h, &RoundOptions::offline(size)).expect("round-by-round verification");
-        assert_eq!(
-            rounds.is_accept(),
-            one_shot.is_accept(),
-            "case {case} (round size {size}): rounds say {:?}, one-shot says {:?}\n{}\n{:#?}",
-            rounds.verdict,
-            one_shot.verdict,
-            one_shot.render_text(),
-            h.transactions,
-        );
-        rejects += usize::from(!one_shot.is_accept());
-        deleted += rounds.deleted;
-    }
+    let d = common::differential("sessions ending early", cases, &[1, 2, 3, 4, 6], || {
+        random_history_with(&mut rng, true)
+    });
+    let (rejects, deleted) = (d.rejects, d.deleted);
     println!("{cases} histories, {rejects} rejected, {deleted} transactions collected");
     assert!(
         rejects > cases / 10 && rejects < cases * 9 / 10,

@@ -20,6 +20,8 @@ use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
 use verifier::{Options, RoundOptions, verify, verify_in_rounds};
 
+mod common;
+
 /// A random chengRW-like history run serially against a store: each transaction reads some distinct keys
 /// and then writes some distinct keys (the two sets drawn independently), a fence (a read-modify-write of
 /// key `F`) every few transactions of each session, and some reads from older states of the store, so that
@@ -120,28 +122,8 @@ fn chengrw_like(rng: &mut StdRng, ending: bool) -> History {
 /// verdict, and returns (rejects, transactions collected, live constraints collected).
 fn differential(seed: u64, cases: usize, ending: bool, sizes: &[usize]) -> (usize, u64, usize) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let (mut rejects, mut deleted, mut constraints) = (0, 0u64, 0);
-    for case in 0..cases {
-        let h = chengrw_like(&mut rng, ending);
-        let one_shot = verify(&h, &Options::default()).expect("one-shot verification");
-        let size = sizes[case % sizes.len()];
-        let rounds = verify_in_rounds(&h, &RoundOptions::offline(size)).expect("round-by-round verification");
-        assert_eq!(
-            rounds.is_accept(),
-            one_shot.is_accept(),
-            "seed {seed} case {case} (round size {size}): rounds say {:?}, one-shot says {:?}\n{}\n\
-             rounds: {:?}\n{:#?}",
-            rounds.verdict,
-            one_shot.verdict,
-            one_shot.render_text(),
-            rounds.reports.first().map(|r| r.render_text()),
-            h.transactions,
-        );
-        rejects += usize::from(!one_shot.is_accept());
-        deleted += rounds.deleted;
-        constraints += rounds.rounds.iter().map(|r| r.constraints_collected).sum::<usize>();
-    }
-    (rejects, deleted, constraints)
+    let d = common::differential(&format!("seed {seed}"), cases, sizes, || chengrw_like(&mut rng, ending));
+    (d.rejects, d.deleted, d.constraints)
 }
 
 #[test]
@@ -342,24 +324,10 @@ fn perturbed_counter_example(rng: &mut StdRng) -> History {
 fn rounds_give_the_one_shot_verdict_on_perturbed_counter_examples() {
     let mut rng = StdRng::seed_from_u64(0xc4e9_0003);
     let cases = 10_000;
-    let (mut rejects, mut constraints) = (0, 0);
-    for case in 0..cases {
-        let h = perturbed_counter_example(&mut rng);
-        let one_shot = verify(&h, &Options::default()).expect("one-shot verification");
-        let size = [1, 2, 3, 4, 6][case % 5];
-        let rounds = verify_in_rounds(&h, &RoundOptions::offline(size)).expect("round-by-round verification");
-        assert_eq!(
-            rounds.is_accept(),
-            one_shot.is_accept(),
-            "case {case} (round size {size}): rounds say {:?}, one-shot says {:?}\n{}\n{:#?}",
-            rounds.verdict,
-            one_shot.verdict,
-            one_shot.render_text(),
-            h.transactions,
-        );
-        rejects += usize::from(!one_shot.is_accept());
-        constraints += rounds.rounds.iter().map(|r| r.constraints_collected).sum::<usize>();
-    }
+    let d = common::differential("perturbed counter-examples", cases, &[1, 2, 3, 4, 6], || {
+        perturbed_counter_example(&mut rng)
+    });
+    let (rejects, constraints) = (d.rejects, d.constraints);
     println!("{cases} histories, {rejects} rejected, {constraints} live constraints collected");
     assert!(
         rejects > cases / 10 && rejects < cases * 9 / 10,

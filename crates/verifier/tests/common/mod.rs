@@ -1,4 +1,7 @@
-//! What the level tests share: random histories and their one-line-per-transaction rendering.
+//! What the tests share: random histories and their one-line-per-transaction rendering (the level tests),
+//! and the differential run of round-by-round against one-shot verification (the rounds tests). Each test
+//! crate uses only part of it.
+#![allow(dead_code)]
 
 use std::collections::HashMap;
 
@@ -7,6 +10,7 @@ use history::{
 };
 use rand::Rng;
 use rand::rngs::StdRng;
+use verifier::{Options, RoundOptions, verify, verify_in_rounds};
 
 /// A random history: transactions run one after another against a store, each read returning the value
 /// of one of the last few states (so reads can be stale, fractured or non-monotonic), then a few reads are
@@ -106,6 +110,52 @@ pub fn compact(h: &History) -> String {
             })
             .collect();
         out.push_str(&format!("{} s{}#{} {:?}: {}\n", t.id, t.session.0, t.seq, t.outcome, ops.join(" ")));
+    }
+    out
+}
+
+/// What a differential run of round-by-round against one-shot verification saw.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Differential {
+    /// Histories that one-shot verification rejected.
+    pub rejects: usize,
+    /// Transactions that garbage collection deleted, over all histories.
+    pub deleted: u64,
+    /// Histories in which garbage collection deleted at least one transaction.
+    pub collected_histories: usize,
+    /// Live constraints that garbage collection deleted with their transactions (its rule 2).
+    pub constraints: usize,
+}
+
+/// Verifies `cases` histories, each drawn from `next`, one-shot and in rounds of the given sizes (in turn),
+/// and asserts the same verdict (Cobra §4: verification in rounds must not change what is accepted). `what`
+/// names the histories in failure messages.
+pub fn differential(
+    what: &str,
+    cases: usize,
+    sizes: &[usize],
+    mut next: impl FnMut() -> History,
+) -> Differential {
+    let mut out = Differential::default();
+    for case in 0..cases {
+        let h = next();
+        let one_shot = verify(&h, &Options::default()).expect("one-shot verification");
+        let size = sizes[case % sizes.len()];
+        let rounds = verify_in_rounds(&h, &RoundOptions::offline(size)).expect("round-by-round verification");
+        assert_eq!(
+            rounds.is_accept(),
+            one_shot.is_accept(),
+            "{what}, case {case} (round size {size}): rounds say {:?}, one-shot says {:?}\n{}\nrounds: {:?}\n{:#?}",
+            rounds.verdict,
+            one_shot.verdict,
+            one_shot.render_text(),
+            rounds.reports.first().map(|r| r.render_text()),
+            h.transactions,
+        );
+        out.rejects += usize::from(!one_shot.is_accept());
+        out.deleted += rounds.deleted;
+        out.collected_histories += usize::from(rounds.deleted > 0);
+        out.constraints += rounds.rounds.iter().map(|r| r.constraints_collected).sum::<usize>();
     }
     out
 }
