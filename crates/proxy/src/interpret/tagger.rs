@@ -154,6 +154,11 @@ pub struct Tagger {
     described: Described,
 }
 
+/// How many rows of one statement run get their values recorded ([`super::values`]); later rows are recorded
+/// as ops only, so a transaction's recorded values stay within about this many times `[record] row_bytes`
+/// per statement.
+const MAX_ROWS_WITH_VALUES: usize = 1000;
+
 /// The plan of a statement whose replies pass through unread.
 static UNREAD: StmtPlan = StmtPlan::Control;
 
@@ -442,17 +447,17 @@ impl Tagger {
                 Ok(Outgoing::Same)
             }
             btag::DATA_ROW => {
-                let (plan, stmt, run) = match head {
+                let (plan, stmt, run, nth) = match head {
                     Reading::Execute { portal, rows, stmt, run_logged } => {
                         *rows += 1;
                         let first = !std::mem::replace(run_logged, true);
                         let values =
                             RowValues::Portal { plan: &portal.plan, values: portal.values.as_ref(), first };
-                        (portal.plan.as_ref(), *stmt, values)
+                        (portal.plan.as_ref(), *stmt, values, *rows)
                     }
                     Reading::Query { plans, at, rows, stmt, run } => {
                         *rows += 1;
-                        (plans.get(*at).unwrap_or(&UNREAD), *stmt, RowValues::Query(run))
+                        (plans.get(*at).unwrap_or(&UNREAD), *stmt, RowValues::Query(run), *rows)
                     }
                     _ => return Ok(Outgoing::Same),
                 };
@@ -470,6 +475,8 @@ impl Tagger {
                     for op in found.ops {
                         self.push_op(op, ops);
                     }
+                    // A statement's first rows only: a scan of a million rows keeps its ops, not its values.
+                    let recorded = recorded.filter(|_| nth <= MAX_ROWS_WITH_VALUES);
                     if let (Some(rec), Some(row), Some(kept)) = (&recorded, row, &kept) {
                         let n = ops.as_slice()[before..].iter().filter(|op| op.is_row_op()).count() as u32;
                         if n > 0 {

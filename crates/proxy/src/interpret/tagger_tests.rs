@@ -375,3 +375,71 @@ fn a_portal_keeps_only_the_parameters_its_point_lookup_names_in_their_own_memory
     let bound = tagger.bind(&bind("t", &["unused"], vec![]), Some(plan), "", &mut ops);
     assert!(bound.portal.params.is_empty());
 }
+
+/// Shared state that records values (`[record] values`), with `redact` as the secret columns.
+fn recording(redact: &[&str]) -> Arc<TaggingShared> {
+    let mut s = TaggingShared::new();
+    let redact: Vec<String> = redact.iter().map(|c| (*c).to_owned()).collect();
+    s.values = Some(Arc::new(super::super::values::ValueRecording::new(256, &redact)));
+    s.set_catalog(Catalog::from_rows(vec![("public".into(), "acc".into(), Some("id".into()))]));
+    Arc::new(s)
+}
+
+/// Runs one simple-protocol statement inside the open transaction: its RowDescription (the client's
+/// columns and the extra ones) and its rows.
+fn simple(t: &mut Tagged, sql: &'static str, columns: &[&str], rows: &[Vec<String>]) {
+    t.send(FrontendMessage::Query { sql: text(sql) });
+    t.feed(&BackendMessage::RowDescription { fields: columns.iter().map(|c| field(c)).collect() });
+    for r in rows {
+        let values: Vec<&str> = r.iter().map(String::as_str).collect();
+        t.feed(&row(&values));
+    }
+    t.feed(&BackendMessage::CommandComplete { tag: text("SELECT") });
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::InTransaction));
+}
+
+#[test]
+fn a_statement_run_and_each_rows_values_sit_beside_its_ops_for_its_first_rows_only() {
+    let mut t = Tagged::new(recording(&["bal"]));
+    t.send(FrontendMessage::Query { sql: text("BEGIN") });
+    t.feed(&BackendMessage::CommandComplete { tag: text("BEGIN") });
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::InTransaction));
+    let rows: Vec<Vec<String>> =
+        (1..=1002).map(|i| vec![i.to_string(), "10".into(), "77".into(), i.to_string()]).collect();
+    simple(&mut t, "SELECT id, bal FROM acc WHERE id > 0", &["id", "bal", "krait_v0", "krait_v1"], &rows);
+    let ops = t.all_ops();
+    let LoggedOp::Run { params, columns, stmt: Some(1) } = &ops[0] else { panic!("{:?}", &ops[..3]) };
+    assert!(params.is_empty());
+    assert_eq!(columns, &["id", "bal"]);
+    assert!(matches!(&ops[1], LoggedOp::Read { .. }));
+    let LoggedOp::Row { ops: 1, values } = &ops[2] else { panic!("{:?}", &ops[..3]) };
+    assert_eq!(values[0], history::values::Value::Text("1".into()));
+    assert!(matches!(&values[1], history::values::Value::Redacted(_)), "bal is a secret here: {values:?}");
+    let reads = ops.iter().filter(|o| matches!(o, LoggedOp::Read { .. })).count();
+    let rows_with_values = ops.iter().filter(|o| matches!(o, LoggedOp::Row { .. })).count();
+    assert_eq!((reads, rows_with_values), (1002, MAX_ROWS_WITH_VALUES));
+    assert!(!t.broken());
+}
+
+#[test]
+fn a_rollback_to_a_savepoint_takes_back_the_rows_of_the_writes_it_undoes() {
+    let mut t = Tagged::new(recording(&[]));
+    for sql in ["BEGIN", "SAVEPOINT a"] {
+        t.send(FrontendMessage::Query { sql: text(sql) });
+        t.feed(&BackendMessage::CommandComplete { tag: text(sql) });
+        t.feed(&BackendMessage::ReadyForQuery(TxnStatus::InTransaction));
+    }
+    let write = vec![vec!["5".to_owned(), "90".to_owned(), "1".to_owned()]];
+    simple(
+        &mut t,
+        "UPDATE acc SET bal = 5 WHERE id = 1 RETURNING bal",
+        &["bal", "krait_v0", "krait_v1"],
+        &write,
+    );
+    assert!(t.all_ops().iter().any(|o| matches!(o, LoggedOp::Row { .. })), "{:?}", t.all_ops());
+    t.send(FrontendMessage::Query { sql: text("ROLLBACK TO a") });
+    t.feed(&BackendMessage::CommandComplete { tag: text("ROLLBACK") });
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::InTransaction));
+    let ops = t.all_ops();
+    assert!(!ops.iter().any(|o| matches!(o, LoggedOp::Write { .. } | LoggedOp::Row { .. })), "{ops:?}");
+}
