@@ -3,6 +3,7 @@
 
 mod builder;
 pub mod codec;
+pub mod html;
 pub mod log;
 mod model;
 pub mod values;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::krait;
+use common::{free_port, krait, write_serve_config};
 use verifier::{Report, ReportStore};
 
 /// The longest one browser run may take before the test gives up on it.
@@ -263,11 +263,6 @@ fn http_get(addr: &str, path: &str) -> (u16, String) {
     (code, response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default())
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binds an ephemeral port");
-    listener.local_addr().expect("has an address").port()
-}
-
 /// A running `krait serve`, stopped (SIGTERM, then waited for) when dropped, also when a test fails.
 struct Serve(std::process::Child);
 
@@ -292,16 +287,7 @@ fn the_status_page_links_to_reports_and_serves_them_in_a_browser() {
     let data = dir.path().join("data");
     let (report, id) = stored_write_skew_report(dir.path(), &data);
     let (port, admin_port) = (free_port(), free_port());
-    let config = dir.path().join("krait.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[listen]\naddress = \"127.0.0.1:{port}\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
-             [log]\npath = \"{}\"\n[admin]\nenabled = true\naddress = \"127.0.0.1:{admin_port}\"\n",
-            dir.path().join("log").display()
-        ),
-    )
-    .expect("writes the config");
+    let config = write_serve_config(dir.path(), port, Some(admin_port), "");
     let child = Command::new(env!("CARGO_BIN_EXE_krait"))
         .args(["serve", "--config", config.to_str().expect("utf-8 path")])
         .args(["--data-dir", data.to_str().expect("utf-8 path")])

@@ -2,10 +2,14 @@
 //! it, the co-located verifier's status lines show it caught up, SIGTERM stops both cleanly, and (with row
 //! tagging) a lost update is reported while it runs.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use common::{free_port, write_serve_config};
 
 /// A running `krait serve` and the lines it writes to stderr.
 struct Serve {
@@ -81,11 +85,6 @@ impl Serve {
     }
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binds an ephemeral port");
-    listener.local_addr().expect("has an address").port()
-}
-
 /// The numbers after "recorded" and "verified" in a verifier status line.
 fn recorded_verified(line: &str) -> Option<(u64, u64)> {
     let words: Vec<&str> = line.split_whitespace().collect();
@@ -100,16 +99,7 @@ fn recorded_verified(line: &str) -> Option<(u64, u64)> {
 fn serve_verifies_psql_transactions_online_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let port = free_port();
-    let config = dir.path().join("krait.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[listen]\naddress = \"127.0.0.1:{port}\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
-             [log]\npath = \"{}\"\n[admin]\nenabled = false\n",
-            dir.path().join("log").display()
-        ),
-    )
-    .expect("writes the config");
+    let config = write_serve_config(dir.path(), port, None, "");
     let data = dir.path().join("data");
     let mut serve = Serve::start(&config, &data, port);
     let table = format!("krait_serve_{}", std::process::id());
@@ -151,17 +141,8 @@ fn serve_verifies_psql_transactions_online_and_stops_cleanly_on_sigterm() {
 async fn serve_reports_a_lost_update_when_rows_are_tagged() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let port = free_port();
-    let config = dir.path().join("krait.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[listen]\naddress = \"127.0.0.1:{port}\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
-             [log]\npath = \"{}\"\n[admin]\nenabled = false\n[tagging]\nstrategy = \"xmin\"\n\
-             [fence]\nevery = 0\n",
-            dir.path().join("log").display()
-        ),
-    )
-    .expect("writes the config");
+    let config =
+        write_serve_config(dir.path(), port, None, "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 0\n");
     let check = common_check(&config);
     if !check.status.success() {
         // This build's proxy has no tagging: then there is nothing row-level to reject, and the config
@@ -222,17 +203,7 @@ async fn serve_reports_a_lost_update_when_rows_are_tagged() {
 #[test]
 fn serve_refuses_an_unknown_verify_level() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let config = dir.path().join("krait.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[listen]\naddress = \"127.0.0.1:{}\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
-             [log]\npath = \"{}\"\n[admin]\nenabled = false\n[verify]\nlevel = \"snapshot\"\n",
-            free_port(),
-            dir.path().join("log").display()
-        ),
-    )
-    .expect("writes the config");
+    let config = write_serve_config(dir.path(), free_port(), None, "[verify]\nlevel = \"snapshot\"\n");
     let out = Command::new(env!("CARGO_BIN_EXE_krait"))
         .args(["serve", "--config", config.to_str().expect("utf-8 path")])
         .output()
@@ -272,16 +243,7 @@ fn http_get(addr: &str, path: &str) -> String {
 fn serve_reports_the_verifier_lag_on_metrics_and_status() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let (port, admin_port) = (free_port(), free_port());
-    let config = dir.path().join("krait.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[listen]\naddress = \"127.0.0.1:{port}\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
-             [log]\npath = \"{}\"\n[admin]\nenabled = true\naddress = \"127.0.0.1:{admin_port}\"\n",
-            dir.path().join("log").display()
-        ),
-    )
-    .expect("writes the config");
+    let config = write_serve_config(dir.path(), port, Some(admin_port), "");
     let serve = Serve::start(&config, &dir.path().join("data"), port);
     let admin = format!("127.0.0.1:{admin_port}");
     let table = format!("krait_serve_lag_{}", std::process::id());

@@ -15,6 +15,8 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use history::html::escape;
+
 /// How often the status page reloads itself, in seconds.
 pub const REFRESH_SECONDS: u32 = 5;
 
@@ -101,22 +103,6 @@ impl Throughput {
         samples.push_back((now, committed));
         rate
     }
-}
-
-/// `text` with `&`, `<`, `>`, `"` and `'` replaced by character references.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:72em;padding:0 1em;color:#222}\

@@ -22,7 +22,7 @@ use rand::{Rng, SeedableRng};
 use verifier::{AnomalyClass, Level, Options, Verdict, check_report, verify};
 
 mod common;
-use common::{compact, random_history};
+use common::{Held, compact, oracle, random_history};
 
 fn at(level: Level) -> Options {
     Options { level, ..Options::default() }
@@ -32,14 +32,7 @@ fn declared() -> Options {
     at(Level::Declared)
 }
 
-/// What the oracle holds a transaction to.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Held {
-    Serializable,
-    Snapshot,
-    ReadCommitted,
-}
-
+/// What the oracle holds a transaction to: the level it declared, serializable when it declared none.
 fn held(t: &Transaction) -> Held {
     match t.isolation {
         None | Some(IsolationLevel::Serializable) => Held::Serializable,
@@ -177,122 +170,6 @@ fn random_mixed_history(rng: &mut StdRng) -> History {
     h
 }
 
-/// Does some execution at the declared levels explain the history (see the module comment)?
-fn oracle(h: &History) -> bool {
-    let t = &h.transactions;
-    let committed: Vec<usize> = (0..t.len()).filter(|&i| t[i].outcome == Outcome::Committed).collect();
-    let mut writer: HashMap<WriteId, (usize, Key)> = HashMap::new();
-    for (i, tx) in t.iter().enumerate() {
-        for op in &tx.ops {
-            if let Op::Write { key, write, .. } = *op
-                && writer.insert(write, (i, key)).is_some()
-            {
-                return false;
-            }
-        }
-    }
-    let final_write = |i: usize, k: Key| {
-        t[i].ops.iter().rev().find_map(|op| match *op {
-            Op::Write { key, write, .. } if key == k => Some(write),
-            _ => None,
-        })
-    };
-    // Well-formed reads: own writes read back; external reads of committed final writes of others, or of
-    // one initial version per key. What is left to place: each transaction's external reads.
-    let mut external: HashMap<usize, Vec<(Key, Option<usize>)>> = HashMap::new();
-    let mut initial: HashMap<Key, Observed> = HashMap::new();
-    for &i in &committed {
-        let mut own: HashMap<Key, WriteId> = HashMap::new();
-        let mut list = Vec::new();
-        for op in &t[i].ops {
-            match *op {
-                Op::Write { key, write, .. } => {
-                    own.insert(key, write);
-                }
-                Op::Read { key, observed, .. } => {
-                    if let Some(&w) = own.get(&key) {
-                        if observed != Observed::Version(w) {
-                            return false;
-                        }
-                        continue;
-                    }
-                    match observed {
-                        Observed::Version(w) => match writer.get(&w) {
-                            Some(&(j, k))
-                                if j != i
-                                    && k == key
-                                    && t[j].outcome == Outcome::Committed
-                                    && final_write(j, k) == Some(w) =>
-                            {
-                                list.push((key, Some(j)))
-                            }
-                            _ => return false,
-                        },
-                        init => {
-                            if *initial.entry(key).or_insert(init) != init {
-                                return false;
-                            }
-                            list.push((key, None));
-                        }
-                    }
-                }
-            }
-        }
-        external.insert(i, list);
-    }
-    let writes = |i: usize, k: Key| final_write(i, k).is_some();
-    let session_before = |before: &[usize], i: usize| {
-        committed
-            .iter()
-            .all(|&p| !(t[p].session == t[i].session && t[p].seq < t[i].seq) || before.contains(&p))
-    };
-    // Can `i` commit right after `order`?
-    let fits = |order: &[usize], i: usize| -> bool {
-        let snapshot_at = |start: usize| {
-            let before = &order[..start];
-            let reads_ok = external[&i].iter().all(|&(k, from)| {
-                let latest = before.iter().rev().copied().find(|&w| writes(w, k));
-                latest == from
-            });
-            let first_committer = order[start..]
-                .iter()
-                .all(|&c| !t[i].ops.iter().any(|op| matches!(*op, Op::Write { key, .. } if writes(c, key))));
-            session_before(before, i) && reads_ok && first_committer
-        };
-        match held(&t[i]) {
-            Held::Serializable => snapshot_at(order.len()),
-            Held::Snapshot => (0..=order.len()).any(snapshot_at),
-            Held::ReadCommitted => {
-                session_before(order, i)
-                    && external[&i]
-                        .iter()
-                        .all(|&(k, from)| from.is_none_or(|j| order.contains(&j) && writes(j, k)))
-            }
-        }
-    };
-    fn search(order: &mut Vec<usize>, left: &mut Vec<usize>, fits: &dyn Fn(&[usize], usize) -> bool) -> bool {
-        if left.is_empty() {
-            return true;
-        }
-        for k in 0..left.len() {
-            let i = left[k];
-            if !fits(order, i) {
-                continue;
-            }
-            left.remove(k);
-            order.push(i);
-            let ok = search(order, left, fits);
-            order.pop();
-            left.insert(k, i);
-            if ok {
-                return true;
-            }
-        }
-        false
-    }
-    search(&mut Vec::new(), &mut committed.clone(), &fits)
-}
-
 fn with_levels(mut h: History, level: impl Fn(usize) -> Option<IsolationLevel>) -> History {
     for (i, t) in h.transactions.iter_mut().enumerate() {
         t.isolation = level(i);
@@ -314,7 +191,7 @@ fn declared_levels_agree_with_brute_force_and_every_report_checks() {
             random_mixed_history(&mut rng)
         };
         let r = verify(&h, &declared()).unwrap_or_else(|e| panic!("history {i}: {e}\n{}", compact(&h)));
-        let expected = oracle(&h);
+        let expected = oracle(&h, held);
         assert_eq!(r.is_accept(), expected, "history {i}:\n{}\n{}", compact_levels(&h), r.render_text());
         if let Err(e) = check_report(&h, &r) {
             panic!(
@@ -395,7 +272,7 @@ fn write_skew_is_rejected_only_between_serializable_transactions() {
         let h = write_skew(l1, l2);
         let r = verify(&h, &declared()).unwrap();
         assert_eq!(r.is_accept(), accept, "{l1} {l2}: {}", r.render_text());
-        assert_eq!(oracle(&h), accept);
+        assert_eq!(oracle(&h, held), accept);
         check_report(&h, &r).unwrap_or_else(|e| panic!("{l1} {l2}: {e}\n{}", r.render_text()));
         if !accept {
             assert_eq!(r.anomalies[0].class, AnomalyClass::WriteSkew, "{}", r.render_text());

@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use verifier::{AnomalyClass, EdgeKind, Level, Options, Verdict, check_report, verify};
 
 mod common;
-use common::{compact, random_history};
+use common::{Held, compact, oracle, random_history};
 
 fn si() -> Options {
     Options { level: Level::SnapshotIsolation, ..Options::default() }
@@ -144,110 +144,6 @@ fn random_si_history(rng: &mut StdRng) -> History {
     h
 }
 
-/// Does some SI execution explain the history (see the module comment)?
-fn oracle(h: &History) -> bool {
-    let t = &h.transactions;
-    let committed: Vec<usize> = (0..t.len()).filter(|&i| t[i].outcome == Outcome::Committed).collect();
-    let mut writer: HashMap<WriteId, (usize, Key)> = HashMap::new();
-    for (i, tx) in t.iter().enumerate() {
-        for op in &tx.ops {
-            if let Op::Write { key, write, .. } = *op
-                && writer.insert(write, (i, key)).is_some()
-            {
-                return false;
-            }
-        }
-    }
-    let final_write = |i: usize, k: Key| {
-        t[i].ops.iter().rev().find_map(|op| match *op {
-            Op::Write { key, write, .. } if key == k => Some(write),
-            _ => None,
-        })
-    };
-    // Well-formed reads: own writes read back; external reads of committed final writes of others or of one
-    // initial version per key. What is left to place: each transaction's external reads.
-    let mut external: HashMap<usize, Vec<(Key, Option<usize>)>> = HashMap::new();
-    let mut initial: HashMap<Key, Observed> = HashMap::new();
-    for &i in &committed {
-        let mut own: HashMap<Key, WriteId> = HashMap::new();
-        let mut list = Vec::new();
-        for op in &t[i].ops {
-            match *op {
-                Op::Write { key, write, .. } => {
-                    own.insert(key, write);
-                }
-                Op::Read { key, observed, .. } => {
-                    if let Some(&w) = own.get(&key) {
-                        if observed != Observed::Version(w) {
-                            return false;
-                        }
-                        continue;
-                    }
-                    match observed {
-                        Observed::Version(w) => match writer.get(&w) {
-                            Some(&(j, k))
-                                if j != i
-                                    && k == key
-                                    && t[j].outcome == Outcome::Committed
-                                    && final_write(j, k) == Some(w) =>
-                            {
-                                list.push((key, Some(j)))
-                            }
-                            _ => return false,
-                        },
-                        init => {
-                            if *initial.entry(key).or_insert(init) != init {
-                                return false;
-                            }
-                            list.push((key, None));
-                        }
-                    }
-                }
-            }
-        }
-        external.insert(i, list);
-    }
-    let writes = |i: usize, k: Key| final_write(i, k).is_some();
-    // Can `i` commit right after `order`, from some start point?
-    let fits = |order: &[usize], i: usize| -> bool {
-        (0..=order.len()).any(|start| {
-            let before = &order[..start];
-            let session_ok = committed
-                .iter()
-                .all(|&p| !(t[p].session == t[i].session && t[p].seq < t[i].seq) || before.contains(&p));
-            let reads_ok = external[&i].iter().all(|&(k, from)| {
-                let latest = before.iter().rev().copied().find(|&w| writes(w, k));
-                latest == from
-            });
-            let first_committer = order[start..]
-                .iter()
-                .all(|&c| !t[i].ops.iter().any(|op| matches!(*op, Op::Write { key, .. } if writes(c, key))));
-            session_ok && reads_ok && first_committer
-        })
-    };
-    fn search(order: &mut Vec<usize>, left: &mut Vec<usize>, fits: &dyn Fn(&[usize], usize) -> bool) -> bool {
-        if left.is_empty() {
-            return true;
-        }
-        for k in 0..left.len() {
-            let i = left[k];
-            if !fits(order, i) {
-                continue;
-            }
-            left.remove(k);
-            order.push(i);
-            let ok = search(order, left, fits);
-            order.pop();
-            left.insert(k, i);
-            if ok {
-                return true;
-            }
-        }
-        false
-    }
-    search(&mut Vec::new(), &mut committed.clone(), &fits)
-}
-
 #[test]
 fn snapshot_isolation_agrees_with_brute_force_and_every_report_checks() {
     let mut rng = StdRng::seed_from_u64(0x5a9_5107);
@@ -255,7 +151,7 @@ fn snapshot_isolation_agrees_with_brute_force_and_every_report_checks() {
     for i in 0..20_000 {
         let h = if i % 2 == 0 { random_si_history(&mut rng) } else { random_history(&mut rng) };
         let r = verify(&h, &si()).unwrap_or_else(|e| panic!("history {i}: {e}\n{}", compact(&h)));
-        let expected = oracle(&h);
+        let expected = oracle(&h, |_| Held::Snapshot);
         let unpruned = verify(&h, &Options { prune: false, ..si() }).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(unpruned.verdict, r.verdict, "history {i} without pruning:\n{}", compact(&h));
         check_report(&h, &unpruned).unwrap_or_else(|e| panic!("history {i} without pruning: {e}"));
@@ -328,7 +224,7 @@ fn a_long_fork_is_not_snapshot_isolated() {
     let kinds: Vec<EdgeKind> = a.cycle.iter().map(|e| e.kind).collect();
     assert_eq!(kinds.iter().filter(|&&k| k == EdgeKind::Rw).count(), 2, "{kinds:?}");
     check_report(&h, &r).unwrap();
-    assert!(!oracle(&h));
+    assert!(!oracle(&h, |_| Held::Snapshot));
 }
 
 /// Read skew: T2 saw T1's y but read x from before T1; one anti-dependency: a causality violation.
@@ -364,7 +260,7 @@ fn lost_updates_and_solver_rejects_are_evidenced() {
         .txn(4, |t| t.read("z", 4).read("x", 1))
         .build();
     let r = verify(&h, &si()).unwrap();
-    assert_eq!(r.is_accept(), oracle(&h), "{}", r.render_text());
+    assert_eq!(r.is_accept(), oracle(&h, |_| Held::Snapshot), "{}", r.render_text());
     assert_eq!(r.verdict, Verdict::Reject, "{}", r.render_text());
     let summary = verifier::check_report_detailed(&h, &r).unwrap();
     assert!(summary.refutations_proved >= 1, "{summary:?}\n{}", r.render_text());

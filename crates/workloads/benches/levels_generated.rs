@@ -7,12 +7,14 @@
 //! `cargo bench -p workloads --bench levels_generated -- 2000 10000` picks the sizes (default 10k);
 //! `KRAIT_BENCH_REPEAT` (default 3) the runs per level (the best is shown).
 
+mod common;
+
 use std::time::Instant;
 
 use history::{History, IsolationLevel};
 use verifier::{Level, Options, verify};
-use workloads::memory::{GenerateOptions, Interleave, generate};
-use workloads::{Sizes, Workload, WorkloadName};
+
+use common::{for_each_generated, sizes};
 
 /// The history with every transaction's level set by `level` (from its position).
 fn with_levels(h: &History, level: impl Fn(usize) -> IsolationLevel) -> History {
@@ -24,70 +26,50 @@ fn with_levels(h: &History, level: impl Fn(usize) -> IsolationLevel) -> History 
 }
 
 fn main() {
-    let mut sizes: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    if sizes.is_empty() {
-        sizes = vec![10_000];
-    }
+    let sizes = sizes(&[10_000]);
     let repeat: usize = std::env::var("KRAIT_BENCH_REPEAT").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
     println!(
         "{:<10} {:>7} {:>9} {:>22} {:>9} {:>12} {:>7}  verdict",
         "workload", "txns", "ops", "level", "ms", "ops/s", "÷ ser"
     );
-    for name in WorkloadName::ALL {
-        let workload = Workload::new(name, &Sizes::default());
-        for &txns in &sizes {
-            let opts = GenerateOptions {
-                txns,
-                clients: 24,
-                seed: 1,
-                interleave: Interleave::Random,
-                fence_every: None,
-            };
-            let g = match generate(&workload, &opts) {
-                Ok(g) => g,
-                Err(e) => {
-                    println!("{name:<10} {txns:>7} generation failed: {e}");
-                    continue;
-                }
-            };
-            let ops: usize = g.history.transactions.iter().map(|t| t.ops.len()).sum();
-            let repeatable = with_levels(&g.history, |_| IsolationLevel::RepeatableRead);
-            let mixed = with_levels(&g.history, |i| match i % 3 {
-                0 => IsolationLevel::ReadCommitted,
-                1 => IsolationLevel::RepeatableRead,
-                _ => IsolationLevel::Serializable,
-            });
-            let runs: [(&str, &History, Level); 7] = [
-                ("serializable", &g.history, Level::Serializable),
-                ("snapshot-isolation", &g.history, Level::SnapshotIsolation),
-                ("declared (all RR)", &repeatable, Level::Declared),
-                ("declared (RC/RR/SER)", &mixed, Level::Declared),
-                ("causal", &g.history, Level::Causal),
-                ("read-atomic", &g.history, Level::ReadAtomic),
-                ("read-committed", &g.history, Level::ReadCommitted),
-            ];
-            let mut ser_ms = f64::NAN;
-            for (label, h, level) in runs {
-                let mut best = f64::INFINITY;
-                let mut verdict = String::new();
-                for _ in 0..repeat.max(1) {
-                    let start = Instant::now();
-                    verdict = match verify(h, &Options { level, ..Options::default() }) {
-                        Ok(r) if r.is_accept() => "accept".into(),
-                        Ok(_) => "REJECT".into(),
-                        Err(e) => format!("error: {e}"),
-                    };
-                    best = best.min(start.elapsed().as_secs_f64() * 1e3);
-                }
-                if level == Level::Serializable {
-                    ser_ms = best;
-                }
-                println!(
-                    "{name:<10} {txns:>7} {ops:>9} {label:>22} {best:>9.1} {:>12.0} {:>7.2}  {verdict}",
-                    ops as f64 / (best / 1e3),
-                    best / ser_ms
-                );
+    for_each_generated(&sizes, |name, txns, g, _| {
+        let ops: usize = g.history.transactions.iter().map(|t| t.ops.len()).sum();
+        let repeatable = with_levels(&g.history, |_| IsolationLevel::RepeatableRead);
+        let mixed = with_levels(&g.history, |i| match i % 3 {
+            0 => IsolationLevel::ReadCommitted,
+            1 => IsolationLevel::RepeatableRead,
+            _ => IsolationLevel::Serializable,
+        });
+        let runs: [(&str, &History, Level); 7] = [
+            ("serializable", &g.history, Level::Serializable),
+            ("snapshot-isolation", &g.history, Level::SnapshotIsolation),
+            ("declared (all RR)", &repeatable, Level::Declared),
+            ("declared (RC/RR/SER)", &mixed, Level::Declared),
+            ("causal", &g.history, Level::Causal),
+            ("read-atomic", &g.history, Level::ReadAtomic),
+            ("read-committed", &g.history, Level::ReadCommitted),
+        ];
+        let mut ser_ms = f64::NAN;
+        for (label, h, level) in runs {
+            let mut best = f64::INFINITY;
+            let mut verdict = String::new();
+            for _ in 0..repeat.max(1) {
+                let start = Instant::now();
+                verdict = match verify(h, &Options { level, ..Options::default() }) {
+                    Ok(r) if r.is_accept() => "accept".into(),
+                    Ok(_) => "REJECT".into(),
+                    Err(e) => format!("error: {e}"),
+                };
+                best = best.min(start.elapsed().as_secs_f64() * 1e3);
             }
+            if level == Level::Serializable {
+                ser_ms = best;
+            }
+            println!(
+                "{name:<10} {txns:>7} {ops:>9} {label:>22} {best:>9.1} {:>12.0} {:>7.2}  {verdict}",
+                ops as f64 / (best / 1e3),
+                best / ser_ms
+            );
         }
-    }
+    });
 }

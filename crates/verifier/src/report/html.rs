@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 use super::labels::{Labels, wall_clock};
 use super::svg::{anomaly_svg, colour};
 use super::{Anomaly, EdgeKind, Report, Verdict};
+pub use history::html::escape;
 
 /// The page's Content-Security-Policy: inline styles only; no scripts, connections, fonts or images.
 pub const REPORT_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'";
@@ -27,27 +28,6 @@ paint-order:stroke;stroke:#fff;stroke-width:4px}table{border-collapse:collapse;m
 td,th{border:1px solid #ddd;padding:.2em .5em;text-align:left;vertical-align:top}td.sql{white-space:pre-wrap}\
 .legend span{margin-right:1.2em;font-family:ui-monospace,monospace}pre{white-space:pre-wrap;\
 background:#f6f6f6;padding:1em}";
-
-/// `text` with `&`, `<`, `>`, `"` and `'` replaced by character references, so that it is text in an HTML
-/// element or in a quoted attribute value, whatever it holds.
-///
-/// ```
-/// assert_eq!(verifier::report::escape("<a href='x'>&\"</a>"), "&lt;a href=&#39;x&#39;&gt;&amp;&quot;&lt;/a&gt;");
-/// ```
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 impl Report {
     /// One sentence on what the report found, for the top of the HTML page.

@@ -1,6 +1,6 @@
-//! What the tests share: random histories and their one-line-per-transaction rendering (the level tests),
-//! and the differential run of round-by-round against one-shot verification (the rounds tests). Each test
-//! crate uses only part of it.
+//! What the tests share: random histories, their one-line-per-transaction rendering and the brute-force
+//! oracle they are checked against (the level tests), and the differential run of round-by-round against
+//! one-shot verification (the rounds tests). Each test crate uses only part of it.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -158,4 +158,140 @@ pub fn differential(
         out.constraints += rounds.rounds.iter().map(|r| r.constraints_collected).sum::<usize>();
     }
     out
+}
+
+/// What [`oracle`] holds a transaction to.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Held {
+    /// Serializable: reads from the state it commits on.
+    Serializable,
+    /// Snapshot isolation: reads from a snapshot, first committer wins.
+    Snapshot,
+    /// Read committed: reads committed versions.
+    ReadCommitted,
+}
+
+/// The brute-force oracle of the level tests: does some execution explain the history, each committed
+/// transaction held to `held` of it? It knows nothing of dependency graphs. It tries every commit order of
+/// the committed transactions (keeping session order) and asks, for each transaction at its place, whether
+/// what it is held to explains its reads:
+/// - [`Held::Serializable`]: every external read returns the latest version committed before it;
+/// - [`Held::Snapshot`]: some start point, after its session's earlier transactions, whose prefix's latest
+///   versions are what it read, and no transaction committed after that point wrote a key it writes (first
+///   committer wins);
+/// - [`Held::ReadCommitted`] (Adya's PL-2): every external read returns a version committed before it, any
+///   of them.
+pub fn oracle(h: &History, held: impl Fn(&Transaction) -> Held) -> bool {
+    let t = &h.transactions;
+    let committed: Vec<usize> = (0..t.len()).filter(|&i| t[i].outcome == Outcome::Committed).collect();
+    let mut writer: HashMap<WriteId, (usize, Key)> = HashMap::new();
+    for (i, tx) in t.iter().enumerate() {
+        for op in &tx.ops {
+            if let Op::Write { key, write, .. } = *op
+                && writer.insert(write, (i, key)).is_some()
+            {
+                return false;
+            }
+        }
+    }
+    let final_write = |i: usize, k: Key| {
+        t[i].ops.iter().rev().find_map(|op| match *op {
+            Op::Write { key, write, .. } if key == k => Some(write),
+            _ => None,
+        })
+    };
+    // Well-formed reads: own writes read back; external reads of committed final writes of others, or of
+    // one initial version per key. What is left to place: each transaction's external reads.
+    let mut external: HashMap<usize, Vec<(Key, Option<usize>)>> = HashMap::new();
+    let mut initial: HashMap<Key, Observed> = HashMap::new();
+    for &i in &committed {
+        let mut own: HashMap<Key, WriteId> = HashMap::new();
+        let mut list = Vec::new();
+        for op in &t[i].ops {
+            match *op {
+                Op::Write { key, write, .. } => {
+                    own.insert(key, write);
+                }
+                Op::Read { key, observed, .. } => {
+                    if let Some(&w) = own.get(&key) {
+                        if observed != Observed::Version(w) {
+                            return false;
+                        }
+                        continue;
+                    }
+                    match observed {
+                        Observed::Version(w) => match writer.get(&w) {
+                            Some(&(j, k))
+                                if j != i
+                                    && k == key
+                                    && t[j].outcome == Outcome::Committed
+                                    && final_write(j, k) == Some(w) =>
+                            {
+                                list.push((key, Some(j)))
+                            }
+                            _ => return false,
+                        },
+                        init => {
+                            if *initial.entry(key).or_insert(init) != init {
+                                return false;
+                            }
+                            list.push((key, None));
+                        }
+                    }
+                }
+            }
+        }
+        external.insert(i, list);
+    }
+    let writes = |i: usize, k: Key| final_write(i, k).is_some();
+    let session_before = |before: &[usize], i: usize| {
+        committed
+            .iter()
+            .all(|&p| !(t[p].session == t[i].session && t[p].seq < t[i].seq) || before.contains(&p))
+    };
+    // Can `i` commit right after `order`?
+    let fits = |order: &[usize], i: usize| -> bool {
+        let snapshot_at = |start: usize| {
+            let before = &order[..start];
+            let reads_ok = external[&i].iter().all(|&(k, from)| {
+                let latest = before.iter().rev().copied().find(|&w| writes(w, k));
+                latest == from
+            });
+            let first_committer = order[start..]
+                .iter()
+                .all(|&c| !t[i].ops.iter().any(|op| matches!(*op, Op::Write { key, .. } if writes(c, key))));
+            session_before(before, i) && reads_ok && first_committer
+        };
+        match held(&t[i]) {
+            Held::Serializable => snapshot_at(order.len()),
+            Held::Snapshot => (0..=order.len()).any(snapshot_at),
+            Held::ReadCommitted => {
+                session_before(order, i)
+                    && external[&i]
+                        .iter()
+                        .all(|&(k, from)| from.is_none_or(|j| order.contains(&j) && writes(j, k)))
+            }
+        }
+    };
+    fn search(order: &mut Vec<usize>, left: &mut Vec<usize>, fits: &dyn Fn(&[usize], usize) -> bool) -> bool {
+        if left.is_empty() {
+            return true;
+        }
+        for k in 0..left.len() {
+            let i = left[k];
+            if !fits(order, i) {
+                continue;
+            }
+            left.remove(k);
+            order.push(i);
+            let ok = search(order, left, fits);
+            order.pop();
+            left.insert(k, i);
+            if ok {
+                return true;
+            }
+        }
+        false
+    }
+    search(&mut Vec::new(), &mut committed.clone(), &fits)
 }
