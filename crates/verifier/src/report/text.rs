@@ -169,10 +169,10 @@ impl fmt::Display for Report {
                 writeln!(f, "  {} (session {}, #{}, {:?}{ts})", t.id, t.session, t.seq, t.outcome)?;
                 for o in &t.ops {
                     write!(f, "    {}: {}", o.index, o.text)?;
-                    // A recorded version's row shows in its id's place (`render_text`); another's (a
-                    // pre-history version, shared by every key) beside it.
+                    // A version with an id of its own shows its row in the id's place (`render_text`);
+                    // another (`init`, `absent`, shared by every key) beside it.
                     if let (Some(row), false) =
-                        (&o.row, o.version.as_deref().is_some_and(|v| v.starts_with('w')))
+                        (&o.row, o.version.as_deref().is_some_and(super::values::is_version_id))
                     {
                         write!(f, " ⟨{row}⟩")?;
                     }

@@ -22,25 +22,24 @@ pub(super) fn with_values(report: &Report, text: &str) -> String {
     if rows.is_empty() {
         return text.to_owned();
     }
+    // Whole words only: the text is cut into runs of word characters and the rest.
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(start) = rest.find('w') {
-        let (before, from) = rest.split_at(start);
-        out.push_str(before);
-        let boundary = !before.chars().next_back().is_some_and(word_char);
-        let len = from.find(|c: char| !word_char(c)).unwrap_or(from.len());
-        let token = &from[..len];
+    while !rest.is_empty() {
+        let word = rest.find(|c: char| !word_char(c)).unwrap_or(rest.len());
+        let (token, after) = rest.split_at(word);
         match rows.get(token) {
-            Some(row) if boundary => {
+            Some(row) => {
                 out.push('⟨');
                 out.push_str(row);
                 out.push('⟩');
             }
-            _ => out.push_str(token),
+            None => out.push_str(token),
         }
-        rest = &from[len..];
+        let gap = after.find(word_char).unwrap_or(after.len());
+        out.push_str(&after[..gap]);
+        rest = &after[gap..];
     }
-    out.push_str(rest);
     out
 }
 
@@ -48,10 +47,15 @@ fn word_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '#' || c == '_'
 }
 
-/// Whether a version as a report names it is a recorded write's id (`w` and digits): unique to one version,
-/// unlike `init`, which every key's pre-history shares.
-fn is_version_id(version: &str) -> bool {
-    version.strip_prefix('w').is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+/// Whether a version as a report names it identifies one version of one key, so its row can stand in its
+/// place: a recorded write (`w` and digits), or a version the proxy tagged from its key and `xmin`
+/// (`init#…`, `unrecorded#…`, `foreign#…`). Not `init` (tag 0) or `absent`, which every key shares.
+pub(super) fn is_version_id(version: &str) -> bool {
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    let tagged = ["init#", "unrecorded#", "foreign#"]
+        .iter()
+        .any(|p| version.strip_prefix(p).is_some_and(|d| digits(d) && d != "0"));
+    tagged || version.strip_prefix('w').is_some_and(digits)
 }
 
 #[cfg(test)]
@@ -123,8 +127,10 @@ mod tests {
         let r = verify(&h, &Options::default()).unwrap();
         let w =
             r.transactions[0].ops.iter().find(|o| o.text.starts_with("w(")).unwrap().version.clone().unwrap();
-        let text = format!("{w} x{w} {w}1 ({w}) init");
+        let text = format!("{w} x{w} {w}1 ({w}) init #{w}");
         let out = with_values(&r, &text);
-        assert_eq!(out, format!("⟨on_call = 'false'⟩ x{w} {w}1 (⟨on_call = 'false'⟩) init"));
+        assert_eq!(out, format!("⟨on_call = 'false'⟩ x{w} {w}1 (⟨on_call = 'false'⟩) init #{w}"));
+        assert!(is_version_id("init#12") && is_version_id("w7") && is_version_id("unrecorded#3"));
+        assert!(!is_version_id("init") && !is_version_id("init#0") && !is_version_id("absent"));
     }
 }
