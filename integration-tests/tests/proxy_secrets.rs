@@ -5,20 +5,6 @@ mod proxy_support;
 
 use proxy_support::*;
 
-/// Every file under `dir`, with its path.
-fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(files_under(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passwords_set_through_the_proxy_never_reach_the_log_and_the_log_is_private() {
     let p = start_proxy().await;

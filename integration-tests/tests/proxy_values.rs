@@ -21,16 +21,7 @@ async fn history_of(p: &TestProxy) -> History {
 
 /// Every file's bytes under `dir`.
 fn bytes_under(dir: &std::path::Path) -> Vec<u8> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(bytes_under(&path));
-        } else {
-            out.extend(std::fs::read(&path).unwrap());
-        }
-    }
-    out
+    files_under(dir).iter().flat_map(|f| std::fs::read(f).unwrap()).collect()
 }
 
 /// The row behind the first op of `h` on `table`'s key `id` that `pick` accepts, with the op's parameters.

@@ -8,6 +8,8 @@
 //! stale and future reads, aborted and intermediate reads, shuffled sessions, and skewed timestamps. It makes
 //! lost updates, write skew, long forks, stale reads, G1a/G1b and session-order cycles.
 
+mod common;
+
 use std::collections::HashMap;
 
 use history::{
@@ -621,11 +623,15 @@ fn blind_writes_of_few_keys_across_few_sessions_agree_with_brute_force() {
                 want,
                 "case {case}: verifier says {:?}, oracle says {want}, options {opts:?}\n{}\n{}",
                 report.verdict,
-                compact(&h),
+                common::compact(&h),
                 report.render_text()
             );
             check_report_detailed(&h, &report).unwrap_or_else(|e| {
-                panic!("case {case}: report does not check: {e}\n{}\n{}", report.render_text(), compact(&h))
+                panic!(
+                    "case {case}: report does not check: {e}\n{}\n{}",
+                    report.render_text(),
+                    common::compact(&h)
+                )
             });
         }
         if want {
@@ -643,22 +649,4 @@ fn blind_writes_of_few_keys_across_few_sessions_agree_with_brute_force() {
         accepts >= count / 5 && rejects >= count / 8,
         "{accepts} accepts, {rejects} rejects: the generator is unbalanced"
     );
-}
-
-/// The history, one line per transaction, for failure messages.
-fn compact(h: &History) -> String {
-    h.transactions
-        .iter()
-        .map(|t| {
-            let ops: Vec<String> = t
-                .ops
-                .iter()
-                .map(|op| match *op {
-                    Op::Read { key, observed, .. } => format!("r(k{})={observed:?}", key.0),
-                    Op::Write { key, write, .. } => format!("w(k{})={}", key.0, write.0),
-                })
-                .collect();
-            format!("{} s{}#{} {:?}: {}\n", t.id, t.session.0, t.seq, t.outcome, ops.join(" "))
-        })
-        .collect()
 }

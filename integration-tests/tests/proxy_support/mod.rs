@@ -434,3 +434,17 @@ pub async fn upstream_that_asks_for_a_password() -> (String, std::sync::Arc<std:
     });
     (addr, received)
 }
+
+/// Every file under `dir`, with its path.
+pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
