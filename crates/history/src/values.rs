@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::StmtRef;
+use crate::{Op, StmtRef};
 
 /// One recorded value: a parameter, or a column of a row.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -133,6 +133,49 @@ impl TxnValues {
     }
 }
 
+/// One statement as a transaction ran it, for replay: its text's reference, the parameters it was bound
+/// with (empty where none were recorded) and the stretch of the transaction's ops it produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatementStep {
+    /// The statement, when its text is known.
+    pub stmt: Option<StmtRef>,
+    /// Its parameters, where a run of it was recorded ([`StatementRun`]).
+    pub params: Vec<Value>,
+    /// The index of its first op (where a statement without ops stood, for one that produced none).
+    pub first_op: usize,
+    /// How many ops it produced.
+    pub ops: usize,
+}
+
+/// The statements a transaction ran, in order, as far as its ops and its recorded runs show them.
+///
+/// A recorded run ([`StatementRun`]) starts a statement; so does an op whose statement differs from the
+/// op before it. Two things cannot be seen and are merged or missed: back-to-back runs of one text that
+/// left no run record (a simple-protocol statement run twice in a row: its literals are in the text, so
+/// both runs are one step here), and a statement that produced no op and no run record (a simple-protocol
+/// UPDATE that matched no row).
+pub fn statement_steps(ops: &[Op], values: Option<&TxnValues>) -> Vec<StatementStep> {
+    let runs = values.map_or(&[][..], |v| &v.runs[..]);
+    let mut steps: Vec<StatementStep> = Vec::new();
+    let mut next_run = 0;
+    // Starts a step for each run recorded before op `op` (`None`: every run left), placed at op `at`.
+    let mut start_runs_before = |steps: &mut Vec<StatementStep>, op: Option<usize>, at: usize| {
+        while let Some(run) = runs.get(next_run).filter(|r| op.is_none_or(|op| r.before_op as usize <= op)) {
+            steps.push(StatementStep { stmt: run.stmt, params: run.params.clone(), first_op: at, ops: 0 });
+            next_run += 1;
+        }
+    };
+    for (i, op) in ops.iter().enumerate() {
+        start_runs_before(&mut steps, Some(i), i);
+        match steps.last_mut() {
+            Some(step) if step.stmt == op.stmt() && step.first_op + step.ops == i => step.ops += 1,
+            _ => steps.push(StatementStep { stmt: op.stmt(), params: Vec::new(), first_op: i, ops: 1 }),
+        }
+    }
+    start_runs_before(&mut steps, None, ops.len());
+    steps
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +200,33 @@ mod tests {
         assert_eq!(Value::Null.to_string(), "NULL");
         assert_eq!(Value::Truncated { prefix: "ab".into(), len: 900 }.to_string(), "'ab…' (900 bytes)");
         assert_eq!(Value::Redacted("sha256:00ff".into()).to_string(), "<redacted sha256:00ff>");
+    }
+
+    #[test]
+    fn statement_steps_follow_runs_and_changes_of_statement() {
+        let run = |stmt, before_op, p: &str| StatementRun {
+            stmt: Some(StmtRef(stmt)),
+            params: vec![Value::Text(p.into())],
+            columns: vec![],
+            before_op,
+        };
+        let read = |stmt| Op::Read {
+            key: crate::Key(0),
+            observed: crate::Observed::Absent,
+            stmt: Some(StmtRef(stmt)),
+        };
+        let write =
+            |stmt| Op::Write { key: crate::Key(0), write: crate::WriteId(1), stmt: Some(StmtRef(stmt)) };
+        // A SELECT with params reading two rows, the same SELECT again with other params finding none, an
+        // UPDATE without a run record, and a last run with no ops after every op.
+        let ops = [read(0), read(0), write(1)];
+        let values = TxnValues { runs: vec![run(0, 0, "a"), run(0, 2, "b"), run(2, 3, "c")], rows: vec![] };
+        let steps = statement_steps(&ops, Some(&values));
+        let shape: Vec<_> =
+            steps.iter().map(|s| (s.stmt.map(|r| r.0), s.params.len(), s.first_op, s.ops)).collect();
+        assert_eq!(shape, [(Some(0), 1, 0, 2), (Some(0), 1, 2, 0), (Some(1), 0, 2, 1), (Some(2), 1, 3, 0)]);
+        // Without values, one step per change of statement.
+        let steps = statement_steps(&ops, None);
+        assert_eq!(steps.iter().map(|s| (s.first_op, s.ops)).collect::<Vec<_>>(), [(0, 2), (2, 1)]);
     }
 }

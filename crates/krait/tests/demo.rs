@@ -314,3 +314,64 @@ fn a_flag_for_one_target_is_an_error_with_the_other_and_implies_its_target_under
     assert!(!text.contains("PostgreSQL answers"), "{text}");
     assert!(text.contains("target: the embedded reference store"), "{text}");
 }
+
+/// Issue 18, item 4: a reject of the demo at REPEATABLE READ, its schema kept, replays against the same
+/// database as `reproduced` at REPEATABLE READ (what it recorded) and as `prevented` at SERIALIZABLE.
+#[test]
+fn a_demo_reject_replays_as_reproduced_at_its_level_and_prevented_at_serializable() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let data = dir.path().join("data");
+    let data = data.to_str().expect("utf-8 path");
+    let args =
+        ["demo", "--isolation", "repeatable-read", "--level", "serializable", "--keys", "3", "--txns", "200"];
+    let out = krait(&[&args[..], &["--keep-schema", "--seed", "7", "--data-dir", data]].concat());
+    let text = stdout(&out);
+    let kept = text
+        .lines()
+        .find_map(|l| l.strip_prefix("krait demo: kept schema "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(str::to_owned);
+    let drop_kept = || {
+        if let Some(schema) = &kept {
+            let sql = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
+            let dropped = std::process::Command::new("psql")
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-U",
+                    "postgres",
+                    "-d",
+                    "test",
+                    "-Xq",
+                    "-c",
+                    "SET client_min_messages = warning",
+                    "-c",
+                    &sql,
+                ])
+                .status()
+                .expect("psql runs");
+            assert!(dropped.success());
+        }
+    };
+    if !text.contains("row-level tagging: on") {
+        drop_kept();
+        assert!(text.contains("row-level tagging: NOT AVAILABLE"), "{text}");
+        return;
+    }
+    assert!(kept.is_some(), "{text}");
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("krait report replay r000001"), "{text}");
+    let target = "host=127.0.0.1 port=5432 user=postgres dbname=test";
+    let replay = |more: &[&str]| {
+        krait(&[&["report", "replay", "r000001", "--data-dir", data, "--target", target][..], more].concat())
+    };
+    let at_rr = replay(&[]);
+    let at_s = replay(&["--isolation", "serializable"]);
+    drop_kept();
+    let (rr, s) = (stdout(&at_rr), stdout(&at_s));
+    assert_eq!(at_rr.status.code(), Some(0), "{rr}{}", String::from_utf8_lossy(&at_rr.stderr));
+    assert!(rr.lines().next().is_some_and(|l| l.ends_with(": reproduced")), "{rr}");
+    assert_eq!(at_s.status.code(), Some(1), "{s}{}", String::from_utf8_lossy(&at_s.stderr));
+    assert!(s.lines().next().is_some_and(|l| l.ends_with(": prevented")), "{s}");
+    assert!(s.contains("refused: 40001"), "{s}");
+}

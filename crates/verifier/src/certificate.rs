@@ -20,8 +20,8 @@ use crate::known_graph::{KnownGraph, Origin};
 use crate::normalize::{Normalized, key_name, show};
 use crate::prune::Decision;
 use crate::report::{
-    Anomaly, AnomalyClass, Basis, Choice, CycleEdge, Derivation, EdgeKind, OpReport, Refutation,
-    RefutationNode, TxnReport,
+    Anomaly, AnomalyClass, Basis, Choice, ColumnValue, CycleEdge, Derivation, EdgeKind, OpReport, Refutation,
+    RefutationNode, RowKey, StatementReport, TxnReport,
 };
 
 /// The most derivations a report carries; beyond, facts are marked [`Basis::Omitted`].
@@ -660,7 +660,31 @@ pub(crate) fn txn_report(h: &History, i: usize) -> TxnReport {
             let values = t.values.as_deref();
             let row = values.and_then(|v| v.describe_row(index));
             let params = values.and_then(|v| v.describe_params(index, op.stmt()));
-            OpReport { index, text, sql, version: Some(version), row, params }
+            let write = matches!(op, Op::Write { .. });
+            let key = h.keys.name(op.key()).filter(|n| !n.namespace.is_empty()).map(|n| RowKey {
+                table: n.namespace.clone(),
+                pk: n.bytes.split(|&b| b == 0x1f).map(|p| String::from_utf8_lossy(p).into_owned()).collect(),
+            });
+            let values = values.and_then(|v| v.row_of(index)).map_or_else(Vec::new, |(row, columns)| {
+                row.values
+                    .iter()
+                    .enumerate()
+                    .map(|(i, value)| ColumnValue {
+                        column: columns.get(i).cloned().unwrap_or_else(|| format!("${}", i + 1)),
+                        value: value.clone(),
+                    })
+                    .collect()
+            });
+            OpReport { index, text, sql, version: Some(version), row, params, write, key, values }
+        })
+        .collect();
+    let statements = history::values::statement_steps(&t.ops, t.values.as_deref())
+        .into_iter()
+        .map(|step| StatementReport {
+            sql: step.stmt.and_then(|s| h.statement(s)).map(str::to_owned),
+            params: step.params,
+            first_op: step.first_op,
+            ops: step.ops,
         })
         .collect();
     TxnReport {
@@ -671,6 +695,8 @@ pub(crate) fn txn_report(h: &History, i: usize) -> TxnReport {
         start_ns: t.start_ns,
         commit_ns: t.commit_ns,
         ops,
+        isolation: t.isolation,
+        statements,
     }
 }
 

@@ -61,7 +61,8 @@ pub use kernels::Backend;
 pub use options::{Level, Options};
 pub use pipeline::verify;
 pub use report::{
-    Anomaly, AnomalyClass, CycleEdge, DeclaredLevels, EdgeKind, Report, SeenHow, UnverifiableCause, Verdict,
+    Anomaly, AnomalyClass, ColumnValue, CycleEdge, DeclaredLevels, EdgeKind, OpReport, Report, RowKey,
+    SeenHow, StatementReport, TxnReport, UnverifiableCause, Verdict,
 };
 pub use report_store::{ReportStore, ReportStoreError, ReportSummary};
 pub use rounds::{OnlineVerifier, RoundOptions, RoundStats, RoundsError, RoundsOutcome, verify_in_rounds};

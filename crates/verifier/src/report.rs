@@ -2,13 +2,14 @@
 //! this crate's manifest; every field here is part of it, so rename nothing without bumping
 //! [`SCHEMA_VERSION`].
 
-use history::{Observed, Outcome, SessionId, TxnId};
+use history::values::Value;
+use history::{IsolationLevel, Observed, Outcome, SessionId, TxnId};
 use serde::{Deserialize, Serialize};
 
 use crate::options::Level;
 
 /// The version of the report's JSON schema.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Accept or reject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -379,6 +380,48 @@ pub struct OpReport {
     /// The parameters of the statement run it came from (`$1 = value, …`), where recorded. Schema 2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<String>,
+    /// Whether it is a write (else a read). Schema 3.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub write: bool,
+    /// The row's table and primary key, where the key is a SQL row's. Schema 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<RowKey>,
+    /// The row behind it, value by value, where recorded (what `row` prints). Schema 3.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<ColumnValue>,
+}
+
+/// A SQL row's key: its table and its primary-key values in text format.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RowKey {
+    /// The table as the history names it: `table` for a table in `public`, else `schema.table`.
+    pub table: String,
+    /// The primary key's values, in its columns' order.
+    pub pk: Vec<String>,
+}
+
+/// One column of a recorded row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnValue {
+    /// The column's name (`$N` where the row description was not seen).
+    pub column: String,
+    /// Its value.
+    pub value: Value,
+}
+
+/// One statement of a transaction, in the order it ran: what a replay sends. Schema 3.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatementReport {
+    /// Its text, when logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql: Option<String>,
+    /// Its parameters (`$1`, `$2`, …), where recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<Value>,
+    /// The index of its first op in the transaction's ops.
+    pub first_op: usize,
+    /// How many ops it produced.
+    pub ops: usize,
 }
 
 /// A transaction involved in some anomaly, with all its ops.
@@ -400,6 +443,13 @@ pub struct TxnReport {
     pub commit_ns: Option<u64>,
     /// Its ops.
     pub ops: Vec<OpReport>,
+    /// The isolation level it asked for, where recorded. Schema 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<IsolationLevel>,
+    /// Its statements in the order it ran them, as far as the record shows (`history::values::statement_steps`).
+    /// Schema 3.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub statements: Vec<StatementReport>,
 }
 
 /// A read the verifier could not judge.
@@ -741,6 +791,7 @@ impl Report {
 mod dot;
 mod html;
 mod labels;
+pub use labels::Labels;
 mod svg;
 mod text;
 mod values;

@@ -45,7 +45,7 @@ pub enum Target {
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "A flag for one target implies that target: --model and --history-out imply --target \
-embedded, --isolation implies --target postgres. Naming it with the other target is an error.
+embedded, --isolation and --keep-schema imply --target postgres. Naming it with the other target is an error.
 
 Exit status: 0 if the history is accepted, 1 if it is rejected, 2 on error."
 )]
@@ -87,6 +87,10 @@ pub struct DemoArgs {
     /// PostgreSQL target: the database to use (the demo creates and drops its own schema in it).
     #[arg(long, default_value = "test")]
     pg_database: String,
+    /// PostgreSQL target: keep the demo's schema (its table and rows) afterwards instead of dropping it, so
+    /// that a reject can be replayed against it: `krait report replay ID --data-dir DATA_DIR --target …`.
+    #[arg(long)]
+    keep_schema: bool,
     /// Where reject reports are kept (`DATA_DIR/reports/`); nothing is written there on accept.
     #[arg(long, default_value = "krait-demo")]
     data_dir: PathBuf,
@@ -166,7 +170,7 @@ fn flags_for(args: &DemoArgs, target: Target) -> Vec<&'static str> {
         Target::Embedded => {
             &[("--model", args.model.is_some()), ("--history-out", args.history_out.is_some())]
         }
-        Target::Postgres => &[("--isolation", args.isolation.is_some())],
+        Target::Postgres => &[("--isolation", args.isolation.is_some()), ("--keep-schema", args.keep_schema)],
         Target::Auto => &[],
     };
     given.iter().filter(|(_, is_given)| *is_given).map(|(flag, _)| *flag).collect()
@@ -376,7 +380,16 @@ fn postgres(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
         let what = format!("PostgreSQL through the proxy, isolation {}", args.isolation());
         let table = Table::Accounts { schema: schema.clone() };
         let result = run_through_proxy(args, config, tagging, connector, table, tmp, banner, what).await;
-        let dropped = admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+        let dropped = if args.keep_schema {
+            println!(
+                "krait demo: kept schema {schema} in database {} (--keep-schema); drop it with: DROP SCHEMA \
+                 {schema} CASCADE",
+                args.pg_database
+            );
+            Ok(())
+        } else {
+            admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await
+        };
         drop(admin);
         let _ = conn_task.await;
         let outcome = result?;
@@ -615,8 +628,10 @@ fn summarize(args: &DemoArgs, o: &Outcome) -> anyhow::Result<ExitCode> {
     println!("  Verdict: REJECT: {} anomal{} found.", s.rejects, if s.rejects == 1 { "y" } else { "ies" });
     let store = ReportStore::open(&args.data_dir)
         .with_context(|| format!("cannot keep the reports in {}", args.data_dir.display()))?;
+    let mut first_id = None;
     for (i, r) in reports.iter().enumerate() {
         let id = store.save(r)?;
+        first_id.get_or_insert_with(|| id.clone());
         println!();
         println!(
             "Reject {} of {} (report {}):",
@@ -635,6 +650,23 @@ fn summarize(args: &DemoArgs, o: &Outcome) -> anyhow::Result<ExitCode> {
             }
         } else {
             println!("  {}", r.verdict_line());
+        }
+    }
+    if let (Some(id), true) = (first_id, o.ground_truth.is_none()) {
+        let data = args.data_dir.display();
+        println!();
+        println!(
+            "Replay the first one as SQL scripts: krait report replay {id} --data-dir {data} --out replay-{id}"
+        );
+        if args.keep_schema {
+            println!(
+                "Or run it against the kept schema: krait report replay {id} --data-dir {data} --target \
+                 'host={} port={} user={} dbname={}'",
+                args.pg_addr.ip(),
+                args.pg_addr.port(),
+                args.pg_user,
+                args.pg_database
+            );
         }
     }
     Ok(ExitCode::from(1))

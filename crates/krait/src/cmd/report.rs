@@ -37,6 +37,50 @@ pub enum ReportCommand {
         #[arg(long, value_enum, default_value_t = ShowFormat::Text)]
         format: ShowFormat,
     },
+    /// Replay a reject report's anomaly (CLOTHO): write one SQL script per session and the interleaving
+    /// that produced it, and with --target run them against a database, recorded by an in-process proxy,
+    /// and say whether the anomaly was reproduced, prevented (the database refused a step with a
+    /// serialization failure or deadlock) or not reproduced. Exit code: 0 reproduced, 1 prevented or not
+    /// reproduced, 2 error. Without --target or --out, prints the interleaving.
+    ///
+    /// The replay runs in a scratch schema (krait_replay_ID, dropped afterwards): its tables are made LIKE
+    /// the recorded ones on the target, holding the rows the steps touch at the values they had before the
+    /// first step (from the recorded rows). It never touches the recorded tables unless --in-place.
+    Replay {
+        /// The report's id, as `list` prints it (for example r000001).
+        id: String,
+        /// The data directory (its `reports/` folder holds the reports).
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+        /// The database to replay against, as a libpq connection string or URL
+        /// (`postgres://user@127.0.0.1:5432/db`); it must hold the recorded tables.
+        #[arg(long, value_name = "URL")]
+        target: Option<String>,
+        /// Run every transaction at this level (`read-committed`, `repeatable-read`, `serializable`)
+        /// instead of the level it recorded.
+        #[arg(long, value_name = "LEVEL", value_parser = parse_isolation)]
+        isolation: Option<history::IsolationLevel>,
+        /// Write the scripts into this folder: setup.sql, one session-S….sql per session, interleaving.txt, cleanup.sql.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Run on the recorded tables themselves, setting the touched rows to their recorded values first.
+        #[arg(long, requires = "target")]
+        in_place: bool,
+        /// Keep the scratch schema afterwards, to look at the rows the replay left.
+        #[arg(long, requires = "target")]
+        keep: bool,
+        /// How long a step may go unanswered before it counts as blocked (on a lock) and the replay goes
+        /// on with the other sessions.
+        #[arg(long, value_name = "MS", default_value_t = 1000)]
+        step_timeout_ms: u64,
+    },
+}
+
+/// Parses an isolation level as SQL spells it (any case, spaces, hyphens or underscores).
+fn parse_isolation(text: &str) -> Result<history::IsolationLevel, String> {
+    history::IsolationLevel::parse_sql(text).ok_or_else(|| {
+        format!("`{text}` is not an isolation level (read-uncommitted, read-committed, repeatable-read, serializable)")
+    })
 }
 
 /// `krait report show --format` values.
@@ -81,6 +125,50 @@ pub fn run(cmd: ReportCommand) -> anyhow::Result<ExitCode> {
                 ShowFormat::Text => print!("{}", report.render_text()),
             }
             Ok(ExitCode::SUCCESS)
+        }
+        ReportCommand::Replay { id, data_dir, target, isolation, out, in_place, keep, step_timeout_ms } => {
+            let report = ReportStore::open_read_only(&data_dir).load(&id)?;
+            let plan = replay::ReplayPlan::new(&id, &report, isolation)?;
+            let Some(target) = target else {
+                let scratch = replay::Scratch {
+                    map: replay::TableMap::scratch(&replay::scratch_schema(&id), plan.tables()),
+                    primary_keys: Default::default(),
+                };
+                let prepared = replay::Prepared::new(&plan, &scratch)?;
+                match out {
+                    Some(dir) => {
+                        for path in replay::script::write(&dir, &plan, &prepared)
+                            .with_context(|| format!("cannot write the scripts into {}", dir.display()))?
+                        {
+                            println!("wrote {}", path.display());
+                        }
+                    }
+                    None => {
+                        let files = replay::script::files(&plan, &prepared);
+                        let (_, order) = files
+                            .iter()
+                            .find(|(name, _)| name == "interleaving.txt")
+                            .expect("always written");
+                        print!("{order}");
+                    }
+                }
+                return Ok(ExitCode::SUCCESS);
+            };
+            let options = replay::ReplayOptions {
+                in_place,
+                keep,
+                step_timeout: std::time::Duration::from_millis(step_timeout_ms),
+                out,
+                ..replay::ReplayOptions::new(target)
+            };
+            let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            let replayed = runtime.block_on(replay::replay(&plan, &options))?;
+            print!("{}", replay::describe(&plan, &replayed));
+            Ok(if replayed.verdict == replay::Verdict::Reproduced {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
     }
 }

@@ -26,7 +26,8 @@ pub(super) fn wall_clock(ns: u64) -> String {
 
 /// The short labels of one report: which ids are shortened, and the label each got, in the order the text
 /// first named them. The text report and the HTML page share them, so `T1` is the same transaction in both.
-pub(super) struct Labels {
+#[derive(Debug)]
+pub struct Labels {
     /// Long transaction ids that get a label (empty when none is long, or on accept).
     txns: HashSet<u64>,
     /// Long session ids that get a label.
@@ -57,7 +58,7 @@ impl Labels {
     }
 
     /// The labels `report`'s text report uses: given in the order that text first names each id.
-    pub(super) fn of(report: &Report) -> Labels {
+    pub fn of(report: &Report) -> Labels {
         let mut labels = Labels::empty(report);
         labels.assign(&report.to_string());
         labels
@@ -90,12 +91,12 @@ impl Labels {
     }
 
     /// A transaction's label: `T1`, … when shortened, else `T` and its id.
-    pub(super) fn txn(&self, id: u64) -> String {
+    pub fn txn(&self, id: u64) -> String {
         self.labels.get(&(b'T', id)).cloned().unwrap_or_else(|| format!("T{id}"))
     }
 
     /// A session's label: `S1`, … when shortened, else `S` and its id.
-    pub(super) fn session(&self, id: u64) -> String {
+    pub fn session(&self, id: u64) -> String {
         self.labels.get(&(b'S', id)).cloned().unwrap_or_else(|| format!("S{id}"))
     }
 

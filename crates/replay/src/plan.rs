@@ -1,0 +1,347 @@
+//! Stage 1: from a report to a plan. Each transaction the report cites becomes steps (BEGIN, its
+//! statements, COMMIT or ROLLBACK) on its session's connection, and the steps of all sessions are put in
+//! one order: the interleaving that produced the anomaly, as far as the record shows it.
+//!
+//! The proxy timestamps a transaction's start and commit, not each statement, so the order is derived
+//! (CLOTHO §4 asks the same of its schedules: an order consistent with every dependency of the anomaly):
+//! - a session's steps stay in its order;
+//! - each edge of an anomaly's cycle says which step must come before which: for `T1 -wr-> T2` T1 commits
+//!   before T2 takes the snapshot its read used, for `T1 -rw-> T2` that snapshot is taken before T2
+//!   commits, for `T1 -ww-> T2` T1 commits before T2's write takes its snapshot, and for `T1 -rt-> T2` T1
+//!   commits before T2 begins. The snapshot of a read is its statement's at READ COMMITTED (and below),
+//!   and the transaction's first statement's at REPEATABLE READ and SERIALIZABLE (PostgreSQL takes it
+//!   there);
+//! - the two reads of a lost update (an anomaly without a cycle) each come before the other transaction
+//!   commits;
+//! - everything else follows the recorded times: a transaction begins at its start, commits at its
+//!   commit, and its statements are spread evenly in between.
+//!
+//! When the cycle's dependencies admit no order (the database broke more than the level it was asked for),
+//! the order is the times' alone, and the plan says so in its notes.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use history::{IsolationLevel, Outcome, SessionId, TxnId};
+use verifier::report::{EdgeKind, Labels, TxnReport};
+use verifier::{AnomalyClass, Report, Verdict};
+
+/// Why a report cannot be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// An accept has nothing to replay.
+    #[error("the report is an accept: there is no anomaly to replay")]
+    Accept,
+    /// No transaction of the report has a statement text to send.
+    #[error(
+        "the report's transactions carry no statements to replay (a report of schema {0}; schema 3 and \
+         later list each transaction's statements, and a history without statement texts cannot be replayed)"
+    )]
+    NoStatements(u32),
+}
+
+/// What a step does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// `BEGIN`, at the transaction's isolation level.
+    Begin,
+    /// The transaction's statement number `statement` (an index into its report's `statements`).
+    Statement {
+        /// The index.
+        statement: usize,
+    },
+    /// `COMMIT` (for a transaction that committed, or whose outcome is unknown).
+    Commit,
+    /// `ROLLBACK` (for a transaction that aborted).
+    Rollback,
+}
+
+/// One step of the replay: something one session sends and waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// The transaction: an index into [`ReplayPlan::txns`].
+    pub txn: usize,
+    /// What it sends.
+    pub kind: StepKind,
+}
+
+/// The whole replay: the transactions, their sessions, and every step in the interleaving.
+#[derive(Clone, Debug)]
+pub struct ReplayPlan {
+    /// The report's id, for names (the scratch schema's, the files').
+    pub report_id: String,
+    /// The report.
+    pub report: Report,
+    /// The transactions, in the order the report lists them.
+    pub txns: Vec<TxnReport>,
+    /// The session of each transaction: an index into [`ReplayPlan::sessions`].
+    pub session_of: Vec<usize>,
+    /// The sessions, in the order they first appear in the interleaving.
+    pub sessions: Vec<SessionId>,
+    /// The isolation level each transaction runs at (`None`: the session's default).
+    pub isolation: Vec<Option<IsolationLevel>>,
+    /// The steps, in the interleaving.
+    pub steps: Vec<Step>,
+    /// What a person should know about how faithful the plan is.
+    pub notes: Vec<String>,
+    /// The short labels the report's text gives transactions and sessions.
+    labels: std::sync::Arc<Labels>,
+}
+
+/// A step's place in the dependency graph and its estimated time.
+struct Node {
+    step: Step,
+    time: u64,
+}
+
+impl ReplayPlan {
+    /// Plans the replay of `report` (stored as `report_id`), running every transaction at `isolation`
+    /// when given, else at the level it recorded.
+    pub fn new(
+        report_id: &str,
+        report: &Report,
+        isolation: Option<IsolationLevel>,
+    ) -> Result<ReplayPlan, PlanError> {
+        if report.verdict == Verdict::Accept {
+            return Err(PlanError::Accept);
+        }
+        let mut txns = report.transactions.clone();
+        txns.sort_by_key(|t| (t.session, t.seq));
+        if txns.iter().all(|t| t.statements.iter().all(|s| s.sql.is_none())) {
+            return Err(PlanError::NoStatements(report.schema_version));
+        }
+        let mut notes = Vec::new();
+        let levels: Vec<Option<IsolationLevel>> = txns.iter().map(|t| isolation.or(t.isolation)).collect();
+        let (nodes, first_node) = nodes_of(&txns, &mut notes);
+        let index_of: BTreeMap<TxnId, usize> = txns.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+        let mut edges: Vec<(usize, usize)> = Vec::new();
+        // Session order: consecutive steps of one session.
+        let mut last_of_session: BTreeMap<SessionId, usize> = BTreeMap::new();
+        for (i, t) in txns.iter().enumerate() {
+            let range = first_node[i]..first_node[i + 1];
+            if let Some(&prev) = last_of_session.get(&t.session) {
+                edges.push((prev, range.start));
+            }
+            edges.extend(range.clone().zip(range.clone().skip(1)));
+            last_of_session.insert(t.session, range.end - 1);
+        }
+        let dependencies = dependency_edges(report, &txns, &index_of, &levels, &nodes, &first_node);
+        edges.extend(dependencies.iter().copied());
+        let order = match topological(&nodes, &edges) {
+            Some(order) => order,
+            None => {
+                notes.push(
+                    "the anomaly's dependencies admit no interleaving of these steps; they run in the order \
+                     of the recorded times instead"
+                        .to_owned(),
+                );
+                edges.truncate(edges.len() - dependencies.len());
+                topological(&nodes, &edges).expect("session order alone is acyclic")
+            }
+        };
+        if txns.iter().any(|t| t.start_ns.is_none() || t.commit_ns.is_none()) {
+            notes.push(
+                "some transactions have no recorded start or commit time; their steps are placed by the \
+                 anomaly's dependencies and the report's order alone"
+                    .to_owned(),
+            );
+        }
+        let steps: Vec<Step> = order.into_iter().map(|n| nodes[n].step.clone()).collect();
+        let mut sessions: Vec<SessionId> = Vec::new();
+        for step in &steps {
+            let s = txns[step.txn].session;
+            if !sessions.contains(&s) {
+                sessions.push(s);
+            }
+        }
+        let session_of = txns
+            .iter()
+            .map(|t| sessions.iter().position(|&s| s == t.session).expect("every session has a step"))
+            .collect();
+        Ok(ReplayPlan {
+            report_id: report_id.to_owned(),
+            report: report.clone(),
+            txns,
+            session_of,
+            sessions,
+            isolation: levels,
+            steps,
+            notes,
+            labels: std::sync::Arc::new(Labels::of(report)),
+        })
+    }
+
+    /// The SQL of a BEGIN, COMMIT or ROLLBACK step; `None` for a statement.
+    pub fn control_sql(&self, step: &Step) -> Option<String> {
+        match step.kind {
+            StepKind::Begin => Some(match self.isolation[step.txn] {
+                Some(level) => format!("BEGIN ISOLATION LEVEL {level}"),
+                None => "BEGIN".to_owned(),
+            }),
+            StepKind::Commit => Some("COMMIT".to_owned()),
+            StepKind::Rollback => Some("ROLLBACK".to_owned()),
+            StepKind::Statement { .. } => None,
+        }
+    }
+
+    /// The recorded tables the steps touch, as the history names them (`table` in `public`, else
+    /// `schema.table`).
+    pub fn tables(&self) -> std::collections::BTreeSet<String> {
+        self.txns
+            .iter()
+            .flat_map(|t| t.ops.iter().filter_map(|o| o.key.as_ref().map(|k| k.table.clone())))
+            .collect()
+    }
+
+    /// Transaction `txn`'s label, as the report's text names it (`T1`, …).
+    pub fn label(&self, txn: usize) -> String {
+        self.labels.txn(self.txns[txn].id.0)
+    }
+
+    /// Session `session`'s label, as the report's text names it (`S1`, …).
+    pub fn session_label(&self, session: usize) -> String {
+        self.labels.session(self.sessions[session].0)
+    }
+}
+
+/// The steps of every transaction, in order, with their estimated times; and where each transaction's
+/// steps start (`first_node[i]..first_node[i + 1]` are transaction `i`'s).
+fn nodes_of(txns: &[TxnReport], notes: &mut Vec<String>) -> (Vec<Node>, Vec<usize>) {
+    let mut nodes = Vec::new();
+    let mut first_node = Vec::new();
+    for (i, t) in txns.iter().enumerate() {
+        first_node.push(nodes.len());
+        let statements: Vec<usize> =
+            (0..t.statements.len()).filter(|&s| t.statements[s].sql.is_some()).collect();
+        if statements.len() < t.statements.len() {
+            notes.push(format!(
+                "{} of transaction {} has {} statement(s) whose text was not logged; they are left out",
+                t.session,
+                t.id,
+                t.statements.len() - statements.len()
+            ));
+        }
+        let start = t.start_ns.unwrap_or(0);
+        let end = t.commit_ns.unwrap_or(start).max(start);
+        let spread = |k: usize| {
+            start + ((end - start) as u128 * (k as u128 + 1) / (statements.len() as u128 + 1)) as u64
+        };
+        nodes.push(Node { step: Step { txn: i, kind: StepKind::Begin }, time: start });
+        for (k, &statement) in statements.iter().enumerate() {
+            nodes.push(Node {
+                step: Step { txn: i, kind: StepKind::Statement { statement } },
+                time: spread(k),
+            });
+        }
+        let kind = if t.outcome == Outcome::Aborted { StepKind::Rollback } else { StepKind::Commit };
+        nodes.push(Node { step: Step { txn: i, kind }, time: end });
+    }
+    first_node.push(nodes.len());
+    (nodes, first_node)
+}
+
+/// The "before" edges the anomalies' cycles imply, between nodes (see the module docs).
+fn dependency_edges(
+    report: &Report,
+    txns: &[TxnReport],
+    index_of: &BTreeMap<TxnId, usize>,
+    levels: &[Option<IsolationLevel>],
+    nodes: &[Node],
+    first_node: &[usize],
+) -> Vec<(usize, usize)> {
+    let end = |t: usize| first_node[t + 1] - 1;
+    let begin = |t: usize| first_node[t];
+    // The node of the statement that produced op `op` of transaction `t`, or its first statement's.
+    let statement_node = |t: usize, op: usize| -> usize {
+        let found = (first_node[t]..first_node[t + 1]).find(|&n| match nodes[n].step.kind {
+            StepKind::Statement { statement } => {
+                let s = &txns[t].statements[statement];
+                s.first_op <= op && op < s.first_op + s.ops
+            }
+            _ => false,
+        });
+        found.unwrap_or_else(|| (begin(t) + 1).min(end(t)))
+    };
+    // Where the snapshot of a statement's read is taken (see the module docs).
+    let snapshot = |t: usize, node: usize| -> usize {
+        match levels[t] {
+            Some(IsolationLevel::RepeatableRead | IsolationLevel::Serializable) => (begin(t) + 1).min(end(t)),
+            _ => node,
+        }
+    };
+    // The first op of `t` of the given kind on `key`.
+    let op_on = |t: usize, write: bool, key: &str| -> Option<usize> {
+        let prefix = format!("{}({key}) = ", if write { "w" } else { "r" });
+        txns[t].ops.iter().find(|o| o.text.starts_with(&prefix)).map(|o| o.index)
+    };
+    let mut edges = Vec::new();
+    for edge in report.anomalies.iter().flat_map(|a| &a.cycle) {
+        let (Some(&from), Some(&to)) = (index_of.get(&edge.from), index_of.get(&edge.to)) else { continue };
+        if edge.hypothetical || from == to {
+            continue;
+        }
+        let key = edge.key.as_deref().unwrap_or_default();
+        match edge.kind {
+            EdgeKind::Wr => {
+                if let Some(op) = op_on(to, false, key) {
+                    edges.push((end(from), snapshot(to, statement_node(to, op))));
+                }
+            }
+            EdgeKind::Rw => {
+                if let Some(op) = op_on(from, false, key) {
+                    edges.push((snapshot(from, statement_node(from, op)), end(to)));
+                }
+            }
+            EdgeKind::Ww => {
+                if let Some(op) = op_on(to, true, key) {
+                    edges.push((end(from), snapshot(to, statement_node(to, op))));
+                }
+            }
+            EdgeKind::Rt => edges.push((end(from), begin(to))),
+            EdgeKind::So => {}
+        }
+    }
+    // A lost update has no cycle; its ops are each transaction's read and write of the key, and each read
+    // must see the version before either write commits.
+    for anomaly in report.anomalies.iter().filter(|a| a.class == AnomalyClass::LostUpdate) {
+        let reads: Vec<(usize, usize)> = anomaly
+            .ops
+            .iter()
+            .filter_map(|o| {
+                let t = *index_of.get(&o.txn)?;
+                let op = txns[t].ops.get(o.op)?;
+                (!op.write).then(|| (t, snapshot(t, statement_node(t, o.op))))
+            })
+            .collect();
+        for &(t, read) in &reads {
+            for &(other, _) in reads.iter().filter(|(other, _)| *other != t) {
+                edges.push((read, end(other)));
+            }
+        }
+    }
+    edges
+}
+
+/// Kahn's algorithm, taking among the ready nodes the one with the earliest time (then the report's order);
+/// `None` when the edges have a cycle.
+fn topological(nodes: &[Node], edges: &[(usize, usize)]) -> Option<Vec<usize>> {
+    let mut successors = vec![Vec::new(); nodes.len()];
+    let mut waiting_on = vec![0usize; nodes.len()];
+    for &(a, b) in edges {
+        successors[a].push(b);
+        waiting_on[b] += 1;
+    }
+    let mut ready: BinaryHeap<Reverse<(u64, usize)>> =
+        (0..nodes.len()).filter(|&n| waiting_on[n] == 0).map(|n| Reverse((nodes[n].time, n))).collect();
+    let mut order = Vec::with_capacity(nodes.len());
+    while let Some(Reverse((_, n))) = ready.pop() {
+        order.push(n);
+        for &m in &successors[n] {
+            waiting_on[m] -= 1;
+            if waiting_on[m] == 0 {
+                ready.push(Reverse((nodes[m].time, m)));
+            }
+        }
+    }
+    (order.len() == nodes.len()).then_some(order)
+}
