@@ -147,6 +147,25 @@ async fn a_repeatable_read_write_skew_is_reproduced_there_and_prevented_at_seria
         .await
         .unwrap();
     assert!(scratch.is_empty());
+
+    // --in-place: the recorded rows themselves are set back to what the transactions read, and replayed.
+    let options = ReplayOptions {
+        in_place: true,
+        step_timeout: Duration::from_millis(500),
+        ..ReplayOptions::new(TARGET)
+    };
+    let in_place = replay::replay(&plan, &options).await.expect("the replay runs in place");
+    assert_eq!(in_place.verdict, Verdict::Reproduced, "{}", replay::describe(&plan, &in_place));
+    let rows =
+        accounts.admin.query(&format!("SELECT balance FROM {s}.accounts ORDER BY id"), &[]).await.unwrap();
+    assert_eq!(rows.iter().map(|r| r.get::<_, i32>(0)).collect::<Vec<_>>(), [-1, -1]);
+    accounts.admin.batch_execute(&format!("UPDATE {s}.accounts SET balance = 5")).await.unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let options = ReplayOptions { out: Some(out.path().to_path_buf()), ..options };
+    replay::replay(&plan, &options).await.expect("the replay runs in place");
+    let setup = std::fs::read_to_string(out.path().join("setup.sql")).unwrap();
+    assert!(setup.contains("ON CONFLICT (\"id\") DO UPDATE"), "{setup}");
+    assert!(!out.path().join("cleanup.sql").exists());
     accounts.drop_schema().await;
 }
 

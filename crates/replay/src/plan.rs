@@ -13,6 +13,8 @@
 //!   there);
 //! - the two reads of a lost update (an anomaly without a cycle) each come before the other transaction
 //!   commits;
+//! - in an anomaly without a cycle that shows a read of another transaction's write (an aborted or an
+//!   intermediate read), the read comes after the write's statement and before the writer ends;
 //! - everything else follows the recorded times: a transaction begins at its start, commits at its
 //!   commit, and its statements are spread evenly in between.
 //!
@@ -23,7 +25,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use history::{IsolationLevel, Outcome, SessionId, TxnId};
-use verifier::report::{EdgeKind, Labels, TxnReport};
+use verifier::report::{EdgeKind, Labels, OpReport, TxnReport};
 use verifier::{AnomalyClass, Report, Verdict};
 
 /// Why a report cannot be planned.
@@ -319,6 +321,29 @@ fn dependency_edges(
             }
         }
     }
+    // The other anomalies without a cycle (an aborted read, an intermediate read, …) list a write and a
+    // read of it by another transaction: the read comes after the write's statement and before the
+    // writer ends, the schedule of a dirty read (which a database that keeps READ COMMITTED refuses).
+    for anomaly in
+        report.anomalies.iter().filter(|a| a.cycle.is_empty() && a.class != AnomalyClass::LostUpdate)
+    {
+        let ops: Vec<(usize, &OpReport)> = anomaly
+            .ops
+            .iter()
+            .filter_map(|o| {
+                let t = *index_of.get(&o.txn)?;
+                Some((t, txns[t].ops.get(o.op)?))
+            })
+            .collect();
+        for &(writer, w) in ops.iter().filter(|(_, o)| o.write) {
+            for &(reader, r) in ops.iter().filter(|(t, o)| !o.write && *t != writer && o.version == w.version)
+            {
+                let read = snapshot(reader, statement_node(reader, r.index));
+                edges.push((statement_node(writer, w.index), read));
+                edges.push((read, end(writer)));
+            }
+        }
+    }
     edges
 }
 
@@ -344,4 +369,82 @@ fn topological(nodes: &[Node], edges: &[(usize, usize)]) -> Option<Vec<usize>> {
         }
     }
     (order.len() == nodes.len()).then_some(order)
+}
+
+#[cfg(test)]
+mod tests {
+    use history::HistoryBuilder;
+    use verifier::Options;
+
+    use super::*;
+
+    /// The steps of `plan` as `label: sql-or-control`, in order.
+    fn order(plan: &ReplayPlan) -> Vec<String> {
+        plan.steps
+            .iter()
+            .map(|s| {
+                let what = match s.kind {
+                    StepKind::Statement { statement } => {
+                        plan.txns[s.txn].statements[statement].sql.clone().unwrap_or_default()
+                    }
+                    _ => plan.control_sql(s).unwrap_or_default(),
+                };
+                format!("{}: {what}", plan.label(s.txn))
+            })
+            .collect()
+    }
+
+    fn position(order: &[String], step: &str) -> usize {
+        order.iter().position(|s| s == step).unwrap_or_else(|| panic!("{step} in {order:#?}"))
+    }
+
+    #[test]
+    fn without_times_an_aborted_read_reads_after_the_write_and_before_the_rollback() {
+        let (b, update) = HistoryBuilder::new().statement("UPDATE t SET v = 1 WHERE k = 'x'");
+        let (b, select) = b.statement("SELECT v FROM t WHERE k = 'x'");
+        let h =
+            b.aborted(1, |t| t.stmt(update).write("x", 1)).txn(2, |t| t.stmt(select).read("x", 1)).build();
+        let report = verifier::verify(&h, &Options::default()).unwrap();
+        assert_eq!(report.anomalies[0].class, AnomalyClass::G1a, "{report}");
+        let plan = ReplayPlan::new("r1", &report, None).unwrap();
+        let order = order(&plan);
+        let write = position(&order, "T1: UPDATE t SET v = 1 WHERE k = 'x'");
+        let read = position(&order, "T2: SELECT v FROM t WHERE k = 'x'");
+        assert!(write < read && read < position(&order, "T1: ROLLBACK"), "{order:#?}");
+        assert!(
+            plan.notes.iter().any(|n| n.contains("no recorded start or commit time")),
+            "{:?}",
+            plan.notes
+        );
+    }
+
+    #[test]
+    fn without_times_a_write_skew_takes_both_snapshots_before_either_commit() {
+        let (b, select) = HistoryBuilder::new().statement("SELECT * FROM t");
+        let (b, update) = b.statement("UPDATE t SET v = 0");
+        let h = b
+            .txn(1, |t| t.stmt(select).read_init("x").read_init("y").stmt(update).write("x", 1))
+            .txn(2, |t| t.stmt(select).read_init("x").read_init("y").stmt(update).write("y", 2))
+            .build();
+        let report = verifier::verify(&h, &Options::default()).unwrap();
+        let plan = ReplayPlan::new("r1", &report, Some(IsolationLevel::RepeatableRead)).unwrap();
+        let order = order(&plan);
+        let first_commit = order.iter().position(|s| s.ends_with("COMMIT")).unwrap();
+        assert_eq!(
+            order[..first_commit].iter().filter(|s| s.ends_with("SELECT * FROM t")).count(),
+            2,
+            "{order:#?}"
+        );
+        assert_eq!(order[0], "T1: BEGIN ISOLATION LEVEL REPEATABLE READ", "{order:#?}");
+    }
+
+    #[test]
+    fn an_accept_or_a_history_without_statements_cannot_be_planned() {
+        let h = HistoryBuilder::new().txn(1, |t| t.write("x", 1)).build();
+        let accept = verifier::verify(&h, &Options::default()).unwrap();
+        assert!(matches!(ReplayPlan::new("r1", &accept, None), Err(PlanError::Accept)));
+        let h = HistoryBuilder::new().aborted(1, |t| t.write("x", 1)).txn(2, |t| t.read("x", 1)).build();
+        let reject = verifier::verify(&h, &Options::default()).unwrap();
+        assert!(matches!(ReplayPlan::new("r1", &reject, None), Err(PlanError::NoStatements(3))));
+    }
 }
