@@ -375,3 +375,26 @@ fn a_demo_reject_replays_as_reproduced_at_its_level_and_prevented_at_serializabl
     assert!(s.lines().next().is_some_and(|l| l.ends_with(": prevented")), "{s}");
     assert!(s.contains("refused: 40001"), "{s}");
 }
+
+/// Issue 18, item 4: a reject of the embedded store under snapshot isolation replays against a fresh
+/// embedded store as `reproduced` under `--model si` and as `prevented` under `--model ser`.
+#[test]
+fn an_embedded_store_reject_replays_under_its_model_and_is_prevented_under_serializability() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let data = dir.path().join("data");
+    let data = data.to_str().expect("utf-8 path");
+    let out = krait(&["demo", "--target", "embedded", "--model", "si", "--data-dir", data]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let replay = |model: &str| {
+        krait(&["report", "replay", "r000001", "--data-dir", data, "--target", "embedded", "--model", model])
+    };
+    let (si, ser) = (replay("si"), replay("ser"));
+    let (si_text, ser_text) = (stdout(&si), stdout(&ser));
+    assert_eq!(si.status.code(), Some(0), "{si_text}{}", String::from_utf8_lossy(&si.stderr));
+    assert!(si_text.lines().next().is_some_and(|l| l.ends_with(": reproduced")), "{si_text}");
+    assert_eq!(ser.status.code(), Some(1), "{ser_text}{}", String::from_utf8_lossy(&ser.stderr));
+    assert!(ser_text.lines().next().is_some_and(|l| l.ends_with(": prevented")), "{ser_text}");
+    let wrong = krait(&["report", "replay", "r000001", "--data-dir", data, "--target", "embedded"]);
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("needs --model"));
+}

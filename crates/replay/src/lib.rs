@@ -22,5 +22,5 @@ pub mod sql;
 pub use plan::{PlanError, ReplayPlan, Step, StepKind};
 pub use run::{ReplayError, ReplayOptions, Replayed, StepOutcome, Verdict, describe, replay};
 pub use script::Prepared;
-pub use setup::{Scratch, Setup, scratch_schema};
+pub use setup::{Before, Scratch, Setup, rows_before, scratch_schema};
 pub use sql::TableMap;

@@ -35,6 +35,9 @@ pub struct ReplayOptions {
     pub scratch_schema: Option<String>,
     /// Keep the scratch schema afterwards.
     pub keep: bool,
+    /// The target already holds the rows at their values before the first step (it was loaded some other
+    /// way, as the embedded reference store is): no catalog look-up, no set-up, the recorded tables.
+    pub preloaded: bool,
     /// How long a step may go unanswered before it counts as blocked.
     pub step_timeout: Duration,
     /// How long blocked steps may take to finish after the last step went out.
@@ -51,6 +54,7 @@ impl ReplayOptions {
             in_place: false,
             scratch_schema: None,
             keep: false,
+            preloaded: false,
             step_timeout: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(10),
             out: None,
@@ -199,22 +203,31 @@ async fn connect(conninfo: &str, what: &str) -> Result<tokio_postgres::Client, R
 /// Runs `plan` against the options' target (see the module docs).
 pub async fn replay(plan: &ReplayPlan, options: &ReplayOptions) -> Result<Replayed, ReplayError> {
     let target = Target::parse(&options.target)?;
-    let admin = connect(&target.conninfo(&target.host, target.port), "cannot connect to the target").await?;
-    let scratch = look_up_tables(plan, &admin, options).await?;
-    let prepared = Prepared::new(plan, &scratch)?;
+    let admin = match options.preloaded {
+        true => None,
+        false => {
+            Some(connect(&target.conninfo(&target.host, target.port), "cannot connect to the target").await?)
+        }
+    };
+    let prepared = match &admin {
+        Some(admin) => Prepared::new(plan, &look_up_tables(plan, admin, options).await?)?,
+        None => Prepared::preloaded(plan)?,
+    };
     let files = match &options.out {
         Some(dir) => crate::script::write(dir, plan, &prepared)?,
         None => Vec::new(),
     };
     let Prepared { setup, sql, notes } = prepared;
-    for statement in &setup.statements {
-        admin.batch_execute(statement).await.map_err(|source| ReplayError::Database {
-            what: format!("the set-up statement `{statement}` failed"),
-            source,
-        })?;
+    if let Some(admin) = &admin {
+        for statement in &setup.statements {
+            admin.batch_execute(statement).await.map_err(|source| ReplayError::Database {
+                what: format!("the set-up statement `{statement}` failed"),
+                source,
+            })?;
+        }
     }
     let result = record_and_run(plan, options, &target, &sql).await;
-    if let (Some(schema), false) = (&setup.schema, options.keep) {
+    if let (Some(admin), Some(schema), false) = (&admin, &setup.schema, options.keep) {
         let drop = format!("DROP SCHEMA IF EXISTS {} CASCADE", crate::sql::quote_ident(schema));
         if let Err(e) = admin.batch_execute(&drop).await {
             tracing::warn!("cannot drop the scratch schema {schema}: {e}");

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use crate::plan::ReplayPlan;
 use crate::setup::{Scratch, Setup};
-use crate::sql::{SqlError, quote_ident, render_steps};
+use crate::sql::{SqlError, TableMap, quote_ident, render_steps};
 
 /// A plan made concrete for one place to run: the set-up, each step's SQL, and the notes on both.
 #[derive(Clone, Debug)]
@@ -30,6 +30,14 @@ impl Prepared {
         let (sql, sql_notes) = render_steps(plan, &scratch.map)?;
         let notes = plan.notes.iter().chain(&setup.notes).cloned().chain(sql_notes).collect();
         Ok(Prepared { setup, sql, notes })
+    }
+
+    /// `plan`, to run on the recorded tables of a target that already holds the rows at their values
+    /// before the first step: no set-up.
+    pub fn preloaded(plan: &ReplayPlan) -> Result<Prepared, SqlError> {
+        let (sql, sql_notes) = render_steps(plan, &TableMap::default())?;
+        let notes = plan.notes.iter().cloned().chain(sql_notes).collect();
+        Ok(Prepared { setup: Setup::default(), sql, notes })
     }
 }
 

@@ -40,7 +40,7 @@ pub struct Scratch {
 
 /// What a row looked like before the first step.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Before {
+pub enum Before {
     /// A read returned it, with these values.
     Row(Vec<ColumnValue>),
     /// A read found it missing.
@@ -179,8 +179,9 @@ fn value_sql(value: &Value) -> String {
     }
 }
 
-/// Each row the steps touch, in the order first touched, with what it held before the first step.
-fn rows_before(plan: &ReplayPlan) -> Vec<(RowKey, Before)> {
+/// Each row the steps touch, in the order first touched, with what it held before the first step: for a
+/// target that is loaded some other way than by SQL (the embedded reference store).
+pub fn rows_before(plan: &ReplayPlan) -> Vec<(RowKey, Before)> {
     let written: std::collections::BTreeSet<&str> = plan
         .txns
         .iter()

@@ -53,9 +53,15 @@ pub enum ReportCommand {
         #[arg(long, value_name = "DIR")]
         data_dir: PathBuf,
         /// The database to replay against, as a libpq connection string or URL
-        /// (`postgres://user@127.0.0.1:5432/db`); it must hold the recorded tables.
+        /// (`postgres://user@127.0.0.1:5432/db`); it must hold the recorded tables. `embedded`: a fresh
+        /// embedded reference store running --model, loaded with the rows at their recorded values (for
+        /// reports of `krait demo --target embedded`).
         #[arg(long, value_name = "URL")]
         target: Option<String>,
+        /// With --target embedded: the consistency model the reference store runs (ser, si, psi, cp, ua,
+        /// cc, sg, ra, rc); it takes the freshest view the model allows, so the replay is deterministic.
+        #[arg(long)]
+        model: Option<refstore::Model>,
         /// Run every transaction at this level (`read-committed`, `repeatable-read`, `serializable`)
         /// instead of the level it recorded.
         #[arg(long, value_name = "LEVEL", value_parser = parse_isolation)]
@@ -126,7 +132,17 @@ pub fn run(cmd: ReportCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        ReportCommand::Replay { id, data_dir, target, isolation, out, in_place, keep, step_timeout_ms } => {
+        ReportCommand::Replay {
+            id,
+            data_dir,
+            target,
+            model,
+            isolation,
+            out,
+            in_place,
+            keep,
+            step_timeout_ms,
+        } => {
             let report = ReportStore::open_read_only(&data_dir).load(&id)?;
             let plan = replay::ReplayPlan::new(&id, &report, isolation)?;
             let Some(target) = target else {
@@ -162,7 +178,14 @@ pub fn run(cmd: ReportCommand) -> anyhow::Result<ExitCode> {
                 ..replay::ReplayOptions::new(target)
             };
             let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-            let replayed = runtime.block_on(replay::replay(&plan, &options))?;
+            let replayed = match (options.target.as_str(), model) {
+                ("embedded", Some(model)) => runtime.block_on(replay_on_embedded(&plan, model, options))?,
+                ("embedded", None) => {
+                    anyhow::bail!("--target embedded needs --model: the model the store runs")
+                }
+                (_, Some(_)) => anyhow::bail!("--model is for --target embedded"),
+                (_, None) => runtime.block_on(replay::replay(&plan, &options))?,
+            };
             print!("{}", replay::describe(&plan, &replayed));
             Ok(if replayed.verdict == replay::Verdict::Reproduced {
                 ExitCode::SUCCESS
@@ -171,6 +194,58 @@ pub fn run(cmd: ReportCommand) -> anyhow::Result<ExitCode> {
             })
         }
     }
+}
+
+/// Replays `plan` on a fresh embedded reference store running `model`, behind its PostgreSQL-wire front on
+/// a local port: the rows go straight into the store at their values before the first step (the store's
+/// table is `kv(k, v)`), so the recording proxy sees them as versions from before recording began.
+async fn replay_on_embedded(
+    plan: &replay::ReplayPlan,
+    model: refstore::Model,
+    mut options: replay::ReplayOptions,
+) -> anyhow::Result<replay::Replayed> {
+    let config = refstore::StoreConfig { model, seed: 1, fresh_view_share: 1.0 };
+    let store = refstore::SharedStore::new(config).context("invalid reference store settings")?;
+    let mut load = store.connect();
+    for (key, before) in replay::rows_before(plan) {
+        let k = match (key.table.as_str(), key.pk.as_slice()) {
+            ("kv", [k]) => k.parse::<i64>().ok(),
+            _ => None,
+        }
+        .with_context(|| {
+            format!("{}:{} is not a row of the embedded store's kv(k, v)", key.table, key.pk.join(","))
+        })?;
+        match before {
+            replay::Before::Row(values) => {
+                let v = values.iter().find(|c| c.column == "v").and_then(|c| match &c.value {
+                    history::values::Value::Text(v) => v.parse::<i64>().ok(),
+                    _ => None,
+                });
+                let v = v.with_context(|| format!("kv:{k}: the recorded row has no integer v"))?;
+                load.write(refstore::RowKey(k), Some(v)).context("cannot load the store")?;
+            }
+            replay::Before::Absent => {}
+            replay::Before::Unknown => {
+                println!("note: kv:{k}: its value before the first step was not recorded; it starts absent")
+            }
+        }
+    }
+    load.commit().context("cannot load the store")?;
+    drop(load);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("cannot listen on a local port for the reference store")?;
+    let port = listener.local_addr().context("cannot read the reference store's address")?.port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(refstore::pg::serve(listener, store, async move {
+        let _ = stopped.await;
+    }));
+    options.target = format!("host=127.0.0.1 port={port} user=krait dbname=kv");
+    options.preloaded = true;
+    let replayed = replay::replay(plan, &options).await;
+    let _ = stop.send(());
+    server.await.context("the reference store's task failed")?.context("the reference store failed")?;
+    Ok(replayed?)
 }
 
 /// A data directory's reports as the admin server shows them: listed on its status page, each at
