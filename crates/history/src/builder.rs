@@ -23,6 +23,8 @@ use crate::model::{
 #[derive(Debug, Default)]
 pub struct HistoryBuilder {
     history: History,
+    /// How many transactions each session has so far: the next one's place in it.
+    session_lengths: std::collections::HashMap<SessionId, u64>,
 }
 
 /// Builds the ops of one transaction; see [`HistoryBuilder::txn`].
@@ -75,7 +77,9 @@ impl HistoryBuilder {
     ) -> Self {
         let id = TxnId(self.history.transactions.len() as u64 + 1);
         let session = SessionId(session);
-        let seq = self.history.transactions.iter().filter(|t| t.session == session).count() as u64;
+        let next = self.session_lengths.entry(session).or_default();
+        let seq = *next;
+        *next += 1;
         let mut txn = Transaction::new(id, session, seq);
         txn.outcome = outcome;
         let mut builder = TxnBuilder { keys: &mut self.history.keys, txn, stmt: None };
