@@ -12,7 +12,7 @@
 //! For each workload (pgbench's built-in select-only `-S` and tpcb-like) and each path it prints tps, mean
 //! latency and the ratio to direct: direct; through Krait with tagging off and `log.durability = none`,
 //! `group` and `strict`; through Krait recording everything (xmin tagging, a fence every 20 commits,
-//! `strict`); and through pgbouncer in session pooling. Nothing is asserted: the figures depend on the
+//! `strict`), with and without parameters and row values (`[record] values`); and through pgbouncer in session pooling. Nothing is asserted: the figures depend on the
 //! machine, and only the ratios of one run compare.
 //!
 //! The cost of xmin tagging and fences on the tokio-postgres workloads of `krait workload run`, and the
@@ -149,17 +149,22 @@ fn main() {
         protocol()
     );
     println!(
-        "{:<14} {:<34} {:>10} {:>12} {:>9} {:>14}",
+        "{:<14} {:<42} {:>10} {:>12} {:>9} {:>14}",
         "workload", "path", "tps", "latency ms", "/direct", "proxy µs CPU/txn"
     );
     // KRAIT_BENCH_ONLY=select-only (or tpcb-like) runs one workload, e.g. under a profiler.
     let only = std::env::var("KRAIT_BENCH_ONLY").ok();
     let path_filter = std::env::var("KRAIT_BENCH_PATH").ok();
-    let krait_paths: [(&str, &str, &str); 4] = [
+    let krait_paths: [(&str, &str, &str); 5] = [
         ("krait, tagging off, none", "none", OFF),
         ("krait, tagging off, group", "group", OFF),
         ("krait, tagging off, strict", "strict", OFF),
         ("krait, xmin + fences + strict", "strict", "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n"),
+        (
+            "krait, xmin + fences + strict, no values",
+            "strict",
+            "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n[record]\nvalues = false\n",
+        ),
     ];
     for (name, workload) in [("select-only", vec!["-S"]), ("tpcb-like", vec![])] {
         if only.as_deref().is_some_and(|o| o != name) {
@@ -217,11 +222,11 @@ fn main() {
                 Some((tps, lat, cpu)) => {
                     let ratio = direct.map_or_else(|| "-".to_owned(), |d| format!("{:.2}", tps / d));
                     let cpu = cpu.map_or_else(|| "-".to_owned(), |c| format!("{c:.0}"));
-                    println!("{name:<14} {path:<34} {tps:>10.0} {lat:>12.3} {ratio:>9} {cpu:>14}");
+                    println!("{name:<14} {path:<42} {tps:>10.0} {lat:>12.3} {ratio:>9} {cpu:>14}");
                 }
                 None => {
                     let why = rs.iter().find_map(|r| r.as_ref().err()).cloned().unwrap_or_default();
-                    println!("{name:<14} {path:<34} {:>10} ({why})", "-");
+                    println!("{name:<14} {path:<42} {:>10} ({why})", "-");
                 }
             }
         }
