@@ -217,6 +217,15 @@ impl TestProxy {
         self.txns_mentioning(needle)
     }
 
+    /// Asserts what a driver's run must leave on `/metrics`: no desync, and exactly `cancels` cancel
+    /// requests relayed.
+    pub async fn assert_in_step_with_cancels(&self, cancels: u64) {
+        let m = self.admin_get("/metrics").await;
+        let value = |name: &str| m.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_owned());
+        assert_eq!(value("krait_desyncs_total "), Some("0".to_owned()), "{m}");
+        assert_eq!(value("krait_cancels_relayed_total "), Some(cancels.to_string()), "{m}");
+    }
+
     /// GETs a path from the admin server and returns the body.
     pub async fn admin_get(&self, path: &str) -> String {
         let (status, body) = self.admin_request(path).await;
