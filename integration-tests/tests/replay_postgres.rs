@@ -34,12 +34,18 @@ impl Accounts {
             .expect("set-up");
         Accounts { schema, admin }
     }
+}
 
-    async fn drop_schema(&self) {
-        self.admin
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema))
-            .await
-            .expect("drop");
+impl Drop for Accounts {
+    /// Drops the schema and its replays' scratch schema, also when the test failed.
+    fn drop(&mut self) {
+        for schema in [self.schema.clone(), scratch_of(self)] {
+            let _ = std::process::Command::new("psql")
+                .args(["-h", "127.0.0.1", "-U", PG_USER, "-d", PG_DB, "-XAtq"])
+                .args(["-c", "SET client_min_messages = warning"])
+                .args(["-c", &format!("DROP SCHEMA IF EXISTS {schema} CASCADE")])
+                .output();
+        }
     }
 }
 
@@ -148,6 +154,25 @@ async fn a_repeatable_read_write_skew_is_reproduced_there_and_prevented_at_seria
         .unwrap();
     assert!(scratch.is_empty());
 
+    // A set-up that fails (a recorded column the table does not have) is an error, and leaves no scratch
+    // schema behind.
+    let mut broken = report.clone();
+    for op in broken.transactions.iter_mut().flat_map(|t| &mut t.ops) {
+        for v in &mut op.values {
+            v.column = "no_such_column".to_owned();
+        }
+    }
+    let plan_of_broken = ReplayPlan::new("r000001", &broken, None).unwrap();
+    let options = ReplayOptions { scratch_schema: Some(scratch_of(&accounts)), ..ReplayOptions::new(TARGET) };
+    let err = replay::replay(&plan_of_broken, &options).await.expect_err("the set-up fails");
+    assert!(err.to_string().contains("set-up statement"), "{err}");
+    let scratch = accounts
+        .admin
+        .query("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&scratch_of(&accounts)])
+        .await
+        .unwrap();
+    assert!(scratch.is_empty());
+
     // --in-place: the recorded rows themselves are set back to what the transactions read, and replayed.
     let options = ReplayOptions {
         in_place: true,
@@ -166,7 +191,6 @@ async fn a_repeatable_read_write_skew_is_reproduced_there_and_prevented_at_seria
     let setup = std::fs::read_to_string(out.path().join("setup.sql")).unwrap();
     assert!(setup.contains("ON CONFLICT (\"id\") DO UPDATE"), "{setup}");
     assert!(!out.path().join("cleanup.sql").exists());
-    accounts.drop_schema().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,5 +222,4 @@ async fn a_read_committed_lost_update_is_reproduced() {
     // Without times, the dependencies alone put the second read before the first commit.
     let replayed = replay(&accounts, &untimed(&report), None).await;
     assert_eq!(replayed.verdict, Verdict::Reproduced, "{}", replay::describe(&plan, &replayed));
-    accounts.drop_schema().await;
 }

@@ -203,11 +203,10 @@ async fn connect(conninfo: &str, what: &str) -> Result<tokio_postgres::Client, R
 /// Runs `plan` against the options' target (see the module docs).
 pub async fn replay(plan: &ReplayPlan, options: &ReplayOptions) -> Result<Replayed, ReplayError> {
     let target = Target::parse(&options.target)?;
-    let admin = match options.preloaded {
-        true => None,
-        false => {
-            Some(connect(&target.conninfo(&target.host, target.port), "cannot connect to the target").await?)
-        }
+    let admin = if options.preloaded {
+        None
+    } else {
+        Some(connect(&target.conninfo(&target.host, target.port), "cannot connect to the target").await?)
     };
     let prepared = match &admin {
         Some(admin) => Prepared::new(plan, &look_up_tables(plan, admin, options).await?)?,
@@ -218,15 +217,19 @@ pub async fn replay(plan: &ReplayPlan, options: &ReplayOptions) -> Result<Replay
         None => Vec::new(),
     };
     let Prepared { setup, sql, notes } = prepared;
-    if let Some(admin) = &admin {
-        for statement in &setup.statements {
-            admin.batch_execute(statement).await.map_err(|source| ReplayError::Database {
-                what: format!("the set-up statement `{statement}` failed"),
-                source,
-            })?;
+    // Set up and run; whatever happens, the scratch schema is dropped afterwards (unless kept).
+    let result = async {
+        if let Some(admin) = &admin {
+            for statement in &setup.statements {
+                admin.batch_execute(statement).await.map_err(|source| ReplayError::Database {
+                    what: format!("the set-up statement `{statement}` failed"),
+                    source,
+                })?;
+            }
         }
+        record_and_run(plan, options, &target, &sql).await
     }
-    let result = record_and_run(plan, options, &target, &sql).await;
+    .await;
     if let (Some(admin), Some(schema), false) = (&admin, &setup.schema, options.keep) {
         let drop = format!("DROP SCHEMA IF EXISTS {} CASCADE", crate::sql::quote_ident(schema));
         if let Err(e) = admin.batch_execute(&drop).await {
