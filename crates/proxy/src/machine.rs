@@ -723,6 +723,9 @@ impl SessionMachine {
 
     fn end_txn(&mut self, outcome: Outcome, now_ns: u64) -> Option<TxnEnd> {
         let mut t = self.txn.take()?;
+        if let Some(tagger) = self.tagger.as_mut() {
+            tagger.transaction_ended();
+        }
         t.snap.isolation = t.level.asked();
         self.levels.ended(&t.level);
         t.snap.xids = self.ops.xids().to_vec();

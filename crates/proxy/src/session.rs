@@ -174,8 +174,9 @@ async fn run_session(
     async {
         let authenticated = authenticated?;
         if let (true, Some(t)) = (authenticated, &shared.tagging) {
-            if t.catalog_stale.load(std::sync::atomic::Ordering::Relaxed)
-                && let Err(e) = run_at_startup(&mut upstream, &mut sbuf, t, Injection::Catalog).await
+            let reload = Injection::Catalog { as_of: t.catalog_reload_begins() };
+            if t.catalog_stale()
+                && let Err(e) = run_at_startup(&mut upstream, &mut sbuf, t, reload).await
             {
                 warn!("cannot load the primary-key catalog: {e}");
                 return Err(SessionError::UpstreamIo(e));

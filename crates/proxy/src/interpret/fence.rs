@@ -116,8 +116,12 @@ pub fn fence_row(values: &[Option<Bytes>]) -> Option<[Bytes; 2]> {
 /// transaction's id, inside one before its COMMIT), with every reply swallowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Injection {
-    /// Reload the primary-key catalog ([`super::PK_QUERY`]).
-    Catalog,
+    /// Reload the primary-key catalog ([`super::PK_QUERY`]); `as_of` is what
+    /// [`super::shared::TaggingShared::catalog_reload_begins`] said as it began.
+    Catalog {
+        /// When the reload began, in catalog changes.
+        as_of: u64,
+    },
     /// Ask the open transaction's id ([`XID_QUERY`]), before its COMMIT (see `versions`, "Discovered
     /// writes").
     Xid,
@@ -137,7 +141,7 @@ impl Injection {
     /// when to send more.
     pub fn statements(self) -> Vec<String> {
         let sql = match self {
-            Injection::Catalog => return vec![super::PK_QUERY.to_owned()],
+            Injection::Catalog { .. } => return vec![super::PK_QUERY.to_owned()],
             Injection::Horizon => return vec![super::versions::HORIZON_QUERY.to_owned()],
             Injection::Xid => return vec![XID_QUERY.to_owned()],
             Injection::Fence { setup: false, row } => fence_sql(row),
@@ -253,14 +257,14 @@ impl InjectedReplies {
     /// Applies the result: a reloaded catalog goes into `shared`, a fence's ops are returned.
     pub fn finish(self, shared: &super::shared::TaggingShared) -> Injected {
         match self.what {
-            Injection::Catalog => {
+            Injection::Catalog { as_of } => {
                 if !self.error {
                     let text =
                         |v: &Option<Bytes>| v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
                     let rows = self.rows.iter().filter(|r| r.len() == 3).map(|r| {
                         (text(&r[0]).unwrap_or_default(), text(&r[1]).unwrap_or_default(), text(&r[2]))
                     });
-                    shared.set_catalog(super::Catalog::from_rows(rows));
+                    shared.install_catalog(super::Catalog::from_rows(rows), as_of);
                 }
                 Injected::Catalog
             }

@@ -107,8 +107,8 @@ impl Injector {
     /// What to inject now, if anything. Call only between two client transactions with nothing
     /// outstanding.
     pub fn injection_due(&self) -> Option<Injection> {
-        if self.shared.catalog_stale.load(Ordering::Relaxed) {
-            Some(Injection::Catalog)
+        if self.shared.catalog_stale() {
+            Some(Injection::Catalog { as_of: self.shared.catalog_reload_begins() })
         } else if self.fences.due() {
             Some(Injection::Fence {
                 setup: !self.shared.fence_ready.load(Ordering::Relaxed),
@@ -221,7 +221,7 @@ mod tests {
     fn fences_are_due_after_the_catalog_and_every_n_commits() {
         let shared = Arc::new(TaggingShared::new());
         let mut s = Injector::new(shared.clone(), 2);
-        assert_eq!(s.injection_due(), Some(Injection::Catalog));
+        assert!(matches!(s.injection_due(), Some(Injection::Catalog { .. })));
         shared.set_catalog(Catalog::new());
         assert_eq!(s.injection_due(), None);
         s.committed();

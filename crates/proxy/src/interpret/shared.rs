@@ -73,9 +73,16 @@ impl TaggingMetrics {
 /// What all sessions share: the catalog cache, the version book and the counters.
 #[derive(Debug, Default)]
 pub struct TaggingShared {
-    catalog: std::sync::RwLock<Arc<Catalog>>,
-    /// Set when a statement named a table the catalog does not know: reload at the next idle point.
-    pub catalog_stale: std::sync::atomic::AtomicBool,
+    /// The cached catalog, and the value of `catalog_changes` when the reload that made it began.
+    catalog: std::sync::RwLock<(u64, Arc<Catalog>)>,
+    /// Counts the moments the catalog may have changed: a statement named a table the catalog does not
+    /// know, or DDL that changes tables was planned or its transaction ended. The cache is stale while the
+    /// reload that made it began before the last of them; it is a count and not a flag so that a reload
+    /// which began before a change (another session's, still running when the DDL committed) cannot mark
+    /// the cache fresh without the change in it.
+    catalog_changes: AtomicU64,
+    /// Mirrors the first half of `catalog`, read without the lock.
+    catalog_loaded_at: AtomicU64,
     /// Write ids recorded by this proxy.
     pub book: VersionBook,
     /// Whether a fence committed, so the fence table and row exist (later fences skip the setup).
@@ -104,7 +111,7 @@ impl TaggingShared {
         // A random row per proxy, never 0, within PostgreSQL's int.
         let fence_row = 1 + (rand::random::<u32>() % (i32::MAX as u32 - 1)) as i32;
         let s = TaggingShared { fence_row, ..Self::default() };
-        s.catalog_stale.store(true, Ordering::Relaxed);
+        s.mark_catalog_stale();
         s
     }
 
@@ -131,14 +138,38 @@ impl TaggingShared {
 
     /// The current catalog.
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.catalog.read().map(|c| c.clone()).unwrap_or_default()
+        self.catalog.read().map(|c| c.1.clone()).unwrap_or_default()
     }
 
-    /// Replaces the catalog after a reload.
-    pub fn set_catalog(&self, cat: Catalog) {
-        if let Ok(mut c) = self.catalog.write() {
-            *c = Arc::new(cat);
+    /// Whether the catalog may have changed since the cached one was loaded: reload at the next idle point.
+    pub fn catalog_stale(&self) -> bool {
+        self.catalog_loaded_at.load(Ordering::Acquire) < self.catalog_changes.load(Ordering::Acquire)
+    }
+
+    /// Notes that the catalog may have changed.
+    pub fn mark_catalog_stale(&self) {
+        self.catalog_changes.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// What a reload beginning now passes to [`Self::install_catalog`] when it is done.
+    pub fn catalog_reload_begins(&self) -> u64 {
+        self.catalog_changes.load(Ordering::Acquire)
+    }
+
+    /// Installs the catalog a reload read, which began when [`Self::catalog_reload_begins`] said `as_of`.
+    /// An older reload finishing after a newer one leaves the newer catalog in place; a change noted
+    /// while it ran leaves the cache stale.
+    pub fn install_catalog(&self, cat: Catalog, as_of: u64) {
+        if let Ok(mut c) = self.catalog.write()
+            && c.0 <= as_of
+        {
+            *c = (as_of, Arc::new(cat));
+            self.catalog_loaded_at.store(as_of, Ordering::Release);
         }
-        self.catalog_stale.store(false, Ordering::Relaxed);
+    }
+
+    /// Replaces the catalog with one known to be current (tests and tools that build it by hand).
+    pub fn set_catalog(&self, cat: Catalog) {
+        self.install_catalog(cat, self.catalog_reload_begins());
     }
 }

@@ -152,6 +152,8 @@ pub struct Tagger {
     resolved: Option<(Arc<Catalog>, SearchPath, Arc<Catalog>)>,
     /// The column names of prepared statements as Describe showed them, for recording row values.
     described: Described,
+    /// Whether the open transaction ran DDL that changes tables: its end marks the catalog stale again.
+    changed_catalog: bool,
 }
 
 /// How many rows of one statement run get their values recorded ([`super::values`]); later rows are recorded
@@ -178,6 +180,7 @@ impl Tagger {
             user: String::new(),
             resolved: None,
             described: Described::default(),
+            changed_catalog: false,
         }
     }
 
@@ -210,6 +213,15 @@ impl Tagger {
         self.shared
             .plans
             .get_or_plan(&shared, &self.user, &during, text, |t| XminStrategy.plan(t, &catalog).ok())
+    }
+
+    /// Notes that the open transaction ended. If it changed tables, the catalog is marked stale once more:
+    /// a reload another session began before the change committed read the tables without it, and must not
+    /// leave the cache marked fresh.
+    pub fn transaction_ended(&mut self) {
+        if std::mem::take(&mut self.changed_catalog) {
+            self.shared.mark_catalog_stale();
+        }
     }
 
     /// Whether the tagger gave up recording ops for this session.
@@ -253,8 +265,9 @@ impl Tagger {
                 // its writes would be unmappable, and every version they make an unrecorded writer's
                 // (DESIGN.md §3). Other DDL (GRANT, indexes, VACUUM, …) leaves the catalog as it was.
                 if o.kind == OpaqueKind::UnknownTable || o.changes_catalog {
-                    self.shared.catalog_stale.store(true, Ordering::Relaxed);
+                    self.shared.mark_catalog_stale();
                 }
+                self.changed_catalog |= o.changes_catalog;
             }
             StmtPlan::Rows(r) => {
                 for n in &r.notes {

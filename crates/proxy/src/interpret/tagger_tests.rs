@@ -1,8 +1,6 @@
 //! Tagging driven through the session's state machine, as the session drives it: requests are queued with
 //! their readings, and each reply is read by the reading of the request it answers.
 
-use std::sync::atomic::Ordering;
-
 use history::Observed;
 use history::log::LoggedOp;
 use wire::pg::backend::{BackendMessage, FieldDescription};
@@ -214,11 +212,48 @@ fn error_positions_after_the_splice_move_back() {
     );
 }
 
+/// The flaky CI failure of stop 31: another session's catalog reload that began before a CREATE TABLE
+/// committed finished after it, and marked the cache fresh without the new table; the creator's next
+/// statement then wrote rows no recorded transaction owned. The end of a transaction that changed tables
+/// marks the catalog stale once more, and a reload only marks it fresh as of when it began.
+#[test]
+fn ddl_leaves_the_catalog_stale_until_a_reload_begun_after_its_commit() {
+    let s = shared();
+    let mut t = Tagged::new(s.clone());
+    assert!(!s.catalog_stale());
+    t.send(FrontendMessage::Query { sql: text("BEGIN") });
+    t.feed(&BackendMessage::CommandComplete { tag: text("BEGIN") });
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::InTransaction));
+    t.send(FrontendMessage::Query { sql: text("CREATE TABLE other (k int primary key)") });
+    t.feed(&BackendMessage::CommandComplete { tag: text("CREATE TABLE") });
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::InTransaction));
+    assert!(s.catalog_stale(), "DDL marks the catalog stale as it completes");
+    let before_commit = s.catalog_reload_begins();
+    // Another session's reload, begun before the COMMIT, finishes: it cannot have seen the table.
+    s.install_catalog(Catalog::new(), before_commit);
+    assert!(!s.catalog_stale());
+    t.send(FrontendMessage::Query { sql: text("COMMIT") });
+    t.feed(&BackendMessage::CommandComplete { tag: text("COMMIT") });
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::Idle));
+    assert!(s.catalog_stale(), "the DDL's commit leaves the catalog stale");
+    // A reload that began before a change never marks the cache fresh, and an older reload finishing late
+    // does not replace a newer catalog.
+    let older = s.catalog_reload_begins();
+    s.mark_catalog_stale();
+    s.install_catalog(Catalog::new(), older);
+    assert!(s.catalog_stale());
+    let newer = s.catalog_reload_begins();
+    s.install_catalog(Catalog::from_rows(vec![("public".into(), "other".into(), Some("k".into()))]), newer);
+    s.install_catalog(Catalog::new(), older);
+    assert!(!s.catalog_stale());
+    assert!(!s.catalog().is_empty(), "the newer catalog stays");
+}
+
 #[test]
 fn an_error_skips_to_sync_and_unknown_tables_mark_the_catalog_stale() {
     let s = shared();
     let mut t = Tagged::new(s.clone());
-    s.catalog_stale.store(false, Ordering::Relaxed);
+    assert!(!s.catalog_stale());
     let parse = FrontendMessage::Parse {
         name: Bytes::new(),
         query: text("SELECT * FROM other"),
@@ -236,7 +271,7 @@ fn an_error_skips_to_sync_and_unknown_tables_mark_the_catalog_stale() {
     t.send(FrontendMessage::Query { sql: text("SELECT * FROM other") });
     t.feed(&BackendMessage::CommandComplete { tag: text("SELECT 0") });
     t.feed(&BackendMessage::ReadyForQuery(TxnStatus::Idle));
-    assert!(s.catalog_stale.load(Ordering::Relaxed));
+    assert!(s.catalog_stale());
     assert_eq!(s.metrics.opaque_count(OpaqueKind::UnknownTable), 1);
     assert!(s.metrics.render().contains("krait_tagging_opaque_total{kind=\"unknown_table\"} 1"));
 }
