@@ -96,12 +96,42 @@ fn embedded_snapshot_isolation_store_is_rejected_with_a_report() {
     let store = verifier::ReportStore::open_read_only(&data);
     let ids = store.ids().expect("the reports directory lists");
     assert!(!ids.is_empty(), "a reject keeps its report");
-    for id in &ids {
-        assert!(text.contains(&format!("{id}.json")), "the summary names {id}: {text}");
+    assert!(text.contains(&format!("{}.json", ids[0])), "the summary names the first report's file: {text}");
+    for (i, id) in ids.iter().enumerate() {
+        // The first in full, the next eight one line each, the rest counted.
+        if i <= 8 {
+            assert!(text.contains(id.as_str()), "the summary names {id}: {text}");
+        }
         let report = store.load(id).expect("the report loads");
         assert!(!report.is_accept(), "a stored report is a reject");
         assert!(!report.anomalies.is_empty());
     }
+    if ids.len() > 9 {
+        assert!(text.contains(&format!("… and {} more", ids.len() - 9)), "{text}");
+    }
+    assert_reject_fits_one_screen(&text);
+}
+
+/// Issue 18's "one screen": from the top of the demo's output, within 40 lines, the verdict, one sentence
+/// in plain words and the first reject's cycle edge by edge, with short labels and no long ids.
+fn assert_reject_fits_one_screen(text: &str) {
+    // The legend, which maps labels to the real ids, may follow; it is not part of what must be short.
+    let screen: Vec<&str> =
+        text.lines().take(40).take_while(|l| !l.contains("Labels in this text")).collect();
+    let at = |what: &str| screen.iter().position(|l| l.contains(what));
+    let verdict = at("Verdict: REJECT").expect("the verdict on the first screen");
+    let words = at("In plain words (").expect("the sentence on the first screen");
+    let cycle = at("Cycle: T1 -> T2").expect("the labelled cycle on the first screen");
+    assert!(verdict < words && words < cycle, "{text}");
+    let edges = screen[cycle + 1..].iter().take_while(|l| l.trim_start().starts_with('T')).count();
+    assert!(edges >= 2, "every edge of the cycle on the first screen:\n{}", screen.join("\n"));
+    let long_id = |l: &&str| {
+        l.split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|w| w.len() > 8 && w.starts_with('T') && w[1..].bytes().all(|b| b.is_ascii_digit()))
+    };
+    assert!(!screen.iter().any(long_id), "long transaction ids on the first screen:\n{}", screen.join("\n"));
+    let other_lines = text.lines().skip_while(|l| !l.starts_with("The other ")).skip(1);
+    assert!(!other_lines.take(8).any(|l| long_id(&l)), "the other rejects use short labels: {text}");
 }
 
 #[test]

@@ -317,6 +317,11 @@ fn the_status_page_links_to_reports_and_serves_them_in_a_browser() {
     let (code, body) = http_get(&admin, "/");
     assert_eq!(code, 200, "{body}");
     assert!(body.contains(&format!("href=\"/reports/{id}\"")), "the status page links to {id}:\n{body}");
+    // Each listed with its cycle in a few words, keys included.
+    assert!(
+        body.contains("</a> write skew: T") && body.contains("-rw(alice)-&gt;"),
+        "{id} in a line:\n{body}"
+    );
     // Only the store's ids reach it: no traversal, no other file.
     for bad in ["/reports/../../etc/passwd", "/reports/..%2F..%2Fetc%2Fpasswd", "/reports/r000001.json"] {
         assert_eq!(http_get(&admin, bad).0, 404, "{bad}");

@@ -515,6 +515,9 @@ async fn drive_clients(
 }
 
 /// What an anomaly class means, in plain words.
+/// How many rejects after the first the demo lists, one line each.
+const DEMO_REJECT_LINES: usize = 8;
+
 fn plain_words(class: AnomalyClass) -> &'static str {
     match class {
         AnomalyClass::G0 => {
@@ -629,13 +632,19 @@ fn summarize(args: &DemoArgs, o: &Outcome) -> anyhow::Result<ExitCode> {
     let store = ReportStore::open(&args.data_dir)
         .with_context(|| format!("cannot keep the reports in {}", args.data_dir.display()))?;
     let mut first_id = None;
+    let mut others = Vec::new();
     for (i, r) in reports.iter().enumerate() {
         let id = store.save(r)?;
-        first_id.get_or_insert_with(|| id.clone());
+        if i > 0 {
+            others.push((id, r.labelled_summary_line()));
+            continue;
+        }
+        first_id = Some(id.clone());
+        // The first reject in full, so that it fits on one screen: the plain-words sentence, then the
+        // report with short labels and values; the others one line each below it.
         println!();
         println!(
-            "Reject {} of {} (report {}):",
-            i + 1,
+            "Reject 1 of {} (report {}):",
             reports.len(),
             store.dir().join(format!("{id}.json")).display()
         );
@@ -644,12 +653,26 @@ fn summarize(args: &DemoArgs, o: &Outcome) -> anyhow::Result<ExitCode> {
         for c in classes {
             println!("  In plain words ({}): {}", c.name(), plain_words(c));
         }
-        if i == 0 {
-            for line in r.render_text().lines() {
-                println!("  {line}");
-            }
-        } else {
-            println!("  {}", r.verdict_line());
+        for line in r.render_text().lines() {
+            println!("  {line}");
+        }
+    }
+    if !others.is_empty() {
+        let data = args.data_dir.display();
+        println!();
+        println!(
+            "The other {} reject(s), one line each (labels are per report; `krait report show ID --data-dir \
+             {data}` shows one in full):",
+            others.len()
+        );
+        for (id, line) in others.iter().take(DEMO_REJECT_LINES) {
+            println!("  {id}  {line}");
+        }
+        if others.len() > DEMO_REJECT_LINES {
+            println!(
+                "  … and {} more: krait report list --data-dir {data}",
+                others.len() - DEMO_REJECT_LINES
+            );
         }
     }
     if let (Some(id), true) = (first_id, o.ground_truth.is_none()) {

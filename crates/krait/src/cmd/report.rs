@@ -265,7 +265,7 @@ impl ReportPages for StoredReports {
                 verdict: self
                     .0
                     .load(id)
-                    .map_or_else(|e| format!("cannot be read: {e}"), |r| r.verdict_line()),
+                    .map_or_else(|e| format!("cannot be read: {e}"), |r| r.labelled_summary_line()),
             })
             .collect();
         Ok(ReportList { total: ids.len(), newest })

@@ -106,6 +106,37 @@ impl Labels {
     }
 }
 
+impl Report {
+    /// The one-line verdict with the short labels [`Report::render_text`] gives (`T1`, `S1`, …, in the
+    /// order the full text first names them, so both agree) in place of long ids: for lists of reports a
+    /// person reads, each beside a way to show the report in full with its legend.
+    pub fn labelled_verdict_line(&self) -> String {
+        Labels::empty(self).assign(&self.verdict_line())
+    }
+
+    /// A reject in a few words, for one line of a list: the first anomaly's class and its cycle with keys
+    /// (`write skew: T1 -rw(kv:0)-> T2 -rw(kv:1)-> T1`), labelled as [`Report::render_text`] labels it, or
+    /// the first sentence of its summary when it has no cycle. An accept is its verdict line.
+    pub fn labelled_summary_line(&self) -> String {
+        let Some(a) = self.anomalies.first() else { return self.labelled_verdict_line() };
+        let mut line = format!("{}: ", a.class.name());
+        match a.cycle.first() {
+            Some(first) => {
+                line.push_str(&format!("T{}", first.from.0));
+                for e in &a.cycle {
+                    let key = e.key.as_deref().map(|k| format!("({k})")).unwrap_or_default();
+                    line.push_str(&format!(" -{}{key}-> T{}", e.kind.name(), e.to.0));
+                }
+            }
+            None => line.push_str(a.summary.split(". ").next().unwrap_or(&a.summary)),
+        }
+        if self.anomalies.len() > 1 {
+            line.push_str(&format!(" (and {} more anomalies)", self.anomalies.len() - 1));
+        }
+        Labels::empty(self).assign(&line)
+    }
+}
+
 /// Calls `label` on every whole-word `T<digits>` and `S<digits>` of `text` and puts what it returns, if
 /// anything, in the word's place.
 fn replace_ids(text: &str, mut label: impl FnMut(u8, u64) -> Option<String>) -> String {
@@ -190,6 +221,13 @@ mod tests {
         assert!(text.contains(&format!("  T1 = {first}")), "{text}");
         assert!(!text.lines().take_while(|l| !l.starts_with("Labels")).any(|l| l.contains(&a.to_string())));
         assert!(text.contains("session S1,") && !text.contains("= S1"), "short session ids stay: {text}");
+        // The labelled verdict line is the full text's first line: the same labels for the same ids.
+        let line = r.labelled_verdict_line();
+        assert_eq!(text.lines().next(), Some(line.as_str()));
+        assert!(line.contains("T1 -rw-> T2") && !line.contains(&a.to_string()), "{line}");
+        let summary = r.labelled_summary_line();
+        assert!(summary.starts_with("write skew: T1 -rw(") && summary.ends_with("-> T1"), "{summary}");
+        assert!(summary.contains(")-> T2 -rw("), "{summary}");
         // Short ids stay as they are.
         let h = HistoryBuilder::new()
             .txn(1, |t| t.read_init("x").read_init("y").write("x", 1))
