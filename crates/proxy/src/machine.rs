@@ -640,7 +640,7 @@ impl SessionMachine {
             Ok(ends) => Ok(Reply { ends, outgoing }),
             Err(reason) => {
                 self.passthrough = true;
-                let ends = self.end_txn(Outcome::Indeterminate, now_ns).into_iter().collect();
+                let ends = self.end_txn(Outcome::Indeterminate, now_ns, false).into_iter().collect();
                 Err(Desync { reason, ends })
             }
         }
@@ -655,7 +655,7 @@ impl SessionMachine {
         let in_doubt = self.replies.commits_in_flight() > 0 && self.txn.is_some();
         let outcome = if in_doubt { Outcome::Indeterminate } else { Outcome::Aborted };
         self.passthrough = true;
-        self.end_txn(outcome, now_ns)
+        self.end_txn(outcome, now_ns, false)
     }
 
     /// Whether a statement about to be forwarded outside any transaction opens none worth recording: a
@@ -721,11 +721,14 @@ impl SessionMachine {
         Some(snap)
     }
 
-    fn end_txn(&mut self, outcome: Outcome, now_ns: u64) -> Option<TxnEnd> {
-        let mut t = self.txn.take()?;
+    /// Ends the open transaction. `settled`: no request the client sent after the one that ended it is
+    /// outstanding, so the tagger's session state (its `search_path`) has seen nothing planned after it.
+    fn end_txn(&mut self, outcome: Outcome, now_ns: u64, settled: bool) -> Option<TxnEnd> {
+        // Told even when no transaction is tracked (a block of SETs only): its ROLLBACK still undoes them.
         if let Some(tagger) = self.tagger.as_mut() {
-            tagger.transaction_ended();
+            tagger.transaction_ended(outcome, settled);
         }
+        let mut t = self.txn.take()?;
         t.snap.isolation = t.level.asked();
         self.levels.ended(&t.level);
         t.snap.xids = self.ops.xids().to_vec();

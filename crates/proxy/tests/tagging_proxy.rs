@@ -553,3 +553,79 @@ fn unqualified_names_follow_the_sessions_search_path() {
         assert!(h.unchecked.iter().any(|u| u.kind == "ambiguous_table"), "{:?}", h.unchecked);
     });
 }
+
+/// PostgreSQL undoes the `SET search_path` of a block that rolls back (by ROLLBACK, or by COMMIT of a
+/// failed block) and of a savepoint rolled back to; a committed block keeps it. Before, the proxy kept every
+/// SET it saw, and after `BEGIN; SET search_path = app; ROLLBACK` recorded `public.t`'s rows as `app.t`'s:
+/// two tables' versions under one key, which can fake a stale read.
+#[test]
+fn a_rolled_back_set_search_path_is_undone_as_the_database_undoes_it() {
+    rt().block_on(async {
+        let mut admin = Raw::connect().await;
+        let r = admin
+            .simple(
+                "DROP SCHEMA IF EXISTS ktagr_app CASCADE; DROP TABLE IF EXISTS ktagr_sp; \
+                 CREATE SCHEMA ktagr_app; \
+                 CREATE TABLE ktagr_app.ktagr_sp (id int PRIMARY KEY, v int NOT NULL); \
+                 CREATE TABLE ktagr_sp (id int PRIMARY KEY, v int NOT NULL); \
+                 INSERT INTO ktagr_app.ktagr_sp VALUES (1, 10); INSERT INTO ktagr_sp VALUES (1, 10)",
+            )
+            .await;
+        assert_eq!(error_code(&r), None);
+        let p = start(0).await;
+        let mut app = Raw::connect_to(&p.addr()).await;
+        let update = |v: i32| format!("UPDATE ktagr_sp SET v = {v} WHERE id = 1");
+        let steps: Vec<(String, Option<&str>)> = vec![
+            // A block that rolls back.
+            ("BEGIN".into(), None),
+            ("SET search_path = ktagr_app, public".into(), None),
+            ("ROLLBACK".into(), None),
+            (update(11), None),
+            // A failed block, ended by COMMIT (which rolls it back).
+            ("BEGIN".into(), None),
+            ("SET search_path = ktagr_app, public".into(), None),
+            ("SELECT 1/0".into(), Some("22012")),
+            ("COMMIT".into(), None),
+            (update(12), None),
+            // A savepoint rolled back to, in a block that commits.
+            ("BEGIN".into(), None),
+            ("SAVEPOINT s".into(), None),
+            ("SET search_path = ktagr_app, public".into(), None),
+            ("ROLLBACK TO SAVEPOINT s".into(), None),
+            (update(13), None),
+            ("COMMIT".into(), None),
+            // A block that commits keeps its SET.
+            ("BEGIN".into(), None),
+            ("SET search_path = ktagr_app, public".into(), None),
+            ("COMMIT".into(), None),
+            (update(14), None),
+        ];
+        for (sql, code) in &steps {
+            assert_eq!(error_code(&app.simple(sql).await).as_deref(), *code, "{sql}");
+        }
+        drop(app);
+        let h = p.stop_and_replay().await;
+        let (public, app_v) = {
+            let r = rows(&admin.simple("SELECT v FROM ktagr_sp").await);
+            let s = rows(&admin.simple("SELECT v FROM ktagr_app.ktagr_sp").await);
+            (format!("{r:?}"), format!("{s:?}"))
+        };
+        admin.simple("DROP SCHEMA ktagr_app CASCADE; DROP TABLE ktagr_sp").await;
+        let written: Vec<String> = h
+            .transactions
+            .iter()
+            .filter(|t| !t.fence)
+            .flat_map(|t| &t.ops)
+            .filter(|o| matches!(o, Op::Write { .. }))
+            .filter_map(|o| h.keys.name(o.key()).map(|k| k.namespace.clone()))
+            .collect();
+        let public_t = "ktagr_sp".to_owned();
+        assert_eq!(
+            written,
+            vec![public_t.clone(), public_t.clone(), public_t, "ktagr_app.ktagr_sp".to_owned()],
+            "the database wrote public's row three times ({public}) and app's once ({app_v}); unchecked: {:?}",
+            h.unchecked
+        );
+        assert!(!h.unchecked.iter().any(|u| u.kind == "ambiguous_table"), "{:?}", h.unchecked);
+    });
+}

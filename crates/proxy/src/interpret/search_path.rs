@@ -7,7 +7,8 @@
 //! and from `SET [SESSION] search_path …`, `RESET search_path`, `RESET ALL` and `DISCARD ALL`. Anything else
 //! that mentions `search_path` (`SET LOCAL`, `set_config(…)`, a value the proxy cannot read) makes the path
 //! unknown: then a name found in several schemas is ambiguous and its statement is not checked, never
-//! guessed. A `SET` inside a block that is later rolled back is not followed (the path stays as set).
+//! guessed. A block that rolls back takes its `SET`s back with it, and `ROLLBACK TO SAVEPOINT` returns to the
+//! path the savepoint saw, as in PostgreSQL (the session's tagger keeps those paths).
 
 use super::catalog::Catalog;
 

@@ -146,6 +146,11 @@ pub struct Tagger {
     broken: bool,
     /// The session's `search_path` and user, which decide what an unqualified table name means.
     search_path: SearchPath,
+    /// The path as of the session's last idle point, which an aborted transaction block returns to:
+    /// PostgreSQL undoes the `SET`s of a block that rolls back.
+    path_at_rest: SearchPath,
+    /// The path at each savepoint of the open block, innermost last: `ROLLBACK TO` returns to it.
+    savepoint_paths: Vec<(String, SearchPath)>,
     user: String,
     /// The shared catalog as this session resolves names, for that catalog and path (kept so it is built
     /// once per catalog load or path change, not per statement).
@@ -177,6 +182,8 @@ impl Tagger {
             shared,
             broken: false,
             search_path: SearchPath::Default,
+            path_at_rest: SearchPath::Default,
+            savepoint_paths: Vec::new(),
             user: String::new(),
             resolved: None,
             described: Described::default(),
@@ -192,6 +199,7 @@ impl Tagger {
     /// Sets the session's user and its `search_path` at startup (see [`super::search_path`]).
     pub fn set_startup(&mut self, user: &str, search_path: SearchPath) {
         self.user = user.to_owned();
+        self.path_at_rest = search_path.clone();
         self.search_path = search_path;
     }
 
@@ -218,10 +226,26 @@ impl Tagger {
     /// Notes that the open transaction ended. If it changed tables, the catalog is marked stale once more:
     /// a reload another session began before the change committed read the tables without it, and must not
     /// leave the cache marked fresh.
-    pub fn transaction_ended(&mut self) {
+    ///
+    /// An aborted block takes its `SET search_path`s back with it, as PostgreSQL does. When requests the
+    /// client sent after it are outstanding (`settled` false), a path they set is indistinguishable from
+    /// one the block set, so a path that changed becomes unknown: names found in several schemas are then
+    /// not checked, never guessed.
+    pub fn transaction_ended(&mut self, outcome: history::Outcome, settled: bool) {
         if std::mem::take(&mut self.changed_catalog) {
             self.shared.mark_catalog_stale();
         }
+        if outcome == history::Outcome::Aborted && self.search_path != self.path_at_rest {
+            self.search_path = if settled { self.path_at_rest.clone() } else { SearchPath::Unknown };
+        }
+        self.savepoint_paths.clear();
+    }
+
+    /// Notes that the session is idle with nothing outstanding: its path now is what a later aborted block
+    /// returns to.
+    pub fn at_rest(&mut self) {
+        self.path_at_rest = self.search_path.clone();
+        self.savepoint_paths.clear();
     }
 
     /// Whether the tagger gave up recording ops for this session.
@@ -274,8 +298,31 @@ impl Tagger {
                     self.opaque(n.kind, stmt, ops);
                 }
             }
-            StmtPlan::Savepoint(cmd) => ops.savepoint(cmd),
+            StmtPlan::Savepoint(cmd) => {
+                ops.savepoint(cmd);
+                self.follow_savepoint(cmd);
+            }
             StmtPlan::Control => {}
+        }
+    }
+
+    /// Keeps the path each savepoint saw, and returns to it on `ROLLBACK TO`, as PostgreSQL does.
+    fn follow_savepoint(&mut self, cmd: &super::plan::SavepointCmd) {
+        use super::plan::SavepointCmd;
+        let find = |paths: &[(String, SearchPath)], name: &str| paths.iter().rposition(|(n, _)| n == name);
+        match cmd {
+            SavepointCmd::Define(name) => self.savepoint_paths.push((name.clone(), self.search_path.clone())),
+            SavepointCmd::Release(name) => {
+                if let Some(i) = find(&self.savepoint_paths, name) {
+                    self.savepoint_paths.truncate(i);
+                }
+            }
+            SavepointCmd::RollbackTo(name) => {
+                if let Some(i) = find(&self.savepoint_paths, name) {
+                    self.search_path = self.savepoint_paths[i].1.clone();
+                    self.savepoint_paths.truncate(i + 1);
+                }
+            }
         }
     }
 

@@ -478,3 +478,47 @@ fn a_rollback_to_a_savepoint_takes_back_the_rows_of_the_writes_it_undoes() {
     let ops = t.all_ops();
     assert!(!ops.iter().any(|o| matches!(o, LoggedOp::Write { .. } | LoggedOp::Row { .. })), "{ops:?}");
 }
+
+/// A block's ROLLBACK takes its `SET search_path` back. When the ROLLBACK's completion arrives with a later
+/// request still outstanding (here a Parse the client pipelined behind an extended-protocol ROLLBACK and its
+/// Sync), whose planning could have set the path too, the proxy cannot tell whose path it holds, and calls
+/// it unknown.
+#[test]
+fn a_rolled_back_set_search_path_returns_or_becomes_unknown_when_requests_follow() {
+    use crate::interpret::search_path::SearchPath;
+    let path = |t: &Tagged| t.m.tagger().map(|g| g.search_path.clone());
+    let ok = |t: &mut Tagged, tag: &'static str, status: TxnStatus| {
+        t.feed(&BackendMessage::CommandComplete { tag: text(tag) });
+        t.feed(&BackendMessage::ReadyForQuery(status));
+    };
+    for extended in [false, true] {
+        let mut t = Tagged::new(shared());
+        t.send(FrontendMessage::Query { sql: text("BEGIN") });
+        ok(&mut t, "BEGIN", TxnStatus::InTransaction);
+        t.send(FrontendMessage::Query { sql: text("SET search_path = app") });
+        ok(&mut t, "SET", TxnStatus::InTransaction);
+        assert_eq!(path(&t), Some(SearchPath::Schemas(vec!["app".into()])));
+        if extended {
+            t.send(FrontendMessage::Parse {
+                name: Bytes::new(),
+                query: text("ROLLBACK"),
+                param_types: vec![],
+            });
+            t.send(bind("", &[], vec![]));
+            t.send(FrontendMessage::Execute { portal: Bytes::new(), max_rows: 0 });
+            t.send(FrontendMessage::Sync);
+            t.send(FrontendMessage::Parse {
+                name: Bytes::new(),
+                query: text("SELECT 1"),
+                param_types: vec![],
+            });
+            t.feed(&BackendMessage::ParseComplete);
+            t.feed(&BackendMessage::BindComplete);
+        } else {
+            t.send(FrontendMessage::Query { sql: text("ROLLBACK") });
+        }
+        ok(&mut t, "ROLLBACK", TxnStatus::Idle);
+        let want = if extended { SearchPath::Unknown } else { SearchPath::Default };
+        assert_eq!(path(&t), Some(want), "extended: {extended}");
+    }
+}

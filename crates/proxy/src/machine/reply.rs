@@ -133,7 +133,9 @@ impl SessionMachine {
                     };
                     // Portals die with their transaction, but the client may already have bound new ones for
                     // its next batch, so the portal map is not cleared here: Bind overwrites, Close removes.
-                    ends.extend(self.end_txn(outcome, now_ns));
+                    // The ReadyForQuery's request is popped: anything still queued came after it.
+                    let settled = self.replies.is_empty();
+                    ends.extend(self.end_txn(outcome, now_ns, settled));
                 } else if let Some(t) = self.txn.as_mut().filter(|_| ours) {
                     // A failed block is reported by the status byte; a recovered one (ROLLBACK TO) clears it.
                     t.had_error = status == TxnStatus::Failed;
@@ -141,6 +143,9 @@ impl SessionMachine {
                 if self.replies.is_empty() {
                     self.predicted = status;
                     self.at_rest = status == TxnStatus::Idle;
+                    if let (true, Some(t)) = (self.at_rest, self.tagger.as_mut()) {
+                        t.at_rest();
+                    }
                 }
             }
             other => return Err(self.unexpected(&format!("message {:?}", char::from(other)))),
@@ -167,10 +172,14 @@ impl SessionMachine {
         query: Option<Arc<str>>,
         now_ns: u64,
     ) -> Option<TxnEnd> {
+        // The CommandComplete's own request is still queued; anything behind it came later.
+        let settled = self.replies.len() <= 1;
         match command {
-            "COMMIT" => self.end_txn(Outcome::Committed, now_ns),
-            "ROLLBACK" if kind != Some(StmtKind::RollbackTo) => self.end_txn(Outcome::Aborted, now_ns),
-            "PREPARE TRANSACTION" => self.end_txn(Outcome::Indeterminate, now_ns),
+            "COMMIT" => self.end_txn(Outcome::Committed, now_ns, settled),
+            "ROLLBACK" if kind != Some(StmtKind::RollbackTo) => {
+                self.end_txn(Outcome::Aborted, now_ns, settled)
+            }
+            "PREPARE TRANSACTION" => self.end_txn(Outcome::Indeterminate, now_ns, settled),
             _ => {
                 // A statement after COMMIT or ROLLBACK in the same query string runs in a new transaction,
                 // which that query's ReadyForQuery ends.
