@@ -145,3 +145,86 @@ async fn with_values_off_the_log_holds_ops_and_no_values() {
     p.handle.shutdown().await.unwrap();
     assert!(!bytes_under(&dir).windows(5).any(|w| w == b"carol"));
 }
+
+/// A write the client asked no rows of still records the row it wrote (the proxy returns it hidden, beside
+/// the version columns), and only for the write: not for the version an UPDATE replaced, which it read
+/// first, nor for a DELETE's tombstone. The client sees exactly what it would without the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_record_the_row_they_wrote_and_the_client_sees_no_more_than_it_asked() {
+    let table = unique_table("values_w");
+    let d = direct().await;
+    d.batch_execute(&format!(
+        "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (id int PRIMARY KEY, owner text, balance bigint); \
+         INSERT INTO {table} VALUES (1, 'alice', 100), (2, 'bob', 50), (3, 'carol', 0)"
+    ))
+    .await
+    .unwrap();
+    let p = start_proxy_with(Opts::default()).await;
+    let c = p.connect().await;
+    // Prepared statements (binary results), no RETURNING. At REPEATABLE READ an UPDATE that reads its row
+    // records the version it replaced as read (at READ COMMITTED it cannot know it).
+    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").await.unwrap();
+    let n = c
+        .execute(&format!("UPDATE {table} SET balance = balance + $1 WHERE id = $2"), &[&10i64, &1i32])
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    // A client that asked for a column gets that column only.
+    let rows = c
+        .query(&format!("UPDATE {table} SET balance = balance * 2 WHERE id = $1 RETURNING balance"), &[&3i32])
+        .await
+        .unwrap();
+    assert_eq!((rows.len(), rows[0].len(), rows[0].get::<_, i64>(0)), (1, 1, 0));
+    c.batch_execute("COMMIT").await.unwrap();
+    let n = c
+        .execute(
+            &format!("INSERT INTO {table} (id, owner, balance) VALUES ($1, $2, $3)"),
+            &[&4i32, &"dave", &7i64],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    // The simple protocol (text results): the client gets its command tag and no rows.
+    let msgs = c.simple_query(&format!("UPDATE {table} SET owner = 'bobby' WHERE id = 2")).await.unwrap();
+    assert!(
+        matches!(msgs.as_slice(), [tokio_postgres::SimpleQueryMessage::CommandComplete(1)]),
+        "the client sees only its command's completion: {} messages",
+        msgs.len()
+    );
+    c.execute(&format!("DELETE FROM {table} WHERE id = $1"), &[&4i32]).await.unwrap();
+    drop(c);
+    p.wait_for(&table, 4).await;
+    let h = history_of(&p).await;
+
+    let read = |op: &Op| matches!(op, Op::Read { .. });
+    let write = |op: &Op| matches!(op, Op::Write { .. });
+    let row = |id: &str, pick: &dyn Fn(&Op) -> bool| row_of(&h, &table, id, pick).map(|(r, _)| r);
+    assert_eq!(row("1", &write).as_deref(), Some("id = '1', owner = 'alice', balance = '110'"));
+    // The rows were loaded directly, so what it read is pre-history or an unrecorded writer's.
+    let replaced = |op: &Op| matches!(op, Op::Read { .. });
+    assert!(
+        h.transactions
+            .iter()
+            .flat_map(|t| &t.ops)
+            .any(|op| replaced(op) && h.keys.name(op.key()).is_some_and(|k| k.bytes == b"1")),
+        "the UPDATE of row 1 read the version it replaced"
+    );
+    assert_eq!(row("1", &read), None, "the replaced version is not the row the UPDATE returned");
+    assert_eq!(row("4", &write).as_deref(), Some("id = '4', owner = 'dave', balance = '7'"), "the INSERT");
+    assert_eq!(row("2", &write).as_deref(), Some("id = '2', owner = 'bobby', balance = '50'"), "simple");
+    assert_eq!(row("3", &write).as_deref(), Some("balance = '0'"), "what the client asked for");
+    assert_eq!(row("3", &read), None);
+    let full_rows = h
+        .transactions
+        .iter()
+        .filter(|t| t.values.as_deref().is_some_and(|v| v.rows.iter().any(|r| r.values.len() == 3)))
+        .count();
+    assert_eq!(
+        full_rows, 3,
+        "rows with three values: the UPDATE, the INSERT and the simple UPDATE, not the DELETE"
+    );
+    let report = verifier::verify(&h, &verifier::Options::default()).expect("verify");
+    assert!(report.is_accept(), "{report}");
+    let ours = d.query(&format!("SELECT id, owner, balance FROM {table} ORDER BY id"), &[]).await.unwrap();
+    assert_eq!(ours.len(), 3, "the database holds what the client wrote");
+}

@@ -85,9 +85,10 @@ pub struct VerifyConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecordConfig {
-    /// Record each statement's parameters and the values of the rows each mapped read returned and each
-    /// write returned to the client, beside the ops in the log, for reports and replay (issue 18). On by
-    /// default; needs tagging. The verifier never uses them.
+    /// Record each statement's parameters, the values of the rows each mapped read returned and the row each
+    /// INSERT or UPDATE wrote (returned to the proxy only when the client asked for none), beside the ops in
+    /// the log, for reports and replay (issue 18). On by default; needs tagging. The verifier never uses
+    /// them.
     #[serde(default = "default_true")]
     pub values: bool,
     /// The byte budget of one row's values (and of one statement's parameters): a value past it keeps a

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use proxy::interpret::plan_cache::PlanCache;
 use proxy::interpret::search_path::SearchPath;
-use proxy::interpret::{Catalog, plan_query};
+use proxy::interpret::{Catalog, PlanOptions, plan_query_with};
 
 fn catalog() -> Catalog {
     let keyed = |t: &str, c: Option<&str>| ("public".to_owned(), t.to_owned(), c.map(str::to_owned));
@@ -202,11 +202,22 @@ impl Rng {
     }
 }
 
-/// Plans `text` through `cache` and afresh, and says where they differ.
+/// Plans `text` through `cache` and afresh, and says where they differ. `cache` holds plans made with
+/// `options` only (a proxy plans with one set of options).
+fn check_with(cache: &PlanCache, cat: &Arc<Catalog>, text: &str, options: PlanOptions) {
+    let full = plan_query_with(text, cat, options);
+    let cached =
+        cache.get_or_plan(cat, "u", &SearchPath::Default, text, |t| Some(plan_query_with(t, cat, options)));
+    assert_eq!(
+        cached.as_ref(),
+        Some(&full),
+        "the cache's plan differs from the full parse of {text:?} ({options:?})"
+    );
+}
+
+/// [`check_with`] with the default options.
 fn check(cache: &PlanCache, cat: &Arc<Catalog>, text: &str) {
-    let full = plan_query(text, cat);
-    let cached = cache.get_or_plan(cat, "u", &SearchPath::Default, text, |t| Some(plan_query(t, cat)));
-    assert_eq!(cached.as_ref(), Some(&full), "the cache's plan differs from the full parse of {text:?}");
+    check_with(cache, cat, text, PlanOptions::default());
 }
 
 #[test]
@@ -216,14 +227,20 @@ fn the_fingerprint_way_plans_as_a_full_parse_does() {
     let rounds = 150;
     for (shape, templated) in SHAPES {
         let cache = PlanCache::default();
+        // Writes also return the row they wrote when values are recorded: the same templates must hold.
+        let with_rows = PlanCache::default();
         for _ in 0..rounds {
-            check(&cache, &cat, &rng.fill(shape));
+            let text = rng.fill(shape);
+            check(&cache, &cat, &text);
+            check_with(&with_rows, &cat, &text, PlanOptions { write_rows: true });
         }
+        let with_rows_hits = with_rows.fingerprint_hits.load(Ordering::Relaxed);
         let hits = cache.fingerprint_hits.load(Ordering::Relaxed);
         eprintln!("{hits:>4} of {rounds} from a template: {shape:?}");
         if *templated {
             // Wild texts make other fingerprints, or none; the others share the shape's.
             assert!(hits >= rounds / 2, "{shape}: only {hits} of {rounds} texts filled in a template");
+            assert!(with_rows_hits >= rounds / 2, "{shape}: {with_rows_hits} of {rounds} with written rows");
         } else {
             assert_eq!(hits, 0, "{shape}: no template expected");
         }

@@ -302,7 +302,7 @@ async fn check_one(c: &mut Raw, cat: &Catalog, sql: &str, params: &[String]) -> 
     if !failed {
         let book = VersionBook::new();
         for ex in &extras {
-            let ops = XminStrategy.row_ops(rows, ex, Some(0), &book, &[]);
+            let ops = XminStrategy::default().row_ops(rows, ex, Some(0), &book, &[]);
             prop_assert!(ops.is_ok(), "{}: {:?}", rewritten, ops);
         }
     }

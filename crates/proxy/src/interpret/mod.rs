@@ -83,7 +83,10 @@ use bytes::Bytes;
 use serde::Deserialize;
 
 pub use catalog::{Catalog, Lookup, PK_QUERY, TableInfo};
-pub use plan::{Opaque, OpaqueKind, PlannedQuery, RowKind, RowPlan, SavepointCmd, StmtPlan, plan_query};
+pub use plan::{
+    Opaque, OpaqueKind, PlanOptions, PlannedQuery, RowKind, RowPlan, SavepointCmd, StmtPlan, plan_query,
+    plan_query_with,
+};
 pub use versions::{DiscoveredWrite, RowOps, TagError, VersionBook};
 
 /// Which version-tagging strategy the proxy uses (`[tagging] strategy`).
@@ -159,7 +162,10 @@ pub trait VersionStrategy: Send + Sync {
 
 /// PostgreSQL's `xmin` (see [`versions`]).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct XminStrategy;
+pub struct XminStrategy {
+    /// What the rewrite adds beyond the version columns.
+    pub options: PlanOptions,
+}
 
 impl VersionStrategy for XminStrategy {
     fn name(&self) -> &'static str {
@@ -171,7 +177,7 @@ impl VersionStrategy for XminStrategy {
     }
 
     fn plan(&self, sql: &str, catalog: &Catalog) -> Result<PlannedQuery, StrategyError> {
-        Ok(plan_query(sql, catalog))
+        Ok(plan_query_with(sql, catalog, self.options))
     }
 
     fn row_ops(
@@ -238,6 +244,6 @@ mod tests {
     fn the_column_strategy_says_it_is_not_built() {
         let s = ColumnStrategy;
         assert!(matches!(s.plan("SELECT 1", &Catalog::new()), Err(StrategyError::NotImplemented(_))));
-        assert_eq!(XminStrategy.name(), "xmin");
+        assert_eq!(XminStrategy::default().name(), "xmin");
     }
 }

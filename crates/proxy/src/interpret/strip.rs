@@ -175,12 +175,44 @@ pub fn data_row_for_client(
     plan: &StmtPlan,
     body: &Bytes,
 ) -> Result<(Option<Bytes>, Vec<Option<Bytes>>), StripError> {
+    let row = split_result_row(plan, body)?;
+    Ok((row.client, row.extras))
+}
+
+/// One row of a statement's result, taken apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultRow {
+    /// The client's DataRow body (`None`: drop it).
+    pub client: Option<Bytes>,
+    /// The DataRow body whose values are recorded: the client's row, or the written row the client did
+    /// not ask for (`RowPlan::hidden_row`); `None` when there is neither.
+    pub recorded: Option<Bytes>,
+    /// The version columns' values.
+    pub extras: Vec<Option<Bytes>>,
+}
+
+/// Takes a row of a statement's result apart: what the client gets, what is recorded, the version columns.
+pub fn split_result_row(plan: &StmtPlan, body: &Bytes) -> Result<ResultRow, StripError> {
     match plan {
         StmtPlan::Rows(p) => {
             let (kept, extras) = split_data_row(body, p.extra_columns())?;
-            Ok((if p.hidden_result { None } else { Some(kept) }, extras))
+            let (client, recorded) = match (p.hidden_result, p.hidden_row) {
+                (false, _) => (Some(kept.clone()), Some(kept)),
+                (true, true) => (None, Some(kept)),
+                (true, false) => (None, None),
+            };
+            Ok(ResultRow { client, recorded, extras })
         }
-        _ => Ok((Some(body.clone()), Vec::new())),
+        _ => Ok(ResultRow { client: Some(body.clone()), recorded: Some(body.clone()), extras: Vec::new() }),
+    }
+}
+
+/// The RowDescription body of the columns whose values are recorded (see [`ResultRow::recorded`]).
+pub fn recorded_row_description(plan: &StmtPlan, body: &Bytes) -> Result<Option<Bytes>, StripError> {
+    match plan {
+        StmtPlan::Rows(p) if p.hidden_result && !p.hidden_row => Ok(None),
+        StmtPlan::Rows(p) => Ok(Some(strip_row_description(body, p.extra_columns())?)),
+        _ => Ok(Some(body.clone())),
     }
 }
 

@@ -28,11 +28,12 @@ use super::plan::{OpaqueKind, PkValue, StmtPlan, may_write_unseen};
 use super::search_path::SearchPath;
 use super::shared::TaggingShared;
 use super::strip::{
-    ClientReply, data_row_for_client, data_row_values, extend_result_formats, row_description_for_client,
+    ClientReply, ResultRow, data_row_values, extend_result_formats, recorded_row_description,
+    row_description_for_client, split_result_row,
 };
 use super::values::{Described, PortalValues, QueryRun, RowValues, ValueRecording, columns_of};
 use super::versions::absent_read;
-use super::{VersionStrategy, XminStrategy};
+use super::{PlanOptions, VersionStrategy, XminStrategy};
 use crate::interpret::catalog::Catalog;
 
 /// A bound portal as tagging reads its replies: the statement's plan and the parameters (an absent read
@@ -220,7 +221,7 @@ impl Tagger {
         // The plan depends on the text and on the catalog as `during` and the user resolve its names.
         self.shared
             .plans
-            .get_or_plan(&shared, &self.user, &during, text, |t| XminStrategy.plan(t, &catalog).ok())
+            .get_or_plan(&shared, &self.user, &during, text, |t| self.strategy().plan(t, &catalog).ok())
     }
 
     /// Notes that the open transaction ended. If it changed tables, the catalog is marked stale once more:
@@ -246,6 +247,11 @@ impl Tagger {
     pub fn at_rest(&mut self) {
         self.path_at_rest = self.search_path.clone();
         self.savepoint_paths.clear();
+    }
+
+    /// The version strategy, with the written rows asked for when values are recorded.
+    fn strategy(&self) -> XminStrategy {
+        XminStrategy { options: PlanOptions { write_rows: self.shared.values.is_some() } }
     }
 
     /// Whether the tagger gave up recording ops for this session.
@@ -485,16 +491,22 @@ impl Tagger {
             btag::ROW_DESCRIPTION => match head {
                 Reading::Describe(plan) => {
                     let reply = row_description_for_client(plan, body, true).map_err(|e| e.to_string())?;
-                    if let (Some(_), ClientReply::Keep(kept)) = (&self.shared.values, &reply) {
-                        self.described.remember_columns(plan, kept);
+                    if self.shared.values.is_some()
+                        && let Some(recorded) =
+                            recorded_row_description(plan, body).map_err(|e| e.to_string())?
+                    {
+                        self.described.remember_columns(plan, &recorded);
                     }
                     Ok(client_reply(reply))
                 }
                 Reading::Query { plans, at, run, .. } => {
                     let plan = plans.get(*at).unwrap_or(&UNREAD);
                     let reply = row_description_for_client(plan, body, false).map_err(|e| e.to_string())?;
-                    if let (Some(_), ClientReply::Keep(kept)) = (&self.shared.values, &reply) {
-                        run.columns = columns_of(kept);
+                    if self.shared.values.is_some()
+                        && let Some(recorded) =
+                            recorded_row_description(plan, body).map_err(|e| e.to_string())?
+                    {
+                        run.columns = columns_of(&recorded);
                     }
                     Ok(client_reply(reply))
                 }
@@ -522,12 +534,14 @@ impl Tagger {
                     _ => return Ok(Outgoing::Same),
                 };
                 let StmtPlan::Rows(rows) = plan else { return Ok(Outgoing::Same) };
-                let (kept, extras) = data_row_for_client(plan, body).map_err(|e| e.to_string())?;
+                let ResultRow { client, recorded: recorded_row, extras } =
+                    split_result_row(plan, body).map_err(|e| e.to_string())?;
                 if !self.broken {
                     let recorded = self.shared.values.clone();
                     let row = recorded.as_ref().and_then(|_| run.start(&self.described, stmt, ops));
                     let before = ops.as_slice().len();
-                    let found = XminStrategy
+                    let found = self
+                        .strategy()
                         .row_ops(rows, &extras, stmt, &self.shared.book, ops.xids())
                         .map_err(|e| e.to_string())?;
                     ops.wrote(&found.xids);
@@ -537,8 +551,8 @@ impl Tagger {
                     }
                     // A statement's first rows only: a scan of a million rows keeps its ops, not its values.
                     let recorded = recorded.filter(|_| nth <= MAX_ROWS_WITH_VALUES);
-                    if let (Some(rec), Some(row), Some(kept)) = (&recorded, row, &kept) {
-                        let n = ops.as_slice()[before..].iter().filter(|op| op.is_row_op()).count() as u32;
+                    if let (Some(rec), Some(row), Some(kept)) = (&recorded, row, &recorded_row) {
+                        let n = ops_with_the_row(rows.kind, &ops.as_slice()[before..]);
                         if n > 0 {
                             let values = data_row_values(kept).map_err(|e| e.to_string())?;
                             let values = rec.row(row.secret, &row.columns, &values, row.formats());
@@ -546,7 +560,7 @@ impl Tagger {
                         }
                     }
                 }
-                Ok(match kept {
+                Ok(match client {
                     Some(k) => Outgoing::Replace(btag::DATA_ROW, k),
                     None => Outgoing::Drop,
                 })
@@ -639,6 +653,19 @@ impl Tagger {
                 None => {}
             }
         }
+    }
+}
+
+/// How many of the ops one result row just produced (`ops`, in order) the row's values belong to, counted
+/// from the last: every row op of a read; of an INSERT or UPDATE only its write, the last op, since the
+/// row is the new version and not the one the write replaced (read just before it); none of a DELETE,
+/// whose row is the deleted version and not the tombstone its write records.
+fn ops_with_the_row(kind: super::plan::RowKind, ops: &[LoggedOp]) -> u32 {
+    use super::plan::RowKind;
+    match kind {
+        RowKind::Read => ops.iter().filter(|op| op.is_row_op()).count() as u32,
+        RowKind::Insert | RowKind::Update => u32::from(matches!(ops.last(), Some(LoggedOp::Write { .. }))),
+        RowKind::Delete => 0,
     }
 }
 

@@ -1,6 +1,8 @@
-//! What the proxy records of values (issue 18, item 1): the parameters each statement ran with and the row
-//! each mapped read or write returned to the client, beside the ops in the log ([`history::values`]), so a
-//! report can show values and a replay can set rows up.
+//! What the proxy records of values (issue 18, item 1): the parameters each statement ran with, the row
+//! each mapped read returned to the client, and the row each INSERT or UPDATE wrote (which a write without
+//! RETURNING returns to the proxy only: `PlanOptions::write_rows`), beside the ops in the log
+//! ([`history::values`]), so a report can show values and a replay can set rows up. A write's row belongs
+//! to its write op alone, not to the version it replaced nor to a DELETE's tombstone.
 //!
 //! Bounded and secret-free by construction:
 //! - a row's values (or a statement's parameters) share one byte budget, `[record] row_bytes`; a value that

@@ -578,6 +578,7 @@ mod tests {
             kind,
             tables: vec![TableTag { namespace: "accounts".into(), pk_arity: 1, replaced, deleter }],
             hidden_result: true,
+            hidden_row: false,
             point: Some(PointLookup { namespace: "accounts".into(), values: vec![PkValue::Param(0)] }),
             notes: vec![],
             splice: None,

@@ -187,6 +187,9 @@ pub struct RowPlan {
     /// The client asked for no rows (a write without RETURNING): drop RowDescription and DataRows, and
     /// answer Describe with NoData.
     pub hidden_result: bool,
+    /// With `hidden_result`: the columns before the version columns are the written row (`t.*`, see
+    /// [`PlanOptions::write_rows`]), read for its recorded values only.
+    pub hidden_row: bool,
     /// Set for a point lookup, to record Absent when no row comes back.
     pub point: Option<PointLookup>,
     /// What the rows do not cover (for example phantoms of a predicate read).
@@ -280,6 +283,20 @@ pub struct PlannedQuery {
 /// The outcome is the same as parsing the whole string first: if any statement does not parse, the whole
 /// string is one unparsed entry and nothing is rewritten.
 pub fn plan_query(sql: &str, catalog: &Catalog) -> PlannedQuery {
+    plan_query_with(sql, catalog, PlanOptions::default())
+}
+
+/// What the rewrite adds beyond the version columns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Return the row an INSERT or UPDATE without RETURNING wrote, hidden from the client, so that its
+    /// values are recorded (`[record] values`): a report then shows what a write produced, not only a
+    /// version id (issue 18, item 1).
+    pub write_rows: bool,
+}
+
+/// [`plan_query`] with options.
+pub fn plan_query_with(sql: &str, catalog: &Catalog, options: PlanOptions) -> PlannedQuery {
     let unparsed = |e: ParserError| PlannedQuery {
         rewritten: None,
         stmts: vec![StmtPlan::Opaque(opaque(OpaqueKind::Unparsed, e.to_string()))],
@@ -308,7 +325,7 @@ pub fn plan_query(sql: &str, catalog: &Catalog) -> PlannedQuery {
         };
         let single = out.is_empty() && next.is_none();
         let select_end = select_list_end(&stmt);
-        let mut plan = plan_statement(&mut stmt, catalog);
+        let mut plan = plan_statement_with(&mut stmt, catalog, options);
         any |= matches!(plan, StmtPlan::Rows(_));
         // One statement: splice the extra columns into the client's own text, so everything the client
         // wrote keeps its position (error positions stay right). Several: print the rewritten statements.
@@ -364,10 +381,15 @@ impl Statements<'_> {
 
 /// Plans one parsed statement and, for [`StmtPlan::Rows`], rewrites it in place.
 pub fn plan_statement(stmt: &mut Statement, catalog: &Catalog) -> StmtPlan {
+    plan_statement_with(stmt, catalog, PlanOptions::default())
+}
+
+/// [`plan_statement`] with options.
+pub fn plan_statement_with(stmt: &mut Statement, catalog: &Catalog, options: PlanOptions) -> StmtPlan {
     match stmt {
         Statement::Query(q) => plan_query_stmt(q, catalog),
-        Statement::Insert(ins) => plan_insert(ins, catalog),
-        Statement::Update(upd) => plan_update(upd, catalog),
+        Statement::Insert(ins) => plan_insert(ins, catalog, options),
+        Statement::Update(upd) => plan_update(upd, catalog, options),
         Statement::Delete(del) => plan_delete(del, catalog),
         Statement::Savepoint { name } => StmtPlan::Savepoint(SavepointCmd::Define(savepoint_name(name))),
         Statement::ReleaseSavepoint { name } => {
@@ -483,6 +505,40 @@ mod tests {
         assert_eq!(plan.extra_columns(), 4);
         assert!(plan.point.is_none());
         assert_eq!(plan.notes[0].kind, OpaqueKind::Predicate);
+    }
+
+    #[test]
+    fn writes_return_the_row_they_wrote_first_and_hidden_when_values_are_recorded() {
+        let with_rows = PlanOptions { write_rows: true };
+        let plan_of = |sql: &str| match plan_query_with(sql, &catalog(), with_rows) {
+            PlannedQuery { rewritten: Some(s), stmts, .. } => match stmts.into_iter().next() {
+                Some(StmtPlan::Rows(r)) => (s, *r),
+                other => panic!("{sql}: {other:?}"),
+            },
+            other => panic!("{sql}: {other:?}"),
+        };
+        let (sql, plan) = plan_of("UPDATE accounts AS a SET balance = $1 WHERE id = $2 -- note");
+        assert!(
+            sql.ends_with("-- note\nRETURNING a.*, a.xmin::TEXT AS krait_v0, a.id::TEXT AS krait_v1"),
+            "{sql}"
+        );
+        assert!(plan.hidden_result && plan.hidden_row && plan.extra_columns() == 2);
+        let (sql, plan) = plan_of("INSERT INTO accounts (id, balance) VALUES (1, 2)");
+        assert!(
+            sql.ends_with(
+                "RETURNING accounts.*, accounts.xmin::TEXT AS krait_v0, accounts.id::TEXT AS krait_v1"
+            ),
+            "{sql}"
+        );
+        assert!(plan.hidden_row);
+        // What the client asked for is what it gets; a DELETE's row is not a written one.
+        let (sql, plan) = plan_of("UPDATE accounts SET balance = 5 WHERE id = 7 RETURNING balance");
+        assert!(!plan.hidden_row && !sql.contains(".*"), "{sql}");
+        let (sql, plan) = plan_of("DELETE FROM accounts WHERE id = 7");
+        assert!(plan.hidden_result && !plan.hidden_row && !sql.contains(".*"), "{sql}");
+        // Without the option, nothing more than the version columns.
+        let (sql, plan) = rows("UPDATE accounts SET balance = $1 WHERE id = $2");
+        assert!(!plan.hidden_row && !sql.contains(".*"), "{sql}");
     }
 
     #[test]

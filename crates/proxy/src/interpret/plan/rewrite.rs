@@ -57,6 +57,13 @@ pub(super) fn extra_items(
     parse_items(&list.join(", "))
 }
 
+/// `reference.*`: every column of the row a write produced, first in a RETURNING list the client did not ask
+/// for (see `PlanOptions::write_rows`).
+pub(super) fn written_row_item(reference: &str) -> Option<SelectItem> {
+    let mut items = parse_items(&format!("{reference}.*"));
+    (items.len() == 1).then(|| items.remove(0))
+}
+
 /// Quotes an identifier when PostgreSQL would not read it back unchanged unquoted.
 fn quote_ident(name: &str) -> String {
     let plain = name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
@@ -117,7 +124,12 @@ pub(super) fn splice(
             let body = sql.trim_end().trim_end_matches(';').trim_end();
             // A newline first, so a trailing `-- comment` cannot swallow the addition.
             let joint = if rows.hidden_result { "\nRETURNING " } else { "\n, " };
-            Some(format!("{body}{joint}{}", tail(r)?))
+            // The written row, when asked for, comes just before the version columns.
+            let row = match rows.hidden_row {
+                true => format!("{}, ", r.get(r.len().checked_sub(n + 1)?)?),
+                false => String::new(),
+            };
+            Some(format!("{body}{joint}{row}{}", tail(r)?))
         }
         _ => None,
     }

@@ -95,6 +95,7 @@ pub(super) fn plan_query_stmt(q: &mut Query, catalog: &Catalog) -> StmtPlan {
         kind: RowKind::Read,
         tables: tags,
         hidden_result: false,
+        hidden_row: false,
         point,
         notes,
         splice: None,

@@ -10,7 +10,7 @@ use sqlparser::ast::{
 
 use super::rewrite::extra_items;
 use super::scan::{check_side_effects, resolve};
-use super::{OpaqueKind, RowKind, RowPlan, StmtPlan, TableTag, opaque};
+use super::{OpaqueKind, PlanOptions, RowKind, RowPlan, StmtPlan, TableTag, opaque};
 use crate::interpret::catalog::Catalog;
 
 fn single_table(twj: &TableWithJoins) -> Option<(&ObjectName, Option<String>)> {
@@ -25,7 +25,23 @@ fn single_table(twj: &TableWithJoins) -> Option<(&ObjectName, Option<String>)> {
     }
 }
 
-pub(super) fn plan_insert(ins: &mut sqlparser::ast::Insert, catalog: &Catalog) -> StmtPlan {
+/// Appends `reference.*`, the written row, to a RETURNING list the client did not ask for; `false` if it
+/// could not be built.
+fn push_written_row(returning: &mut Vec<sqlparser::ast::SelectItem>, reference: &str) -> bool {
+    match super::rewrite::written_row_item(reference) {
+        Some(item) => {
+            returning.push(item);
+            true
+        }
+        None => false,
+    }
+}
+
+pub(super) fn plan_insert(
+    ins: &mut sqlparser::ast::Insert,
+    catalog: &Catalog,
+    options: PlanOptions,
+) -> StmtPlan {
     let name = match &ins.table {
         TableObject::TableName(n) => n.clone(),
         _ => return StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "INSERT into a table function")),
@@ -63,18 +79,28 @@ pub(super) fn plan_insert(ins: &mut sqlparser::ast::Insert, catalog: &Catalog) -
         return StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "could not build the version columns"));
     }
     let hidden_result = ins.returning.is_none();
-    ins.returning.get_or_insert_with(Vec::new).extend(items);
+    let hidden_row = hidden_result && options.write_rows;
+    let returning = ins.returning.get_or_insert_with(Vec::new);
+    if hidden_row && !push_written_row(returning, &reference) {
+        return StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "could not build the version columns"));
+    }
+    returning.extend(items);
     StmtPlan::Rows(Box::new(RowPlan {
         kind: RowKind::Insert,
         tables: vec![tag],
         hidden_result,
+        hidden_row,
         point: None,
         notes,
         splice: None,
     }))
 }
 
-pub(super) fn plan_update(upd: &mut sqlparser::ast::Update, catalog: &Catalog) -> StmtPlan {
+pub(super) fn plan_update(
+    upd: &mut sqlparser::ast::Update,
+    catalog: &Catalog,
+    options: PlanOptions,
+) -> StmtPlan {
     let Some((name, alias)) = single_table(&upd.table) else {
         return StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "UPDATE of a join"));
     };
@@ -127,11 +153,17 @@ pub(super) fn plan_update(upd: &mut sqlparser::ast::Update, catalog: &Catalog) -
         return StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "could not build the version columns"));
     }
     let hidden_result = upd.returning.is_none();
-    upd.returning.get_or_insert_with(Vec::new).extend(items);
+    let hidden_row = hidden_result && options.write_rows;
+    let returning = upd.returning.get_or_insert_with(Vec::new);
+    if hidden_row && !push_written_row(returning, &reference) {
+        return StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "could not build the version columns"));
+    }
+    returning.extend(items);
     StmtPlan::Rows(Box::new(RowPlan {
         kind: RowKind::Update,
         tables: vec![tag],
         hidden_result,
+        hidden_row,
         point: None,
         notes,
         splice: None,
@@ -179,6 +211,7 @@ pub(super) fn plan_delete(del: &mut sqlparser::ast::Delete, catalog: &Catalog) -
         kind: RowKind::Delete,
         tables: vec![tag],
         hidden_result,
+        hidden_row: false,
         point: None,
         notes,
         splice: None,

@@ -329,6 +329,21 @@ mod tests {
             panic!("an update")
         };
         assert_eq!(returning[2], item(Column::Replaced, ColType::Text, "krait_v2"));
+        // With values recorded, a write without RETURNING also returns its row, first (`kv.*`).
+        let Statement::Insert { returning, .. } = one(
+            "INSERT INTO kv (k, v) VALUES ($1, $2)\nRETURNING kv.*, kv.xmin::TEXT AS krait_v0, kv.k::TEXT AS krait_v1",
+        ) else {
+            panic!("an insert")
+        };
+        assert_eq!(
+            returning[..2],
+            [item(Column::K, ColType::Int8, "k"), item(Column::V, ColType::Int8, "v")]
+        );
+        assert_eq!(returning[2], item(Column::Xmin, ColType::Text, "krait_v0"));
+        assert!(
+            parse_one("UPDATE kv SET v = 1 WHERE k = 1 RETURNING other.*, kv.k").is_err(),
+            "another table"
+        );
         assert_eq!(
             one("DELETE FROM kv WHERE k = 1 RETURNING kv.xmin::TEXT AS a, pg_current_xact_id()::TEXT AS b"),
             Statement::Delete {

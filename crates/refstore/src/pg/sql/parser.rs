@@ -275,7 +275,7 @@ impl Parser<'_> {
 
     fn raw_items(&mut self) -> Result<Vec<RawItem>, SqlError> {
         if self.sym('*') {
-            return Ok(vec![RawItem { expr: RawExpr::Star, cast: None, alias: None }]);
+            return Ok(vec![RawItem { expr: RawExpr::Star(Vec::new()), cast: None, alias: None }]);
         }
         let mut items = vec![self.raw_item()?];
         while self.sym(',') {
@@ -289,8 +289,23 @@ impl Parser<'_> {
             self.replaced_subquery()?
         } else if self.keyword("case") {
             self.read_committed_guard()?
+        } else if self.sym('*') {
+            RawExpr::Star(Vec::new())
         } else if matches!(self.peek(), Some(Tok::Ident { .. })) {
-            let mut parts = self.dotted()?;
+            // `a.b.c`, or `a.b.*`: every column of the table the qualifier names (as the proxy asks for the
+            // row a write produced).
+            let mut parts = vec![self.expect_ident()?];
+            let mut star = false;
+            while self.sym('.') {
+                if self.sym('*') {
+                    star = true;
+                    break;
+                }
+                parts.push(self.expect_ident()?);
+            }
+            if star {
+                return Ok(RawItem { expr: RawExpr::Star(parts), cast: None, alias: None });
+            }
             let name = parts.pop().unwrap_or_default();
             if self.sym('(') {
                 if name != "pg_current_xact_id" || !parts.is_empty() {

@@ -13,7 +13,8 @@ pub(super) struct RawItem {
 
 #[derive(Debug)]
 pub(super) enum RawExpr {
-    Star,
+    /// `*`, or `qualifier.*` (the qualifier is empty for a bare `*`).
+    Star(Vec<String>),
     /// `[qualifier.]name`.
     Col {
         qual: Vec<String>,
@@ -96,7 +97,11 @@ pub(super) fn resolve_items(raw: Vec<RawItem>, table: Table, update: bool) -> Re
     for RawItem { expr, cast, alias } in raw {
         let mut inner_text = false;
         let (col, name) = match expr {
-            RawExpr::Star => {
+            RawExpr::Star(qual) => {
+                // A qualified `t.*` must name the statement's table, as a qualified column must.
+                if !qual.is_empty() {
+                    column_of(table, &qual, table.key_column())?;
+                }
                 items.push(Item { col: Column::K, ty: natural(Column::K), name: table.key_column().into() });
                 items.push(Item {
                     col: Column::V,
