@@ -511,16 +511,7 @@ fn an_update_at_read_committed_is_not_checked_once_per_statement() {
 fn unqualified_names_follow_the_sessions_search_path() {
     rt().block_on(async {
         let mut admin = Raw::connect().await;
-        let r = admin
-            .simple(
-                "DROP SCHEMA IF EXISTS ktagp_app CASCADE; DROP TABLE IF EXISTS ktagp_sp; \
-                 CREATE SCHEMA ktagp_app; \
-                 CREATE TABLE ktagp_app.ktagp_sp (id int PRIMARY KEY, v int NOT NULL); \
-                 CREATE TABLE ktagp_sp (id int PRIMARY KEY, v int NOT NULL); \
-                 INSERT INTO ktagp_app.ktagp_sp VALUES (1, 10); INSERT INTO ktagp_sp VALUES (1, 10)",
-            )
-            .await;
-        assert_eq!(error_code(&r), None);
+        table_in_two_schemas(&mut admin, "ktagp").await;
         let p = start(0).await;
         let mut app = Raw::connect_to(&p.addr()).await;
         for sql in [
@@ -536,14 +527,7 @@ fn unqualified_names_follow_the_sessions_search_path() {
         drop(app);
         let h = p.stop_and_replay().await;
         admin.simple("DROP SCHEMA ktagp_app CASCADE; DROP TABLE ktagp_sp").await;
-        let written: Vec<String> = h
-            .transactions
-            .iter()
-            .filter(|t| !t.fence)
-            .flat_map(|t| &t.ops)
-            .filter(|o| matches!(o, Op::Write { .. }))
-            .filter_map(|o| h.keys.name(o.key()).map(|k| k.namespace.clone()))
-            .collect();
+        let written = written_namespaces(&h);
         assert_eq!(
             written,
             vec!["ktagp_app.ktagp_sp".to_owned(), "ktagp_sp".to_owned()],
@@ -562,16 +546,7 @@ fn unqualified_names_follow_the_sessions_search_path() {
 fn a_rolled_back_set_search_path_is_undone_as_the_database_undoes_it() {
     rt().block_on(async {
         let mut admin = Raw::connect().await;
-        let r = admin
-            .simple(
-                "DROP SCHEMA IF EXISTS ktagr_app CASCADE; DROP TABLE IF EXISTS ktagr_sp; \
-                 CREATE SCHEMA ktagr_app; \
-                 CREATE TABLE ktagr_app.ktagr_sp (id int PRIMARY KEY, v int NOT NULL); \
-                 CREATE TABLE ktagr_sp (id int PRIMARY KEY, v int NOT NULL); \
-                 INSERT INTO ktagr_app.ktagr_sp VALUES (1, 10); INSERT INTO ktagr_sp VALUES (1, 10)",
-            )
-            .await;
-        assert_eq!(error_code(&r), None);
+        table_in_two_schemas(&mut admin, "ktagr").await;
         let p = start(0).await;
         let mut app = Raw::connect_to(&p.addr()).await;
         let update = |v: i32| format!("UPDATE ktagr_sp SET v = {v} WHERE id = 1");
@@ -611,14 +586,7 @@ fn a_rolled_back_set_search_path_is_undone_as_the_database_undoes_it() {
             (format!("{r:?}"), format!("{s:?}"))
         };
         admin.simple("DROP SCHEMA ktagr_app CASCADE; DROP TABLE ktagr_sp").await;
-        let written: Vec<String> = h
-            .transactions
-            .iter()
-            .filter(|t| !t.fence)
-            .flat_map(|t| &t.ops)
-            .filter(|o| matches!(o, Op::Write { .. }))
-            .filter_map(|o| h.keys.name(o.key()).map(|k| k.namespace.clone()))
-            .collect();
+        let written = written_namespaces(&h);
         let public_t = "ktagr_sp".to_owned();
         assert_eq!(
             written,
@@ -628,4 +596,30 @@ fn a_rolled_back_set_search_path_is_undone_as_the_database_undoes_it() {
         );
         assert!(!h.unchecked.iter().any(|u| u.kind == "ambiguous_table"), "{:?}", h.unchecked);
     });
+}
+
+/// Creates `<prefix>_app.<prefix>_sp` and `public.<prefix>_sp` (both `id int PRIMARY KEY, v int`, with a row
+/// 1), so that the unqualified name means one or the other by the session's `search_path`.
+async fn table_in_two_schemas(admin: &mut Raw, prefix: &str) {
+    let r = admin
+        .simple(&format!(
+            "DROP SCHEMA IF EXISTS {prefix}_app CASCADE; DROP TABLE IF EXISTS {prefix}_sp; \
+             CREATE SCHEMA {prefix}_app; \
+             CREATE TABLE {prefix}_app.{prefix}_sp (id int PRIMARY KEY, v int NOT NULL); \
+             CREATE TABLE {prefix}_sp (id int PRIMARY KEY, v int NOT NULL); \
+             INSERT INTO {prefix}_app.{prefix}_sp VALUES (1, 10); INSERT INTO {prefix}_sp VALUES (1, 10)"
+        ))
+        .await;
+    assert_eq!(error_code(&r), None);
+}
+
+/// The key namespace of every write the clients made (fences left out), in history order.
+fn written_namespaces(h: &History) -> Vec<String> {
+    h.transactions
+        .iter()
+        .filter(|t| !t.fence)
+        .flat_map(|t| &t.ops)
+        .filter(|o| matches!(o, Op::Write { .. }))
+        .filter_map(|o| h.keys.name(o.key()).map(|k| k.namespace.clone()))
+        .collect()
 }
