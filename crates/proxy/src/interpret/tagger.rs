@@ -492,8 +492,7 @@ impl Tagger {
                 Reading::Describe(plan) => {
                     let reply = row_description_for_client(plan, body, true).map_err(|e| e.to_string())?;
                     if self.shared.values.is_some()
-                        && let Some(recorded) =
-                            recorded_row_description(plan, body).map_err(|e| e.to_string())?
+                        && let Some(recorded) = recorded_description(plan, body, &reply)?
                     {
                         self.described.remember_columns(plan, &recorded);
                     }
@@ -503,8 +502,7 @@ impl Tagger {
                     let plan = plans.get(*at).unwrap_or(&UNREAD);
                     let reply = row_description_for_client(plan, body, false).map_err(|e| e.to_string())?;
                     if self.shared.values.is_some()
-                        && let Some(recorded) =
-                            recorded_row_description(plan, body).map_err(|e| e.to_string())?
+                        && let Some(recorded) = recorded_description(plan, body, &reply)?
                     {
                         run.columns = columns_of(&recorded);
                     }
@@ -652,6 +650,17 @@ impl Tagger {
                 None if r.point.is_some() => self.opaque(OpaqueKind::Predicate, stmt, ops),
                 None => {}
             }
+        }
+    }
+}
+
+/// The RowDescription body of the columns whose values are recorded: the client's, which `reply` already
+/// holds stripped, or (for a write the client asked no rows of) the written row's, if it was asked for.
+fn recorded_description(plan: &StmtPlan, body: &Bytes, reply: &ClientReply) -> Result<Option<Bytes>, String> {
+    match reply {
+        ClientReply::Keep(kept) => Ok(Some(kept.clone())),
+        ClientReply::Drop | ClientReply::NoData => {
+            recorded_row_description(plan, body).map_err(|e| e.to_string())
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    AssignmentTarget, Expr, FromTable, ObjectName, OnInsert, SetExpr, TableFactor, TableObject,
+    AssignmentTarget, Expr, FromTable, ObjectName, OnInsert, SelectItem, SetExpr, TableFactor, TableObject,
     TableWithJoins, visit_expressions,
 };
 
@@ -25,16 +25,29 @@ fn single_table(twj: &TableWithJoins) -> Option<(&ObjectName, Option<String>)> {
     }
 }
 
-/// Appends `reference.*`, the written row, to a RETURNING list the client did not ask for; `false` if it
-/// could not be built.
-fn push_written_row(returning: &mut Vec<sqlparser::ast::SelectItem>, reference: &str) -> bool {
-    match super::rewrite::written_row_item(reference) {
-        Some(item) => {
-            returning.push(item);
-            true
-        }
-        None => false,
+/// Appends the version columns `items` to the RETURNING list, making one if the client asked for no rows,
+/// preceded then by `reference.*`, the written row, when `written_row` asks for it. Returns whether the
+/// result is hidden from the client and whether it starts with the written row (`None`: that item could not
+/// be built).
+fn add_returning(
+    returning: &mut Option<Vec<SelectItem>>,
+    reference: &str,
+    items: Vec<SelectItem>,
+    written_row: bool,
+) -> Option<(bool, bool)> {
+    let hidden_result = returning.is_none();
+    let hidden_row = hidden_result && written_row;
+    let list = returning.get_or_insert_with(Vec::new);
+    if hidden_row {
+        list.push(super::rewrite::written_row_item(reference)?);
     }
+    list.extend(items);
+    Some((hidden_result, hidden_row))
+}
+
+/// The plan of a write whose version columns could not be built: not checked.
+fn no_version_columns() -> StmtPlan {
+    StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "could not build the version columns"))
 }
 
 pub(super) fn plan_insert(
@@ -76,15 +89,13 @@ pub(super) fn plan_insert(
         deleter: false,
     };
     if items.len() != tag.width() {
-        return StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "could not build the version columns"));
+        return no_version_columns();
     }
-    let hidden_result = ins.returning.is_none();
-    let hidden_row = hidden_result && options.write_rows;
-    let returning = ins.returning.get_or_insert_with(Vec::new);
-    if hidden_row && !push_written_row(returning, &reference) {
-        return StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "could not build the version columns"));
-    }
-    returning.extend(items);
+    let Some((hidden_result, hidden_row)) =
+        add_returning(&mut ins.returning, &reference, items, options.write_rows)
+    else {
+        return no_version_columns();
+    };
     StmtPlan::Rows(Box::new(RowPlan {
         kind: RowKind::Insert,
         tables: vec![tag],
@@ -150,15 +161,13 @@ pub(super) fn plan_update(
         deleter: false,
     };
     if items.len() != tag.width() {
-        return StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "could not build the version columns"));
+        return no_version_columns();
     }
-    let hidden_result = upd.returning.is_none();
-    let hidden_row = hidden_result && options.write_rows;
-    let returning = upd.returning.get_or_insert_with(Vec::new);
-    if hidden_row && !push_written_row(returning, &reference) {
-        return StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "could not build the version columns"));
-    }
-    returning.extend(items);
+    let Some((hidden_result, hidden_row)) =
+        add_returning(&mut upd.returning, &reference, items, options.write_rows)
+    else {
+        return no_version_columns();
+    };
     StmtPlan::Rows(Box::new(RowPlan {
         kind: RowKind::Update,
         tables: vec![tag],
@@ -203,15 +212,18 @@ pub(super) fn plan_delete(del: &mut sqlparser::ast::Delete, catalog: &Catalog) -
         deleter: true,
     };
     if items.len() != tag.width() {
-        return StmtPlan::Opaque(opaque(OpaqueKind::Unsupported, "could not build the version columns"));
+        return no_version_columns();
     }
-    let hidden_result = del.returning.is_none();
-    del.returning.get_or_insert_with(Vec::new).extend(items);
+    // A DELETE writes no row: its RETURNING shows the deleted one.
+    let Some((hidden_result, hidden_row)) = add_returning(&mut del.returning, &reference, items, false)
+    else {
+        return no_version_columns();
+    };
     StmtPlan::Rows(Box::new(RowPlan {
         kind: RowKind::Delete,
         tables: vec![tag],
         hidden_result,
-        hidden_row: false,
+        hidden_row,
         point: None,
         notes,
         splice: None,
