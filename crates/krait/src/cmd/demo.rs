@@ -514,10 +514,10 @@ async fn drive_clients(
     Ok(())
 }
 
-/// What an anomaly class means, in plain words.
 /// How many rejects after the first the demo lists, one line each.
 const DEMO_REJECT_LINES: usize = 8;
 
+/// What an anomaly class means, in plain words.
 fn plain_words(class: AnomalyClass) -> &'static str {
     match class {
         AnomalyClass::G0 => {

@@ -289,8 +289,6 @@ impl Parser<'_> {
             self.replaced_subquery()?
         } else if self.keyword("case") {
             self.read_committed_guard()?
-        } else if self.sym('*') {
-            RawExpr::Star(Vec::new())
         } else if matches!(self.peek(), Some(Tok::Ident { .. })) {
             // `a.b.c`, or `a.b.*`: every column of the table the qualifier names (as the proxy asks for the
             // row a write produced).
