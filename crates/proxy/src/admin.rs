@@ -325,6 +325,32 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
         }
     }
+    if let Some(c) = m.shipping.get() {
+        let get = ship::Counters::get;
+        for (name, kind, help, value) in [
+            (
+                "krait_ship_connected",
+                "gauge",
+                "1 while the log shipper is connected to NATS.",
+                get(&c.connected),
+            ),
+            (
+                "krait_ship_shipped_below",
+                "gauge",
+                "Every log record below this sequence number is in the JetStream stream.",
+                get(&c.shipped_below),
+            ),
+            ("krait_ship_backlog_records", "gauge", "Log records not shipped yet.", get(&c.backlog)),
+            (
+                "krait_ship_errors_total",
+                "counter",
+                "Failed connections and publishes to NATS.",
+                get(&c.errors),
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        }
+    }
     if let Some(t) = &state.tagging {
         out.push_str(&t.metrics.render());
         for (name, what, counter) in [
@@ -391,8 +417,18 @@ fn status_json(state: &AdminState) -> serde_json::Value {
             "garbage_collection": g(&v.collects_garbage) != 0,
         })
     });
+    let shipping = m.shipping.get().map(|c| {
+        let get = ship::Counters::get;
+        serde_json::json!({
+            "connected": get(&c.connected) != 0,
+            "shipped_below": get(&c.shipped_below),
+            "backlog_records": get(&c.backlog),
+            "errors": get(&c.errors),
+        })
+    });
     serde_json::json!({
         "verifier": verifier,
+        "shipping": shipping,
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_s": state.started.elapsed().as_secs(),
         "listen": state.listen.to_string(),

@@ -68,6 +68,10 @@ pub struct Config {
     /// The co-located verifier of `krait serve` (the proxy itself ignores it).
     #[serde(default)]
     pub verify: VerifyConfig,
+    /// `[ship]`: publish the log to NATS JetStream for one verifier of many proxies (DESIGN.md §4, "many
+    /// edges"); off when absent. Each proxy needs its own `[log] collector` id, below 256.
+    #[serde(default)]
+    pub ship: Option<ship::ShipConfig>,
 }
 
 /// `[verify]`: what `krait serve`'s verifier checks.
@@ -318,6 +322,17 @@ impl Config {
         if self.listen.max_message_bytes < 1024 || self.listen.max_message_bytes > (1 << 30) {
             return Err(invalid("listen.max_message_bytes", "must be between 1024 and 1073741824 (1 GiB)"));
         }
+        if let Some(ship) = &self.ship {
+            if !ship.nats.starts_with("nats://") {
+                return Err(invalid("ship.nats", "must be a nats://host:port URL"));
+            }
+            if self.log.collector > 255 {
+                return Err(invalid(
+                    "log.collector",
+                    "must be below 256 when shipping: the verifier qualifies transaction ids with it",
+                ));
+            }
+        }
         if self.listen.startup_timeout_ms == 0 {
             return Err(invalid("listen.startup_timeout_ms", "must be positive"));
         }
@@ -382,6 +397,18 @@ pub fn check_config(path: impl AsRef<Path>) -> Result<Config, crate::ProxyError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shipping_needs_a_nats_url_and_a_collector_id_below_256() {
+        let ok =
+            parse(&format!("{MINIMAL}collector = 7\n[ship]\nnats = \"nats://127.0.0.1:4222\"\n")).unwrap();
+        let ship = ok.ship.expect("a [ship] section");
+        assert_eq!((ship.nats.as_str(), ship.stream.as_str()), ("nats://127.0.0.1:4222", "KRAIT"));
+        let err = parse(&format!("{MINIMAL}collector = 300\n[ship]\nnats = \"nats://h:1\"\n")).unwrap_err();
+        assert!(err.to_string().contains("log.collector"), "{err}");
+        let err = parse(&format!("{MINIMAL}[ship]\nnats = \"h:1\"\n")).unwrap_err();
+        assert!(err.to_string().contains("ship.nats"), "{err}");
+    }
 
     const MINIMAL: &str = r#"
         [listen]

@@ -96,6 +96,7 @@ pub struct ProxyHandle {
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
     accept_task: JoinHandle<()>,
+    shipper: Option<ship::Shipper>,
 }
 
 impl ProxyHandle {
@@ -156,10 +157,15 @@ impl ProxyHandle {
         }
         let log = self.log.clone();
         let path = self.shared.config.log.path.display().to_string();
-        tokio::task::spawn_blocking(move || log.close())
+        let closed = tokio::task::spawn_blocking(move || log.close())
             .await
             .map_err(|e| ProxyError::Task(e.to_string()))?
-            .map_err(|source| ProxyError::Log { path, source })
+            .map_err(|source| ProxyError::Log { path, source });
+        // Closed, the log holds everything durably: ship the rest now rather than at the next start.
+        if let Some(shipper) = self.shipper {
+            shipper.finish(SHIP_GRACE).await;
+        }
+        closed
     }
 }
 
@@ -276,9 +282,18 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
         tagging,
     });
     info!(%listen_addr, upstream = %shared.config.upstream.address, durability = %shared.config.log.durability, "krait proxy listening");
+    let shipper = shared.config.ship.clone().map(|ship_config| {
+        let shipper =
+            ship::Shipper::spawn(log.clone(), CollectorId(shared.config.log.collector), ship_config);
+        let _ = metrics.shipping.set(shipper.counters().clone());
+        shipper
+    });
     let accept_task = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx));
-    Ok(ProxyHandle { listen_addr, admin_addr, log, metrics, shared, stop, accept_task })
+    Ok(ProxyHandle { listen_addr, admin_addr, log, metrics, shared, stop, accept_task, shipper })
 }
+
+/// How long a stopping proxy's shipper may take to ship what the log still holds.
+const SHIP_GRACE: Duration = Duration::from_secs(5);
 
 /// How often [`ProxyHandle::log_failed`] looks at the log: a failed log is final, so noticing it a
 /// fraction of a second late costs nothing but that fraction of refused sessions.

@@ -38,6 +38,8 @@ pub struct Metrics {
     pub session_buffer_bytes: AtomicU64,
     /// The co-located verifier's progress, when one runs (`krait serve`).
     pub verifier: VerifierMetrics,
+    /// The log shipper's counters, when `[ship]` is on.
+    pub shipping: std::sync::OnceLock<std::sync::Arc<ship::Counters>>,
 }
 
 /// What a co-located online verifier publishes for /metrics and /api/status (`krait serve` updates it from

@@ -697,6 +697,7 @@ pub(crate) fn txn_report(h: &History, i: usize) -> TxnReport {
         ops,
         isolation: t.isolation,
         statements,
+        collector: t.collector,
     }
 }
 

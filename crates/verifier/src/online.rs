@@ -15,14 +15,14 @@
 //! This module reads `history::log` and never a socket: `krait serve` and `krait demo` wire it to the proxy
 //! and format what it reports.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use history::log::{HistoryLog, LogError, Replayed, ReplayedTxn, Replayer};
-use history::{Durability, Key, Op, StmtRef, Transaction, TxnId};
+use history::{Durability, Key, KeyTable, Op, Outcome, StmtRef, Transaction, TxnId};
 use thiserror::Error;
 
 use crate::{OnlineVerifier, Report, ReportStore, RoundOptions, RoundsError};
@@ -77,6 +77,10 @@ pub struct Status {
     pub log_records: u64,
     /// Finished transactions read from the log (committed, aborted, indeterminate).
     pub txns_read: u64,
+    /// Of those, the clients' transactions (not fences) recorded as committed.
+    pub committed: u64,
+    /// Of those, the clients' transactions whose outcome is not known (a crash, a lost reply).
+    pub indeterminate: u64,
     /// Reads and writes (row-level ops) in those transactions.
     pub ops_read: u64,
     /// Statements in those transactions that the proxy could not map to row ops, so were not checked.
@@ -134,6 +138,8 @@ pub struct Feeder {
     pushed_at: VecDeque<(u64, Instant)>,
     seen_rounds: usize,
     seen_rejects: usize,
+    /// The clients' transactions counted as indeterminate, until a resolution says how they ended.
+    indeterminate: HashSet<TxnId>,
 }
 
 impl Feeder {
@@ -152,6 +158,7 @@ impl Feeder {
             pushed_at: VecDeque::new(),
             seen_rounds: 0,
             seen_rejects: 0,
+            indeterminate: HashSet::new(),
         }
     }
 
@@ -174,8 +181,13 @@ impl Feeder {
             }
             self.next_seq = seq + 1;
             n += 1;
-            for event in self.replayer.apply(seq, record).map_err(OnlineError::Log)? {
-                self.feed(event)?;
+            let events = self.replayer.apply(seq, record).map_err(OnlineError::Log)?;
+            if !events.is_empty() {
+                // Lent out while its events are fed, since they cite its tables.
+                let replayer = std::mem::take(&mut self.replayer);
+                let fed = events.into_iter().try_for_each(|event| self.feed(event, Names::of(&replayer)));
+                self.replayer = replayer;
+                fed?;
             }
         }
         self.status.records_read = self.next_seq;
@@ -186,9 +198,28 @@ impl Feeder {
         Ok(n)
     }
 
-    fn feed(&mut self, event: Replayed) -> Result<(), OnlineError> {
+    /// Feeds events that another reader made (the [`history::log::merge::Merger`] of several collectors'
+    /// logs), whose keys and statements refer to `keys` and `statements`; returns how many transactions.
+    pub fn feed_events(
+        &mut self,
+        events: Vec<Replayed>,
+        keys: &KeyTable,
+        statements: &[String],
+    ) -> Result<usize, OnlineError> {
+        let pushed_before = self.status.txns_read;
+        for event in events {
+            self.feed(event, Names { keys, statements })?;
+        }
+        let pushed = self.status.txns_read - pushed_before;
+        if pushed > 0 {
+            self.pushed_at.push_back((self.status.txns_read, Instant::now()));
+        }
+        Ok(pushed as usize)
+    }
+
+    fn feed(&mut self, event: Replayed, names: Names<'_>) -> Result<(), OnlineError> {
         match event {
-            Replayed::Transaction(txn) => self.push(txn),
+            Replayed::Transaction(txn) => self.push(txn, names),
             // A quiet session no longer holds `epoch_agree` (and so collection) back (Cobra §4.2).
             Replayed::SessionEnded(session) => {
                 self.verifier.session_ended(session);
@@ -198,21 +229,35 @@ impl Feeder {
             // replayed history is where a gap counts).
             Replayed::Gap(_) => Ok(()),
             Replayed::Resolved { txn, outcome } => {
+                if self.indeterminate.remove(&txn) {
+                    self.status.indeterminate -= 1;
+                    self.status.committed += u64::from(outcome == Outcome::Committed);
+                }
                 self.verifier.resolved(txn, outcome);
                 Ok(())
             }
             Replayed::DiscoveredWrite { txn, key, write } => {
-                let key = self.ids.key(key, txn, &self.replayer, &mut self.verifier)?;
+                let key = self.ids.key(key, txn, names, &mut self.verifier)?;
                 self.verifier.discovered_write(txn, key, write);
                 Ok(())
             }
         }
     }
 
-    fn push(&mut self, replayed: ReplayedTxn) -> Result<(), OnlineError> {
+    fn push(&mut self, replayed: ReplayedTxn, names: Names<'_>) -> Result<(), OnlineError> {
         let ReplayedTxn { mut txn, unchecked, position: _ } = replayed;
-        self.ids.translate(&mut txn, &self.replayer, &mut self.verifier)?;
+        self.ids.translate(&mut txn, names, &mut self.verifier)?;
         self.status.txns_read += 1;
+        if !txn.fence {
+            match txn.outcome {
+                Outcome::Committed => self.status.committed += 1,
+                Outcome::Indeterminate => {
+                    self.status.indeterminate += 1;
+                    self.indeterminate.insert(txn.id);
+                }
+                Outcome::Aborted => {}
+            }
+        }
         self.status.ops_read += txn.ops.len() as u64;
         self.status.unchecked += unchecked.len() as u64;
         self.verifier.note_unchecked(&unchecked);
@@ -288,6 +333,19 @@ impl Feeder {
     }
 }
 
+/// The tables an event's keys and statements refer to: the feeder's own replayer's, or a merger's.
+#[derive(Clone, Copy)]
+struct Names<'a> {
+    keys: &'a KeyTable,
+    statements: &'a [String],
+}
+
+impl<'a> Names<'a> {
+    fn of(replayer: &'a Replayer) -> Self {
+        Names { keys: replayer.keys(), statements: replayer.statements() }
+    }
+}
+
 /// The verifier's own ids for the keys and statements of the replayer's tables. The verifier keeps its own
 /// key table, since garbage collection adds keys of its own to it (links, `gc` rule 6), so a transaction's
 /// keys and statements are translated as it is pushed, each interned the first time a pushed transaction
@@ -304,14 +362,14 @@ impl VerifierIds {
         &mut self,
         key: Key,
         txn: TxnId,
-        replayer: &Replayer,
+        names: Names<'_>,
         verifier: &mut OnlineVerifier,
     ) -> Result<Key, OnlineError> {
         let at = key.0 as usize;
         Ok(match self.keys.get(at).copied().flatten() {
             Some(local) => local,
             None => {
-                let name = replayer.keys().name(key).ok_or(OnlineError::UnknownName { txn })?;
+                let name = names.keys.name(key).ok_or(OnlineError::UnknownName { txn })?;
                 let local = verifier.intern_key(name.clone());
                 set(&mut self.keys, at, local);
                 local
@@ -322,19 +380,19 @@ impl VerifierIds {
     fn translate(
         &mut self,
         txn: &mut Transaction,
-        replayer: &Replayer,
+        names: Names<'_>,
         verifier: &mut OnlineVerifier,
     ) -> Result<(), OnlineError> {
         let id = txn.id;
         for op in &mut txn.ops {
             let (Op::Read { key, stmt, .. } | Op::Write { key, stmt, .. }) = op;
-            *key = self.key(*key, id, replayer, verifier)?;
+            *key = self.key(*key, id, names, verifier)?;
             let Some(stmt) = stmt else { continue };
             let at = stmt.0 as usize;
             *stmt = match self.statements.get(at).copied().flatten() {
                 Some(local) => local,
                 None => {
-                    let text = replayer.statements().get(at).ok_or(OnlineError::UnknownName { txn: id })?;
+                    let text = names.statements.get(at).ok_or(OnlineError::UnknownName { txn: id })?;
                     let local = verifier.add_statement(text.clone());
                     set(&mut self.statements, at, local);
                     local

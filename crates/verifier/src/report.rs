@@ -3,7 +3,7 @@
 //! [`SCHEMA_VERSION`].
 
 use history::values::Value;
-use history::{IsolationLevel, Observed, Outcome, SessionId, TxnId};
+use history::{CollectorId, IsolationLevel, Observed, Outcome, SessionId, TxnId};
 use serde::{Deserialize, Serialize};
 
 use crate::options::Level;
@@ -450,6 +450,14 @@ pub struct TxnReport {
     /// Schema 3.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub statements: Vec<StatementReport>,
+    /// The collector (proxy) that recorded it, where several ship to one verifier; 0, and not written,
+    /// for a lone proxy.
+    #[serde(default, skip_serializing_if = "is_lone_collector")]
+    pub collector: CollectorId,
+}
+
+fn is_lone_collector(c: &CollectorId) -> bool {
+    *c == CollectorId::default()
 }
 
 /// A read the verifier could not judge.

@@ -92,6 +92,7 @@
 
 pub mod compact;
 pub mod group_commit;
+pub mod merge;
 mod reader;
 pub mod record;
 pub mod replay;

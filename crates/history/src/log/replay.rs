@@ -157,6 +157,11 @@ impl Replayer {
         self.pending.keys().copied()
     }
 
+    /// The transaction of a pending intent, as recorded so far (its keys refer to [`Replayer::keys`]).
+    pub fn pending_transaction(&self, txn: TxnId) -> Option<&Transaction> {
+        self.pending.get(&txn).map(|p| &p.txn)
+    }
+
     /// The key table and the statement list, once replay is over.
     pub fn into_tables(self) -> (KeyTable, Vec<String>) {
         (self.keys, self.statements)

@@ -7,5 +7,6 @@ pub mod proxy;
 pub mod refstore;
 pub mod report;
 pub mod serve;
+pub mod serve_many;
 pub mod verify;
 pub mod workload;

@@ -31,43 +31,67 @@ use crate::cmd::report::StoredReports;
                   `krait serve` on it (or `krait verify`) checks them."
 )]
 pub struct ServeArgs {
-    /// The proxy's configuration file (see configs/krait.toml).
-    #[arg(long, short, value_name = "FILE")]
-    config: PathBuf,
-    /// Where reject reports go (`DATA_DIR/reports/`). Defaults to the directory that holds the log directory.
+    /// The proxy's configuration file (see configs/krait.toml). With --verify-only it is optional, and only
+    /// its `[verify] level` is read.
+    #[arg(long, short, value_name = "FILE", required_unless_present = "verify_only")]
+    pub(crate) config: Option<PathBuf>,
+    /// Where reject reports go (`DATA_DIR/reports/`). Defaults to the directory that holds the log directory
+    /// (with --verify-only, the current directory).
     #[arg(long, value_name = "DIR")]
-    data_dir: Option<PathBuf>,
+    pub(crate) data_dir: Option<PathBuf>,
+    /// Run no proxy: verify the logs that proxies at many edges ship to NATS JetStream (their `[ship]`
+    /// section), merged into one history (DESIGN.md §4). Needs --source.
+    #[arg(long, requires = "source")]
+    pub(crate) verify_only: bool,
+    /// With --verify-only: the NATS server the proxies ship to, `nats://host:port`.
+    #[arg(long, value_name = "URL", requires = "verify_only")]
+    pub(crate) source: Option<String>,
+    /// With --verify-only: the JetStream stream the proxies ship to (their `[ship] stream`).
+    #[arg(long, default_value = ship::DEFAULT_STREAM, value_name = "NAME")]
+    pub(crate) stream: String,
+    /// With --verify-only: the collector ids (`[log] collector`) of every proxy, comma-separated. A
+    /// transaction is verified only once every listed proxy has shipped what it recorded up to then, so
+    /// that a read of another proxy's write is never taken for a read of an older version. Without it, the
+    /// proxies that have shipped anything when a transaction arrives are the ones waited for.
+    #[arg(long, value_delimiter = ',', value_name = "IDS")]
+    pub(crate) collectors: Vec<u32>,
+    /// With --verify-only: the most the proxies' clocks may disagree, in milliseconds. It widens the wait
+    /// for the other proxies' records, and is the drift allowed for real-time order under
+    /// `strict-serializable`.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    pub(crate) drift_ms: u64,
     /// Seconds between status lines on stderr.
     #[arg(long, default_value_t = 5, value_name = "S")]
-    status_every: u64,
+    pub(crate) status_every: u64,
     /// Transactions per verification round (a round also runs every --round-interval-ms).
     #[arg(long, default_value_t = 2_000)]
-    round_size: usize,
+    pub(crate) round_size: usize,
     /// The longest time between rounds while transactions wait, in milliseconds.
     #[arg(long, default_value_t = 1_000)]
-    round_interval_ms: u64,
+    pub(crate) round_interval_ms: u64,
     /// The isolation level to check; overrides the configuration's `[verify] level`. The default,
     /// `declared`, holds each transaction to the level it asked for. Only `serializable` and
     /// `strict-serializable` collect garbage between rounds; at the other levels the verifier keeps every
     /// transaction, so its memory and each round's time grow with the history.
     #[arg(long, value_enum)]
-    level: Option<crate::cmd::verify::LevelArg>,
+    pub(crate) level: Option<crate::cmd::verify::LevelArg>,
     /// On Ctrl-C or SIGTERM, how long the verifier may go on verifying what the log still holds before it
     /// stops with the rest unverified (the log keeps it). A second signal stops it at once.
     #[arg(long, default_value_t = 30, value_name = "S")]
-    stop_grace: u64,
+    pub(crate) stop_grace: u64,
 }
 
 /// The level `serve` checks: `--level`, else the configuration's `[verify] level`, else `declared`.
-fn chosen_level(args: &ServeArgs, config: &proxy::Config) -> anyhow::Result<Level> {
+pub(crate) fn chosen_level(args: &ServeArgs, config: Option<&proxy::Config>) -> anyhow::Result<Level> {
     if let Some(arg) = args.level {
         return Ok(arg.into());
     }
-    match &config.verify.level {
+    match config.and_then(|c| c.verify.level.as_ref()) {
         None => Ok(Level::Declared),
-        Some(name) => name
-            .parse::<Level>()
-            .map_err(|e| anyhow::anyhow!("{}: [verify] level: {e}", args.config.display())),
+        Some(name) => name.parse::<Level>().map_err(|e| {
+            let path = args.config.as_deref().unwrap_or(Path::new("the configuration"));
+            anyhow::anyhow!("{}: [verify] level: {e}", path.display())
+        }),
     }
 }
 
@@ -141,14 +165,20 @@ fn default_data_dir(log_path: &Path) -> PathBuf {
 /// Runs `krait serve` until Ctrl-C or SIGTERM. Exit 0 after a clean stop (whatever the verdicts: rejects are
 /// reported as they are found), 2 if the proxy or the verifier failed.
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let config = crate::cmd::proxy::load_config(&args.config)?;
+    if args.verify_only {
+        return crate::cmd::serve_many::run(args);
+    }
+    let Some(config_path) = args.config.clone() else {
+        anyhow::bail!("krait serve needs --config (or --verify-only with --source)");
+    };
+    let config = crate::cmd::proxy::load_config(&config_path)?;
     let data_dir = args.data_dir.clone().unwrap_or_else(|| default_data_dir(&config.log.path));
     let store = ReportStore::open(&data_dir)
         .with_context(|| format!("cannot open the reports directory in {}", data_dir.display()))?;
     let reports_dir = store.dir().to_path_buf();
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let options_interval = Duration::from_millis(args.round_interval_ms.max(1));
-    let level = chosen_level(&args, &config)?;
+    let level = chosen_level(&args, Some(&config))?;
     let mut options = RoundOptions::online(args.round_size.max(1), options_interval);
     options.verify.level = level;
     let status_every = Duration::from_secs(args.status_every.max(1));

@@ -166,7 +166,11 @@ impl fmt::Display for Report {
                     (Some(s), None) => format!(", started {}", super::labels::wall_clock(s)),
                     _ => String::new(),
                 };
-                writeln!(f, "  {} (session {}, #{}, {:?}{ts})", t.id, t.session, t.seq, t.outcome)?;
+                let at = match t.collector.0 {
+                    0 => String::new(),
+                    c => format!(", collector {c}"),
+                };
+                writeln!(f, "  {} (session {}, #{}, {:?}{ts}{at})", t.id, t.session, t.seq, t.outcome)?;
                 for o in &t.ops {
                     write!(f, "    {}: {}", o.index, o.text)?;
                     // A version with an id of its own shows its row in the id's place (`render_text`);

@@ -1,0 +1,514 @@
+//! Merging the logs of several collectors into one history (DESIGN.md §4, "several edges feed one verifier").
+//!
+//! Each proxy (a *collector*) keeps its own log and ships its records, in order, with *heartbeats* that say
+//! how far it has shipped (see [`Heartbeat`]). A [`Merger`] takes both, runs one [`Replayer`] per collector
+//! (compact records cite definitions by the sequence numbers of their own log) and releases one stream of
+//! [`Replayed`] events whose keys and statements refer to the merger's own tables.
+//!
+//! # Ids
+//!
+//! Transaction and session ids are allocated by each proxy on its own, so two proxies can use the same
+//! ones. The merger qualifies them: the collector id goes into the top 8 bits ([`qualify`]), and collector 0
+//! keeps its ids as they are. Write ids are *not* qualified: under the `xmin` strategy a write id hashes
+//! the database's own name for the version (table, key, `xmin`), so a reader at one proxy and the writer at
+//! another compute the same id, and that is what joins their histories.
+//!
+//! # What one proxy cannot know about another's writes
+//!
+//! A proxy classifies every version it reads by what *it* recorded (`interpret::versions` in the proxy): a
+//! version another proxy's client wrote is, to it, pre-history (written before its own recording began),
+//! unrecorded, or foreign, and a row another proxy's client deleted reads as absent. The merger corrects
+//! both with what the other collectors recorded:
+//! - a read of a pre-history, unrecorded or foreign version whose tag is a write id some collector recorded
+//!   (the tag of all three is the version's write id) is a read of that write;
+//! - a read that found no row, of a key another collector wrote, may have read that collector's tombstone
+//!   rather than the initial absence the reading proxy assumed, so it becomes unrecorded: never evidence.
+//!
+//! # When an event may go: watermarks
+//!
+//! Those corrections need the writer's records before the reader's are released. A write's intent is
+//! appended before its COMMIT is forwarded, so before any other client can read it; the reader's records
+//! are appended after its read. So if the writer's collector has shipped every record it appended before
+//! `t + drift`, where `t` is a time (by the reader's collector's clock) after the reader's record was
+//! appended and `drift` bounds how far the two clocks disagree, the writer's write is known. Each event is
+//! therefore held until its own collector's next heartbeat stamps it with such a `t`
+//! ([`Heartbeat::read_at_ns`]), and then until every other collector's heartbeats say it has shipped
+//! everything appended before `t + drift` ([`Heartbeat::appended_before_ns`]). A collector that goes silent
+//! holds every other one back, and [`Merger::holding`] says which: that is a hole made visible, never a
+//! verdict over a history with a stretch missing.
+//!
+//! Known limit: each proxy learns its own recording horizon. A version that a writer no proxy recorded
+//! wrote after one proxy's horizon and before a later proxy's is pre-history to the later proxy, which
+//! orders it before every recorded transaction. Start every proxy of a deployment before traffic flows (or
+//! record every writer) so that their horizons agree; [`Merger::horizons_differ`] says when they do not.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::replay::{Replayed, ReplayedTxn, Replayer};
+use super::{LogError, LogRecord};
+use crate::{
+    CollectorId, Key, KeyTable, Observed, Op, RecordingHorizon, SessionId, StmtRef, Transaction, TxnId,
+    WriteId,
+};
+
+/// The bits of a qualified id that hold the collector.
+const COLLECTOR_SHIFT: u32 = 56;
+
+/// What a collector says about its shipping, after the records it covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// Every record below this sequence number has been shipped before this heartbeat.
+    pub below: u64,
+    /// Every record the collector appended before this time (ns since the Unix epoch, its clock) is below
+    /// `below`: the time was read before `below` was.
+    pub appended_before_ns: u64,
+    /// Every record below `below` was appended before this time: it was read after `below` was.
+    pub read_at_ns: u64,
+}
+
+/// Why merging stopped.
+#[derive(Debug, Error)]
+pub enum MergeError {
+    /// A collector's records contradict each other, or one is missing.
+    #[error("collector {collector}: {source}")]
+    Log {
+        /// The collector.
+        collector: u32,
+        /// What is wrong.
+        #[source]
+        source: LogError,
+    },
+    /// An id that cannot be qualified with its collector.
+    #[error(
+        "collector {collector}: {what} {id} is too large to qualify with the collector id (ids below 2^56 and \
+         collector ids below 256 can be merged)"
+    )]
+    IdTooLarge {
+        /// The collector.
+        collector: u32,
+        /// What kind of id.
+        what: &'static str,
+        /// The id.
+        id: u64,
+    },
+}
+
+/// `local`, an id a collector allocated, qualified with the collector: unique across collectors.
+pub fn qualify(collector: CollectorId, local: u64, what: &'static str) -> Result<u64, MergeError> {
+    if collector.0 >= 1 << (64 - COLLECTOR_SHIFT) || local >> COLLECTOR_SHIFT != 0 {
+        return Err(MergeError::IdTooLarge { collector: collector.0, what, id: local });
+    }
+    Ok(u64::from(collector.0) << COLLECTOR_SHIFT | local)
+}
+
+/// One collector's side of the merge.
+#[derive(Debug, Default)]
+struct Source {
+    replayer: Replayer,
+    /// Every record the collector appended before this time has been received, once a heartbeat said so.
+    complete_before_ns: Option<u64>,
+    /// Events of records no heartbeat has covered yet, with the sequence number of their record.
+    unstamped: VecDeque<(u64, Replayed)>,
+    /// Events whose record was appended before the time they carry, oldest first.
+    stamped: VecDeque<(u64, Replayed)>,
+    /// The merger's key for each of the replayer's keys.
+    keys: Vec<Option<Key>>,
+    /// The merger's statement for each of the replayer's statements.
+    statements: Vec<Option<StmtRef>>,
+    /// Records received.
+    records: u64,
+}
+
+/// Where a collector stands: for status pages and for saying which collector holds the others back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CollectorStatus {
+    /// The collector.
+    pub collector: CollectorId,
+    /// Records received from it.
+    pub records: u64,
+    /// Its latest heartbeat's promise: everything it appended before this time has arrived.
+    pub complete_before_ns: Option<u64>,
+    /// Events of its records held back, waiting for heartbeats.
+    pub held: usize,
+}
+
+/// Merges the records of several collectors into one history; see the module documentation.
+#[derive(Debug)]
+pub struct Merger {
+    drift_ns: u64,
+    sources: BTreeMap<CollectorId, Source>,
+    keys: KeyTable,
+    statements: Vec<String>,
+    statement_refs: HashMap<String, StmtRef>,
+    /// Every write id some collector recorded (pending intents included).
+    written: HashSet<WriteId>,
+    /// For each key some collector wrote, the collectors that wrote it.
+    writers_of_key: HashMap<Key, Vec<CollectorId>>,
+}
+
+impl Merger {
+    /// A merger of `collectors`, whose clocks disagree by at most `drift_ns`. Events wait for every one of
+    /// them: a collector that has not been heard from yet holds the others back. A collector not listed is
+    /// added when its first record or heartbeat arrives.
+    pub fn new(collectors: &[CollectorId], drift_ns: u64) -> Self {
+        Merger {
+            drift_ns,
+            sources: collectors.iter().map(|&c| (c, Source::default())).collect(),
+            keys: KeyTable::default(),
+            statements: Vec::new(),
+            statement_refs: HashMap::new(),
+            written: HashSet::new(),
+            writers_of_key: HashMap::new(),
+        }
+    }
+
+    /// The key names of the released events.
+    pub fn keys(&self) -> &KeyTable {
+        &self.keys
+    }
+
+    /// The statement texts of the released events.
+    pub fn statements(&self) -> &[String] {
+        &self.statements
+    }
+
+    /// Takes record `seq` of `collector`'s log. Records of one collector must come in sequence order.
+    pub fn record(&mut self, collector: CollectorId, seq: u64, record: LogRecord) -> Result<(), MergeError> {
+        let txn = record.txn_id();
+        let source = self.sources.entry(collector).or_default();
+        source.records += 1;
+        let events = source
+            .replayer
+            .apply(seq, record)
+            .map_err(|source| MergeError::Log { collector: collector.0, source })?;
+        // The writes of an intent are known from its first record: a reader can see them before the outcome.
+        let mut writes: Vec<(Key, WriteId)> = Vec::new();
+        if let Some(pending) = txn.and_then(|t| source.replayer.pending_transaction(t)) {
+            writes.extend(written_by(pending));
+        }
+        for event in &events {
+            match event {
+                Replayed::Transaction(t) => writes.extend(written_by(&t.txn)),
+                Replayed::DiscoveredWrite { key, write, .. } => writes.push((*key, *write)),
+                _ => {}
+            }
+        }
+        for (key, write) in writes {
+            let key = self.merged_key(collector, key)?;
+            self.written.insert(write);
+            let writers = self.writers_of_key.entry(key).or_default();
+            if !writers.contains(&collector) {
+                writers.push(collector);
+            }
+        }
+        let source = self.sources.entry(collector).or_default();
+        source.unstamped.extend(events.into_iter().map(|e| (seq, e)));
+        Ok(())
+    }
+
+    /// Takes a heartbeat of `collector`, which came after the records it covers.
+    pub fn heartbeat(&mut self, collector: CollectorId, beat: Heartbeat) {
+        let source = self.sources.entry(collector).or_default();
+        while source.unstamped.front().is_some_and(|(seq, _)| *seq < beat.below) {
+            if let Some((_, event)) = source.unstamped.pop_front() {
+                source.stamped.push_back((beat.read_at_ns, event));
+            }
+        }
+        let complete = source.complete_before_ns.get_or_insert(beat.appended_before_ns);
+        *complete = (*complete).max(beat.appended_before_ns);
+    }
+
+    /// The events every collector's heartbeats now allow, with ids qualified, reads corrected (see the
+    /// module documentation) and keys and statements in the merger's tables.
+    pub fn release(&mut self) -> Result<Vec<Replayed>, MergeError> {
+        let collectors: Vec<CollectorId> = self.sources.keys().copied().collect();
+        let mut out = Vec::new();
+        for &c in &collectors {
+            // What every other collector has shipped, as far as its clock goes.
+            let others = collectors
+                .iter()
+                .filter(|&&o| o != c)
+                .map(|o| self.sources.get(o).and_then(|s| s.complete_before_ns))
+                .try_fold(u64::MAX, |min, t| t.map(|t| min.min(t)));
+            let Some(others) = others else { continue };
+            let drift = self.drift_ns;
+            let ready = |s: &mut Source| match s.stamped.front() {
+                Some((read_at, _)) if read_at.saturating_add(drift) <= others => s.stamped.pop_front(),
+                _ => None,
+            };
+            while let Some((_, event)) = self.sources.get_mut(&c).and_then(ready) {
+                out.push(self.merged_event(c, event)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Each collector's state, in collector order.
+    pub fn holding(&self) -> Vec<CollectorStatus> {
+        self.sources
+            .iter()
+            .map(|(&collector, s)| CollectorStatus {
+                collector,
+                records: s.records,
+                complete_before_ns: s.complete_before_ns,
+                held: s.unstamped.len() + s.stamped.len(),
+            })
+            .collect()
+    }
+
+    /// Whether the collectors began recording at different points of the database's history (see the
+    /// module documentation's known limit).
+    pub fn horizons_differ(&self) -> bool {
+        let horizons: Vec<&RecordingHorizon> =
+            self.sources.values().filter_map(|s| s.replayer.horizon()).collect();
+        horizons.windows(2).any(|w| w[0] != w[1])
+    }
+
+    fn merged_event(&mut self, c: CollectorId, event: Replayed) -> Result<Replayed, MergeError> {
+        let txn_id = |t: TxnId| qualify(c, t.0, "transaction id").map(TxnId);
+        Ok(match event {
+            Replayed::Transaction(ReplayedTxn { mut txn, unchecked, position }) => {
+                txn.id = txn_id(txn.id)?;
+                txn.session = SessionId(qualify(c, txn.session.0, "session id")?);
+                txn.collector = c;
+                self.translate(c, &mut txn)?;
+                let unchecked = unchecked
+                    .into_iter()
+                    .map(|mut u| {
+                        u.txn = txn.id;
+                        u
+                    })
+                    .collect();
+                Replayed::Transaction(ReplayedTxn { txn, unchecked, position })
+            }
+            Replayed::SessionEnded(s) => Replayed::SessionEnded(SessionId(qualify(c, s.0, "session id")?)),
+            Replayed::Resolved { txn, outcome } => Replayed::Resolved { txn: txn_id(txn)?, outcome },
+            Replayed::DiscoveredWrite { txn, key, write } => {
+                Replayed::DiscoveredWrite { txn: txn_id(txn)?, key: self.merged_key(c, key)?, write }
+            }
+            gap @ Replayed::Gap(_) => gap,
+        })
+    }
+
+    /// Moves `txn`'s keys and statements into the merger's tables and corrects its reads.
+    fn translate(&mut self, c: CollectorId, txn: &mut Transaction) -> Result<(), MergeError> {
+        for op in &mut txn.ops {
+            let (Op::Read { key, stmt, .. } | Op::Write { key, stmt, .. }) = op;
+            *key = self.merged_key(c, *key)?;
+            if let Some(stmt) = stmt {
+                *stmt = self.merged_statement(c, *stmt)?;
+            }
+            if let Op::Read { key, observed, .. } = op {
+                *observed = self.corrected(c, *key, *observed);
+            }
+        }
+        Ok(())
+    }
+
+    /// What a read by a client of collector `c` observed, given what every collector recorded.
+    fn corrected(&self, c: CollectorId, key: Key, observed: Observed) -> Observed {
+        match observed {
+            Observed::PreHistory(tag) | Observed::Unrecorded(tag) | Observed::Foreign(tag)
+                if self.written.contains(&WriteId(tag)) =>
+            {
+                Observed::Version(WriteId(tag))
+            }
+            Observed::Absent
+                if self.writers_of_key.get(&key).is_some_and(|w| w.iter().any(|&other| other != c)) =>
+            {
+                Observed::Unrecorded(u64::from(key.0))
+            }
+            other => other,
+        }
+    }
+
+    fn merged_key(&mut self, c: CollectorId, key: Key) -> Result<Key, MergeError> {
+        let unknown = || MergeError::Log {
+            collector: c.0,
+            source: LogError::Inconsistent { seq: 0, reason: format!("key {} was never named", key.0) },
+        };
+        let source = self.sources.entry(c).or_default();
+        let at = key.0 as usize;
+        if let Some(Some(merged)) = source.keys.get(at) {
+            return Ok(*merged);
+        }
+        let name = source.replayer.keys().name(key).ok_or_else(unknown)?.clone();
+        let merged = self.keys.intern(name);
+        set(&mut source.keys, at, merged);
+        Ok(merged)
+    }
+
+    fn merged_statement(&mut self, c: CollectorId, stmt: StmtRef) -> Result<StmtRef, MergeError> {
+        let source = self.sources.entry(c).or_default();
+        let at = stmt.0 as usize;
+        if let Some(Some(merged)) = source.statements.get(at) {
+            return Ok(*merged);
+        }
+        let text = source.replayer.statements().get(at).cloned().ok_or_else(|| MergeError::Log {
+            collector: c.0,
+            source: LogError::Inconsistent {
+                seq: 0,
+                reason: format!("statement {} was never named", stmt.0),
+            },
+        })?;
+        let merged = match self.statement_refs.get(&text) {
+            Some(r) => *r,
+            None => {
+                let r = StmtRef(self.statements.len() as u32);
+                self.statements.push(text.clone());
+                self.statement_refs.insert(text, r);
+                r
+            }
+        };
+        set(&mut source.statements, at, merged);
+        Ok(merged)
+    }
+}
+
+/// The writes of `txn`.
+fn written_by(txn: &Transaction) -> impl Iterator<Item = (Key, WriteId)> + '_ {
+    txn.ops.iter().filter_map(|op| match *op {
+        Op::Write { key, write, .. } => Some((key, write)),
+        Op::Read { .. } => None,
+    })
+}
+
+/// `table[at] = Some(value)`, growing the table as needed.
+fn set<T: Copy>(table: &mut Vec<Option<T>>, at: usize, value: T) {
+    if table.len() <= at {
+        table.resize(at + 1, None);
+    }
+    table[at] = Some(value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{KeyName, LoggedOp, LoggedTxn, Outcome};
+
+    const A: CollectorId = CollectorId(1);
+    const B: CollectorId = CollectorId(2);
+
+    fn x() -> KeyName {
+        KeyName { namespace: "kv".into(), bytes: b"x".to_vec() }
+    }
+
+    fn finished(id: u64, ops: Vec<LoggedOp>) -> LogRecord {
+        let mut txn = LoggedTxn::new(TxnId(id), SessionId(id), 0);
+        txn.statements.push("SELECT v FROM kv WHERE k = $1".into());
+        txn.ops = ops;
+        LogRecord::Finished { txn, outcome: Outcome::Committed, commit_ns: Some(1) }
+    }
+
+    fn read(observed: Observed) -> LoggedOp {
+        LoggedOp::Read { key: x(), observed, stmt: Some(0) }
+    }
+
+    fn beat(below: u64, at: u64) -> Heartbeat {
+        Heartbeat { below, appended_before_ns: at, read_at_ns: at }
+    }
+
+    fn transactions(events: Vec<Replayed>) -> Vec<Transaction> {
+        events
+            .into_iter()
+            .filter_map(|e| match e {
+                Replayed::Transaction(t) => Some(t.txn),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A version one collector's client wrote, which the other collector's proxy took for pre-history, is
+    /// read as that write once merged; ids come out qualified with their collector.
+    #[test]
+    fn a_read_of_another_collectors_write_is_a_read_of_that_write() {
+        let mut m = Merger::new(&[A, B], 0);
+        let w = WriteId(77);
+        m.record(A, 0, finished(5, vec![LoggedOp::Write { key: x(), write: w, stmt: Some(0) }])).unwrap();
+        m.record(B, 0, finished(5, vec![read(Observed::PreHistory(w.0))])).unwrap();
+        m.heartbeat(A, beat(1, 100));
+        m.heartbeat(B, beat(1, 100));
+        let txns = transactions(m.release().unwrap());
+        assert_eq!(txns.len(), 2);
+        let reader = txns.iter().find(|t| t.collector == B).unwrap();
+        assert!(matches!(reader.ops[..], [Op::Read { observed: Observed::Version(v), .. }] if v == w));
+        assert_eq!(reader.id, TxnId(2 << 56 | 5));
+        assert_eq!(reader.session, SessionId(2 << 56 | 5));
+        let writer = txns.iter().find(|t| t.collector == A).unwrap();
+        assert_eq!(writer.id, TxnId(1 << 56 | 5));
+        // One statement text from two collectors is one statement of the merged history.
+        assert_eq!(m.statements().len(), 1);
+        assert_eq!(m.keys().len(), 1);
+    }
+
+    /// A reader's event waits until every other collector has shipped what it appended up to the reader's
+    /// time plus the drift: until then the writer's records may still be on their way.
+    #[test]
+    fn events_wait_for_every_other_collectors_watermark_plus_drift() {
+        let mut m = Merger::new(&[A, B], 10);
+        m.record(B, 0, finished(5, vec![read(Observed::PreHistory(9))])).unwrap();
+        assert!(m.release().unwrap().is_empty(), "not stamped by its own collector yet");
+        m.heartbeat(B, beat(1, 100));
+        assert!(m.release().unwrap().is_empty(), "A has not been heard from");
+        m.heartbeat(A, beat(0, 105));
+        assert!(m.release().unwrap().is_empty(), "A's watermark is within the drift of the read");
+        assert_eq!(m.holding()[1].held, 1);
+        m.heartbeat(A, beat(0, 110));
+        assert_eq!(transactions(m.release().unwrap()).len(), 1);
+        assert_eq!(m.holding()[1].held, 0);
+    }
+
+    /// A row the reading proxy never saw may have been deleted through another proxy, so its absence is
+    /// not evidence once another collector wrote the key; a key no one else wrote keeps its absence.
+    #[test]
+    fn an_absence_of_a_key_another_collector_wrote_is_not_evidence() {
+        let mut m = Merger::new(&[A, B], 0);
+        m.record(B, 0, finished(5, vec![read(Observed::Absent)])).unwrap();
+        m.heartbeat(B, beat(1, 100));
+        m.heartbeat(A, beat(0, 100));
+        let before = transactions(m.release().unwrap());
+        assert!(matches!(before[0].ops[..], [Op::Read { observed: Observed::Absent, .. }]));
+        m.record(A, 0, finished(6, vec![LoggedOp::Write { key: x(), write: WriteId(3), stmt: None }]))
+            .unwrap();
+        m.record(B, 1, finished(7, vec![read(Observed::Absent)])).unwrap();
+        m.heartbeat(B, beat(2, 200));
+        m.heartbeat(A, beat(1, 200));
+        let after = transactions(m.release().unwrap());
+        let reader = after.iter().find(|t| t.collector == B).unwrap();
+        assert!(matches!(reader.ops[..], [Op::Read { observed: Observed::Unrecorded(_), .. }]), "{reader:?}");
+    }
+
+    /// The writes of an intent count from the intent on: a reader can see them before the outcome comes.
+    #[test]
+    fn a_pending_intents_writes_are_known() {
+        let mut m = Merger::new(&[A, B], 0);
+        let mut txn = LoggedTxn::new(TxnId(5), SessionId(5), 0);
+        txn.ops.push(LoggedOp::Write { key: x(), write: WriteId(42), stmt: None });
+        m.record(A, 0, LogRecord::Intent(txn)).unwrap();
+        m.record(B, 0, finished(6, vec![read(Observed::Unrecorded(42))])).unwrap();
+        m.heartbeat(A, beat(1, 100));
+        m.heartbeat(B, beat(1, 100));
+        let txns = transactions(m.release().unwrap());
+        assert!(matches!(txns[0].ops[..], [Op::Read { observed: Observed::Version(WriteId(42)), .. }]));
+    }
+
+    #[test]
+    fn collector_zero_keeps_its_ids_and_an_id_too_large_is_refused() {
+        assert_eq!(qualify(CollectorId(0), 17, "transaction id").unwrap(), 17);
+        assert!(qualify(CollectorId(256), 1, "transaction id").is_err());
+        let err = qualify(CollectorId(1), 1 << 56, "session id").unwrap_err();
+        assert!(err.to_string().contains("session id"), "{err}");
+    }
+
+    /// A hole in one collector's sequence numbers stops the merge with the collector named.
+    #[test]
+    fn a_hole_in_a_collectors_records_is_an_error_that_names_it() {
+        let mut m = Merger::new(&[A], 0);
+        m.record(A, 0, finished(5, vec![])).unwrap();
+        let err = m.record(A, 2, finished(6, vec![])).unwrap_err();
+        assert!(err.to_string().starts_with("collector 1:"), "{err}");
+    }
+}

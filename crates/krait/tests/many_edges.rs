@@ -1,0 +1,293 @@
+//! Many edges, one verifier (issue 21): three `krait proxy` processes in front of the machine's PostgreSQL
+//! ship their logs to a real NATS server (Debian's `nats-server`, JetStream on a temporary store), and one
+//! `krait serve --verify-only` merges and verifies them.
+//!
+//! - Clients of two different proxies make a write skew at REPEATABLE READ: the verifier, checking
+//!   serializability, rejects with a report that names both collectors.
+//! - The same at SERIALIZABLE is accepted; a client of the third proxy, connecting for the first time
+//!   afterwards, then reads and overwrites what the others wrote. That proxy never saw those writes and takes
+//!   them for pre-history; only the merge joins its reads to them (without it, the overwrite looks like a
+//!   lost update).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::free_port;
+use tokio_postgres::NoTls;
+
+/// A child process killed when dropped, so a failing test leaves nothing running.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for_port(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not start listening on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `nats-server` with JetStream, on a free port, storing in `dir`.
+fn start_nats(dir: &Path) -> (Running, u16) {
+    let port = free_port();
+    let child = Command::new("nats-server")
+        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd", dir.to_str().expect("utf-8 path")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nats-server runs (scripts/test installs Debian's nats-server package)");
+    let running = Running(child);
+    wait_for_port(port, "nats-server");
+    (running, port)
+}
+
+/// A `krait proxy` with collector id `collector`, shipping to NATS at `nats_port`; returns it and its port.
+fn start_proxy(dir: &Path, collector: u32, nats_port: u16) -> (Running, u16) {
+    let port = free_port();
+    let dir = dir.join(format!("proxy{collector}"));
+    std::fs::create_dir_all(&dir).expect("creates the proxy's directory");
+    let config = dir.join("krait.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[listen]\naddress = \"127.0.0.1:{port}\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
+             [log]\npath = \"{}\"\ncollector = {collector}\n[admin]\nenabled = false\n\
+             [ship]\nnats = \"nats://127.0.0.1:{nats_port}\"\n",
+            dir.join("log").display()
+        ),
+    )
+    .expect("writes the config");
+    let child = Command::new(env!("CARGO_BIN_EXE_krait"))
+        .args(["proxy", "--config", config.to_str().expect("utf-8 path")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts krait proxy");
+    let running = Running(child);
+    wait_for_port(port, "krait proxy");
+    (running, port)
+}
+
+/// `krait serve --verify-only` on NATS at `nats_port`, and its stderr lines.
+struct Verifier {
+    child: Running,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Verifier {
+    fn start(nats_port: u16, data: &Path) -> Verifier {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_krait"))
+            .args(["serve", "--verify-only", "--source", &format!("nats://127.0.0.1:{nats_port}")])
+            .args(["--collectors", "1,2,3", "--level", "serializable", "--drift-ms", "50"])
+            .args(["--data-dir", data.to_str().expect("utf-8 path"), "--status-every", "1"])
+            .args(["--round-interval-ms", "200"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starts krait serve --verify-only");
+        let (tx, lines) = mpsc::channel();
+        let stderr = child.stderr.take().expect("piped stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Verifier { child: Running(child), lines, seen: Vec::new() }
+    }
+
+    /// Waits (bounded) until a status line says at least `n` transactions were verified.
+    fn wait_verified(&mut self, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+                let verified = line
+                    .split_once("verified ")
+                    .and_then(|(_, rest)| rest.split(',').next())
+                    .and_then(|n| n.trim().parse::<u64>().ok());
+                self.seen.push(line);
+                if verified.is_some_and(|v| v >= n) {
+                    return;
+                }
+            }
+        }
+        panic!("the verifier never verified {n} transactions:\n{}", self.seen.join("\n"));
+    }
+
+    /// SIGTERM, a clean exit, and every stderr line.
+    fn stop(mut self) -> Vec<String> {
+        let pid = self.child.0.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("runs kill").success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = self.child.0.try_wait().expect("waits") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "the verifier did not stop after SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        self.seen.extend(self.lines.try_iter());
+        assert!(status.success(), "the verifier failed ({status}):\n{}", self.seen.join("\n"));
+        self.seen
+    }
+}
+
+async fn connect(port: u16) -> tokio_postgres::Client {
+    let url = format!("host=127.0.0.1 port={port} user=postgres dbname=test");
+    let (client, conn) = tokio_postgres::connect(&url, NoTls).await.expect("connects through the proxy");
+    tokio::spawn(conn);
+    client
+}
+
+/// A table of two rows made directly in the database, before the proxies see any traffic.
+async fn two_rows(name: &str) {
+    let direct = connect(5432).await;
+    direct
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS {name}; CREATE TABLE {name} (k int PRIMARY KEY, v int NOT NULL); \
+             INSERT INTO {name} VALUES (1, 0), (2, 0);"
+        ))
+        .await
+        .expect("creates the table");
+}
+
+async fn drop_table(name: &str) {
+    let direct = connect(5432).await;
+    let _ = direct.batch_execute(&format!("DROP TABLE IF EXISTS {name}")).await;
+}
+
+/// Two clients of two proxies each read both rows and write the row the other did not: write skew unless
+/// the database refuses one. Returns how many committed.
+async fn write_skew(
+    table: &str,
+    level: &str,
+    a: &tokio_postgres::Client,
+    b: &tokio_postgres::Client,
+) -> usize {
+    for c in [a, b] {
+        c.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}")).await.expect("begins");
+        for k in [1, 2] {
+            c.query_one(&format!("SELECT v FROM {table} WHERE k = {k}"), &[]).await.expect("reads");
+        }
+    }
+    let mut committed = 0;
+    for (c, k) in [(a, 1), (b, 2)] {
+        let wrote = c.batch_execute(&format!("UPDATE {table} SET v = v + 1 WHERE k = {k}")).await;
+        match wrote.and(c.batch_execute("COMMIT").await) {
+            Ok(()) => committed += 1,
+            Err(e) => {
+                assert_eq!(e.code().map(|c| c.code()), Some("40001"), "only a serialization failure: {e}");
+                let _ = c.batch_execute("ROLLBACK").await;
+            }
+        }
+    }
+    committed
+}
+
+struct Edges {
+    _nats: Running,
+    proxies: Vec<(Running, u16)>,
+    dir: tempfile::TempDir,
+}
+
+fn edges() -> Edges {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let store = dir.path().join("nats");
+    std::fs::create_dir_all(&store).expect("creates the NATS store");
+    let (nats, nats_port) = start_nats(&store);
+    let proxies = (1..=3).map(|c| start_proxy(dir.path(), c, nats_port)).collect();
+    std::fs::write(dir.path().join("nats-port"), nats_port.to_string()).expect("writes the port");
+    Edges { _nats: nats, proxies, dir }
+}
+
+impl Edges {
+    fn nats_port(&self) -> u16 {
+        std::fs::read_to_string(self.dir.path().join("nats-port")).expect("reads").parse().expect("a port")
+    }
+
+    fn proxy(&self, collector: usize) -> u16 {
+        self.proxies[collector - 1].1
+    }
+
+    fn reports(&self) -> Vec<PathBuf> {
+        let dir = self.dir.path().join("data").join("reports");
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "json")).collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        found
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_skew_across_two_proxies_is_rejected_with_both_collectors_named() {
+    let edges = edges();
+    let table = format!("edges_rr_{}", std::process::id());
+    two_rows(&table).await;
+    let (a, b) = (connect(edges.proxy(1)).await, connect(edges.proxy(2)).await);
+    assert_eq!(write_skew(&table, "REPEATABLE READ", &a, &b).await, 2, "REPEATABLE READ allows write skew");
+    drop((a, b));
+    let data = edges.dir.path().join("data");
+    let mut verifier = Verifier::start(edges.nats_port(), &data);
+    verifier.wait_verified(2);
+    let lines = verifier.stop();
+    drop_table(&table).await;
+    let reports = edges.reports();
+    assert!(!reports.is_empty(), "no reject report:\n{}", lines.join("\n"));
+    let text = std::fs::read_to_string(&reports[0]).expect("reads the report");
+    let report: serde_json::Value = serde_json::from_str(&text).expect("a JSON report");
+    let collectors: std::collections::BTreeSet<u64> = report["transactions"]
+        .as_array()
+        .expect("the report lists its transactions")
+        .iter()
+        .filter_map(|t| t["collector"].as_u64())
+        .collect();
+    assert_eq!(collectors, [1, 2].into(), "the report names both collectors: {text}");
+    let id = reports[0].file_stem().and_then(|s| s.to_str()).expect("a report id");
+    let shown = common::krait(&["report", "show", id, "--data-dir", data.to_str().expect("utf-8 path")]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("collector 1") && shown.contains("collector 2"), "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serializable_across_three_proxies_is_accepted_with_reads_joined_to_other_proxies_writes() {
+    let edges = edges();
+    let table = format!("edges_ser_{}", std::process::id());
+    two_rows(&table).await;
+    let (a, b) = (connect(edges.proxy(1)).await, connect(edges.proxy(2)).await);
+    let committed = write_skew(&table, "SERIALIZABLE", &a, &b).await;
+    assert_eq!(committed, 1, "SERIALIZABLE lets one of the two commit");
+    // The third proxy's first client: it learns its recording horizon now, after the others committed, so
+    // their versions are pre-history to it. It reads them and writes over them.
+    let c = connect(edges.proxy(3)).await;
+    for k in [1, 2] {
+        c.batch_execute(&format!(
+            "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT v FROM {table} WHERE k = {k}; \
+             UPDATE {table} SET v = v + 10 WHERE k = {k}; COMMIT"
+        ))
+        .await
+        .expect("the third proxy's client reads and overwrites");
+    }
+    drop((a, b, c));
+    let data = edges.dir.path().join("data");
+    let mut verifier = Verifier::start(edges.nats_port(), &data);
+    verifier.wait_verified(4);
+    let lines = verifier.stop();
+    drop_table(&table).await;
+    let last = lines.iter().rev().find(|l| l.contains("stopped; verifier:")).expect("a final status line");
+    assert!(last.contains(" 0 rejects"), "accepted:\n{}", lines.join("\n"));
+    assert!(edges.reports().is_empty(), "no report:\n{}", lines.join("\n"));
+}

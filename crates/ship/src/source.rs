@@ -1,0 +1,109 @@
+//! The verifier's side: read every collector's messages from JetStream, in order, from the start.
+//!
+//! One ordered consumer on `krait.>` delivers the stream in stream order, so each collector's records and
+//! heartbeats arrive in the order its shipper published them. The verifier re-verifies from the start at
+//! every start (it has no checkpoint yet), so the consumer is ephemeral and begins at the stream's first
+//! message; after a failure it reconnects and resumes after the last stream sequence it delivered.
+//!
+//! Messages go to the caller over a channel that a plain thread can read (the verifier runs on its own OS
+//! thread, never on an async runtime).
+
+use std::collections::BTreeSet;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer};
+use futures_util::StreamExt;
+use history::CollectorId;
+use tracing::warn;
+
+use crate::ShipError;
+use crate::message::{self, Incoming};
+
+/// The longest wait between reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// What the channel carries: a message, or a problem the reader cannot get past.
+pub type Delivery = Result<Incoming, ShipError>;
+
+/// A reader of shipped logs.
+pub struct Source {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Source {
+    /// Starts reading `stream` at `url` on the current tokio runtime; messages of collectors not in
+    /// `collectors` (when it is not empty) are skipped. Connection failures are retried (and logged); a
+    /// message that cannot be read is sent as an error, since skipping it would verify a history with a
+    /// record missing.
+    pub fn spawn(
+        url: String,
+        stream: String,
+        collectors: &[CollectorId],
+    ) -> (Self, mpsc::Receiver<Delivery>) {
+        let (tx, rx) = mpsc::channel();
+        let only: BTreeSet<CollectorId> = collectors.iter().copied().collect();
+        let task = tokio::spawn(async move {
+            let mut next = 1;
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                match read(&url, &stream, &only, &mut next, &tx).await {
+                    Ok(()) => return,
+                    Err(e) => warn!("reading shipped logs stopped, retrying in {backoff:?}: {e}"),
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        });
+        (Source { task }, rx)
+    }
+
+    /// Stops reading.
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+/// Delivers messages from stream sequence `next` on; returns `Ok` once the receiver is gone.
+async fn read(
+    url: &str,
+    stream: &str,
+    only: &BTreeSet<CollectorId>,
+    next: &mut u64,
+    tx: &mpsc::Sender<Delivery>,
+) -> Result<(), ShipError> {
+    let nats = |why: String| ShipError::Nats { url: url.to_owned(), why };
+    let client = async_nats::ConnectOptions::new()
+        .connection_timeout(Duration::from_secs(2))
+        .connect(url)
+        .await
+        .map_err(|e| nats(e.to_string()))?;
+    let js = jetstream::new(client);
+    let stream_handle = js.get_stream(stream).await.map_err(|e| nats(format!("stream {stream}: {e}")))?;
+    let consumer = stream_handle
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: format!("{}.>", message::SUBJECT_PREFIX),
+            deliver_policy: consumer::DeliverPolicy::ByStartSequence { start_sequence: *next },
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| nats(format!("cannot read stream {stream}: {e}")))?;
+    let mut messages =
+        consumer.messages().await.map_err(|e| nats(format!("cannot read stream {stream}: {e}")))?;
+    while let Some(msg) = messages.next().await {
+        let msg = msg.map_err(|e| nats(format!("reading stream {stream}: {e}")))?;
+        if let Ok(info) = msg.info() {
+            *next = info.stream_sequence + 1;
+        }
+        let subject = msg.subject.as_str();
+        let wanted = message::collector_of(subject).is_none_or(|c| only.is_empty() || only.contains(&c));
+        if !wanted {
+            continue;
+        }
+        let delivery = message::decode(subject, msg.headers.as_ref(), &msg.payload);
+        if tx.send(delivery).is_err() {
+            return Ok(());
+        }
+    }
+    Err(nats(format!("stream {stream} ended")))
+}
