@@ -41,6 +41,11 @@ fn wait_for_port(port: u16, what: &str) {
 /// `nats-server` with JetStream, on a free port, storing in `dir`.
 fn start_nats(dir: &Path) -> (Running, u16) {
     let port = free_port();
+    (nats_on(dir, port), port)
+}
+
+/// `nats-server` with JetStream on `port`, storing in `dir` (again, after a kill).
+fn nats_on(dir: &Path, port: u16) -> Running {
     let child = Command::new("nats-server")
         .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd", dir.to_str().expect("utf-8 path")])
         .stdout(Stdio::null())
@@ -49,12 +54,17 @@ fn start_nats(dir: &Path) -> (Running, u16) {
         .expect("nats-server runs (scripts/test installs Debian's nats-server package)");
     let running = Running(child);
     wait_for_port(port, "nats-server");
-    (running, port)
+    running
 }
 
 /// A `krait proxy` with collector id `collector`, shipping to NATS at `nats_port`; returns it and its port.
 fn start_proxy(dir: &Path, collector: u32, nats_port: u16) -> (Running, u16) {
     let port = free_port();
+    (proxy_on(dir, collector, nats_port, port), port)
+}
+
+/// A `krait proxy` with collector id `collector` on `port` (again, after a kill: same log, same config).
+fn proxy_on(dir: &Path, collector: u32, nats_port: u16, port: u16) -> Running {
     let dir = dir.join(format!("proxy{collector}"));
     std::fs::create_dir_all(&dir).expect("creates the proxy's directory");
     let config = dir.join("krait.toml");
@@ -76,7 +86,7 @@ fn start_proxy(dir: &Path, collector: u32, nats_port: u16) -> (Running, u16) {
         .expect("starts krait proxy");
     let running = Running(child);
     wait_for_port(port, "krait proxy");
-    (running, port)
+    running
 }
 
 /// `krait serve --verify-only` on NATS at `nats_port`, and its stderr lines.
@@ -125,6 +135,21 @@ impl Verifier {
         panic!("the verifier never verified {n} transactions:\n{}", self.seen.join("\n"));
     }
 
+    /// Waits (bounded by `within`) until a status line says at least `n` client transactions committed.
+    fn wait_committed(&mut self, n: u64, within: Duration) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
+                let committed = committed_in(&line);
+                self.seen.push(line);
+                if committed.is_some_and(|c| c >= n) {
+                    return;
+                }
+            }
+        }
+        panic!("the verifier never saw {n} committed transactions:\n{}", self.seen.join("\n"));
+    }
+
     /// SIGTERM, a clean exit, and every stderr line.
     fn stop(mut self) -> Vec<String> {
         let pid = self.child.0.id().to_string();
@@ -141,6 +166,12 @@ impl Verifier {
         assert!(status.success(), "the verifier failed ({status}):\n{}", self.seen.join("\n"));
         self.seen
     }
+}
+
+/// The client transactions a status line says were committed.
+fn committed_in(line: &str) -> Option<u64> {
+    let (before, _) = line.split_once(" client transactions committed")?;
+    before.rsplit(' ').next()?.parse().ok()
 }
 
 async fn connect(port: u16) -> tokio_postgres::Client {
@@ -196,7 +227,7 @@ async fn write_skew(
 }
 
 struct Edges {
-    _nats: Running,
+    nats: Running,
     proxies: Vec<(Running, u16)>,
     dir: tempfile::TempDir,
 }
@@ -208,7 +239,7 @@ fn edges() -> Edges {
     let (nats, nats_port) = start_nats(&store);
     let proxies = (1..=3).map(|c| start_proxy(dir.path(), c, nats_port)).collect();
     std::fs::write(dir.path().join("nats-port"), nats_port.to_string()).expect("writes the port");
-    Edges { _nats: nats, proxies, dir }
+    Edges { nats, proxies, dir }
 }
 
 impl Edges {
@@ -290,4 +321,98 @@ async fn serializable_across_three_proxies_is_accepted_with_reads_joined_to_othe
     let last = lines.iter().rev().find(|l| l.contains("stopped; verifier:")).expect("a final status line");
     assert!(last.contains(" 0 rejects"), "accepted:\n{}", lines.join("\n"));
     assert!(edges.reports().is_empty(), "no report:\n{}", lines.join("\n"));
+}
+
+/// Increments random rows through one proxy, at SERIALIZABLE, until `until`; reconnects when the proxy or
+/// the connection goes away. Returns how many commits were acknowledged.
+async fn increments(port: u16, table: String, until: Instant, seed: u64) -> u64 {
+    let mut acked = 0;
+    let mut client: Option<tokio_postgres::Client> = None;
+    let mut n = seed;
+    while Instant::now() < until {
+        let url = format!("host=127.0.0.1 port={port} user=postgres dbname=test");
+        let c = match client.take() {
+            Some(c) if !c.is_closed() => c,
+            _ => match tokio_postgres::connect(&url, NoTls).await {
+                Ok((c, conn)) => {
+                    tokio::spawn(conn);
+                    c
+                }
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let k = (n >> 33) % 8;
+        let txn = format!(
+            "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT v FROM {table} WHERE k = {k}; \
+             UPDATE {table} SET v = v + 1 WHERE k = {k}; COMMIT"
+        );
+        match c.batch_execute(&txn).await {
+            Ok(()) => acked += 1,
+            Err(_) => {
+                let _ = c.batch_execute("ROLLBACK").await;
+            }
+        }
+        client = Some(c);
+    }
+    acked
+}
+
+/// Load through three proxies while NATS is killed and restarted twice and one proxy is killed -9 and
+/// restarted: afterwards the verifier has every acknowledged commit, and accepts. The load lasts
+/// `KRAIT_EDGES_FAULT_SECONDS` (12 by default; `scripts/edges-faults` runs it for 60).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_and_proxy_kills_lose_no_acknowledged_commit() {
+    let seconds: u64 =
+        std::env::var("KRAIT_EDGES_FAULT_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12).max(6);
+    let mut edges = edges();
+    let nats_port = edges.nats_port();
+    let table = format!("edges_faults_{}", std::process::id());
+    let direct = connect(5432).await;
+    direct
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int PRIMARY KEY, v int NOT NULL); \
+             INSERT INTO {table} SELECT g, 0 FROM generate_series(0, 7) g;"
+        ))
+        .await
+        .expect("creates the table");
+    let data = edges.dir.path().join("data");
+    let mut verifier = Verifier::start(nats_port, &data);
+    let start = Instant::now();
+    let until = start + Duration::from_secs(seconds);
+    let load: Vec<_> =
+        (1..=3).map(|c| tokio::spawn(increments(edges.proxy(c), table.clone(), until, c as u64))).collect();
+    let at = |fraction: u64| start + Duration::from_millis(seconds * 1000 * fraction / 12);
+    let sleep_until = |t: Instant| tokio::time::sleep_until(tokio::time::Instant::from_std(t));
+    let store = edges.dir.path().join("nats");
+    for (kill, restart) in [(2, 4), (7, 9)] {
+        sleep_until(at(kill)).await;
+        let _ = edges.nats.0.kill();
+        let _ = edges.nats.0.wait();
+        if kill == 7 {
+            // The proxy dies too, while NATS is down: what it logged ships after both are back.
+            let (proxy, port) = &mut edges.proxies[1];
+            let _ = proxy.0.kill();
+            let _ = proxy.0.wait();
+            *proxy = proxy_on(edges.dir.path(), 2, nats_port, *port);
+        }
+        sleep_until(at(restart)).await;
+        edges.nats = nats_on(&store, nats_port);
+    }
+    let mut acked = 0;
+    for task in load {
+        acked += task.await.expect("the load task");
+    }
+    assert!(acked > 0, "no commit was acknowledged");
+    verifier.wait_committed(acked, Duration::from_secs(60));
+    let lines = verifier.stop();
+    let _ = direct.batch_execute(&format!("DROP TABLE IF EXISTS {table}")).await;
+    let last = lines.iter().rev().find(|l| l.contains("stopped; verifier:")).expect("a final status line");
+    assert!(last.contains(" 0 rejects"), "accepted:\n{}", lines.join("\n"));
+    assert!(committed_in(last).is_some_and(|c| c >= acked), "{acked} acknowledged:\n{last}");
+    assert!(edges.reports().is_empty(), "no report:\n{}", lines.join("\n"));
+    eprintln!("{acked} commits acknowledged through three proxies over {seconds} s; verifier: {last}");
 }

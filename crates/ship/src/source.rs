@@ -20,8 +20,22 @@ use tracing::warn;
 use crate::ShipError;
 use crate::message::{self, Incoming};
 
+/// The first wait before reading again.
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait between reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How long the consumer may deliver nothing before it is made again. Shippers send a heartbeat at least
+/// every [`crate::shipper::IDLE_HEARTBEAT`], so a longer silence means NATS lost the consumer (a server
+/// restart) or every shipper is down; reading again costs one request either way.
+const SILENCE: Duration = Duration::from_secs(3);
+
+/// Why one reading of the stream ended.
+enum Stop {
+    /// Nothing arrived for [`SILENCE`].
+    Silent,
+    /// Something failed.
+    Failed(ShipError),
+}
 
 /// What the channel carries: a message, or a problem the reader cannot get past.
 pub type Delivery = Result<Incoming, ShipError>;
@@ -45,11 +59,20 @@ impl Source {
         let only: BTreeSet<CollectorId> = collectors.iter().copied().collect();
         let task = tokio::spawn(async move {
             let mut next = 1;
-            let mut backoff = Duration::from_millis(100);
+            let mut backoff = MIN_BACKOFF;
             loop {
+                let from = next;
                 match read(&url, &stream, &only, &mut next, &tx).await {
                     Ok(()) => return,
-                    Err(e) => warn!("reading shipped logs stopped, retrying in {backoff:?}: {e}"),
+                    // Quiet: every live shipper sends a heartbeat at least every half second, so a silent
+                    // consumer is one NATS lost (a restart); read again from where it stopped.
+                    Err(Stop::Silent) => {}
+                    Err(Stop::Failed(e)) => {
+                        warn!("reading shipped logs stopped, retrying in {backoff:?}: {e}")
+                    }
+                }
+                if next > from {
+                    backoff = MIN_BACKOFF;
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -71,8 +94,8 @@ async fn read(
     only: &BTreeSet<CollectorId>,
     next: &mut u64,
     tx: &mpsc::Sender<Delivery>,
-) -> Result<(), ShipError> {
-    let nats = |why: String| ShipError::Nats { url: url.to_owned(), why };
+) -> Result<(), Stop> {
+    let nats = |why: String| Stop::Failed(ShipError::Nats { url: url.to_owned(), why });
     let client = async_nats::ConnectOptions::new()
         .connection_timeout(Duration::from_secs(2))
         .connect(url)
@@ -90,7 +113,9 @@ async fn read(
         .map_err(|e| nats(format!("cannot read stream {stream}: {e}")))?;
     let mut messages =
         consumer.messages().await.map_err(|e| nats(format!("cannot read stream {stream}: {e}")))?;
-    while let Some(msg) = messages.next().await {
+    loop {
+        let Ok(msg) = tokio::time::timeout(SILENCE, messages.next()).await else { return Err(Stop::Silent) };
+        let Some(msg) = msg else { break };
         let msg = msg.map_err(|e| nats(format!("reading stream {stream}: {e}")))?;
         if let Ok(info) = msg.info() {
             *next = info.stream_sequence + 1;

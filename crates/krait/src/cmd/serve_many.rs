@@ -116,7 +116,7 @@ fn verify(
         }
         if last_status.elapsed() >= status_every {
             last_status = Instant::now();
-            eprintln!("krait serve: verifier: {}; {}", feeder.status().line(), holding(&merger.holding()));
+            eprintln!("krait serve: verifier: {}", status_line(&mut feeder, &merger));
         }
     }
     feeder.finish()?;
@@ -130,14 +130,19 @@ fn verify(
              the stream, and the next run verifies them"
         );
     }
+    Ok(status_line(&mut feeder, &merger))
+}
+
+/// The verifier's state and each collector's, in one line.
+fn status_line(feeder: &mut Feeder, merger: &Merger) -> String {
     let status = feeder.status();
-    Ok(format!(
+    format!(
         "{}; {} client transactions committed, {} indeterminate; {}",
         status.line(),
         status.committed,
         status.indeterminate,
         holding(&merger.holding())
-    ))
+    )
 }
 
 /// Where each collector stands, for a status line.
