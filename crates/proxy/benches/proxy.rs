@@ -12,7 +12,8 @@
 //! For each workload (pgbench's built-in select-only `-S` and tpcb-like) and each path it prints tps, mean
 //! latency and the ratio to direct: direct; through Krait with tagging off and `log.durability = none`,
 //! `group` and `strict`; through Krait recording everything (xmin tagging, a fence every 20 commits,
-//! `strict`), with and without parameters and row values (`[record] values`); and through pgbouncer in session pooling. Nothing is asserted: the figures depend on the
+//! `strict`), with and without parameters and row values (`[record] values`), and the same shipping its log to a
+//! NATS server started here (`[ship]`, when `nats-server` is installed); and through pgbouncer in session pooling. Nothing is asserted: the figures depend on the
 //! machine, and only the ratios of one run compare.
 //!
 //! The cost of xmin tagging and fences on the tokio-postgres workloads of `krait workload run`, and the
@@ -155,7 +156,15 @@ fn main() {
     // KRAIT_BENCH_ONLY=select-only (or tpcb-like) runs one workload, e.g. under a profiler.
     let only = std::env::var("KRAIT_BENCH_ONLY").ok();
     let path_filter = std::env::var("KRAIT_BENCH_PATH").ok();
-    let krait_paths: [(&str, &str, &str); 5] = [
+    // The shipping row needs a NATS server: started here when nats-server is installed, else the row says why.
+    let nats = start_nats(&tmp);
+    let ship = match &nats {
+        Ok((_, port)) => format!(
+            "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n[ship]\nnats = \"nats://127.0.0.1:{port}\"\n"
+        ),
+        Err(_) => String::new(),
+    };
+    let krait_paths: [(&str, &str, &str); 6] = [
         ("krait, tagging off, none", "none", OFF),
         ("krait, tagging off, group", "group", OFF),
         ("krait, tagging off, strict", "strict", OFF),
@@ -165,6 +174,7 @@ fn main() {
             "strict",
             "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n[record]\nvalues = false\n",
         ),
+        ("krait, xmin + fences + strict, shipping to NATS", "strict", &ship),
     ];
     for (name, workload) in [("select-only", vec!["-S"]), ("tpcb-like", vec![])] {
         if only.as_deref().is_some_and(|o| o != name) {
@@ -180,6 +190,10 @@ fn main() {
             record("direct", pgbench(5432, &workload, seconds));
             for (path, durability, tagging) in krait_paths {
                 if path_filter.as_deref().is_some_and(|f| !path.contains(f)) {
+                    continue;
+                }
+                if let (true, Err(why)) = (path.contains("shipping"), &nats) {
+                    record(path, Err(why.clone()));
                     continue;
                 }
                 let log = tmp.join(format!("log-{name}-{round}-{durability}-{}", tagging.len()));
@@ -232,7 +246,31 @@ fn main() {
         }
     }
     let _ = setup(&format!("drop database if exists {DB} with (force)"));
+    if let Ok((mut child, _)) = nats {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// Starts nats-server with JetStream on a free port, storing under `dir`, or says why not.
+fn start_nats(dir: &Path) -> Result<(Child, u16), String> {
+    let port = free_port();
+    let store = dir.join("nats");
+    let child = Command::new("nats-server")
+        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        .arg(&store)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("nats-server not runnable ({e}); apt-get install nats-server"))?;
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok((child, port));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err("nats-server did not start listening".into())
 }
 
 /// The run with the median throughput among those that succeeded: its (tps, latency, CPU).
