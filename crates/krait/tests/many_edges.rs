@@ -98,11 +98,16 @@ struct Verifier {
 
 impl Verifier {
     fn start(nats_port: u16, data: &Path) -> Verifier {
+        Verifier::start_with(nats_port, data, &[])
+    }
+
+    fn start_with(nats_port: u16, data: &Path, more: &[&str]) -> Verifier {
         let mut child = Command::new(env!("CARGO_BIN_EXE_krait"))
             .args(["serve", "--verify-only", "--source", &format!("nats://127.0.0.1:{nats_port}")])
             .args(["--collectors", "1,2,3", "--level", "serializable", "--drift-ms", "50"])
             .args(["--data-dir", data.to_str().expect("utf-8 path"), "--status-every", "1"])
             .args(["--round-interval-ms", "200"])
+            .args(more)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -166,6 +171,20 @@ impl Verifier {
         assert!(status.success(), "the verifier failed ({status}):\n{}", self.seen.join("\n"));
         self.seen
     }
+}
+
+/// `GET /api/status` of the verifier's status server on `port`.
+fn api_status(port: u16) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect(("127.0.0.1", port)).expect("connects to the status server");
+    stream
+        .write_all(b"GET /api/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("sends the request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("reads the response");
+    let (_, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    serde_json::from_str(body).expect("a JSON status")
 }
 
 /// The client transactions a status line says were committed.
@@ -314,8 +333,35 @@ async fn serializable_across_three_proxies_is_accepted_with_reads_joined_to_othe
     }
     drop((a, b, c));
     let data = edges.dir.path().join("data");
-    let mut verifier = Verifier::start(edges.nats_port(), &data);
+    let admin = free_port();
+    let admin_address = format!("127.0.0.1:{admin}");
+    let mut verifier = Verifier::start_with(edges.nats_port(), &data, &["--admin", &admin_address]);
     verifier.wait_verified(4);
+    let status = api_status(admin);
+    assert_eq!(status["verifier"]["rejects"], 0, "{status}");
+    let heard: Vec<u64> = status["collectors"]
+        .as_array()
+        .expect("collectors")
+        .iter()
+        .filter_map(|c| c["collector"].as_u64())
+        .collect();
+    assert_eq!(heard, [1, 2, 3], "{status}");
+    // The third proxy goes away: its shipper falls silent, and the status server says that it holds back the
+    // other two.
+    let mut edges = edges;
+    let _ = edges.proxies[2].0.0.kill();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let silent = loop {
+        let status = api_status(admin);
+        let holds_back = |c: usize| status["collectors"][c]["holds_back_others"].as_bool();
+        if holds_back(2) == Some(true) {
+            assert_eq!((holds_back(0), holds_back(1)), (Some(false), Some(false)), "{status}");
+            break status;
+        }
+        assert!(Instant::now() < deadline, "collector 3 never shown silent: {status}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(silent["collectors"][2]["silent_s"].as_f64().is_some_and(|s| s > 2.0), "{silent}");
     let lines = verifier.stop();
     drop_table(&table).await;
     let last = lines.iter().rev().find(|l| l.contains("stopped; verifier:")).expect("a final status line");

@@ -150,7 +150,7 @@ fn main() {
         protocol()
     );
     println!(
-        "{:<14} {:<42} {:>10} {:>12} {:>9} {:>14}",
+        "{:<14} {:<48} {:>10} {:>12} {:>9} {:>14}",
         "workload", "path", "tps", "latency ms", "/direct", "proxy µs CPU/txn"
     );
     // KRAIT_BENCH_ONLY=select-only (or tpcb-like) runs one workload, e.g. under a profiler.
@@ -236,11 +236,11 @@ fn main() {
                 Some((tps, lat, cpu)) => {
                     let ratio = direct.map_or_else(|| "-".to_owned(), |d| format!("{:.2}", tps / d));
                     let cpu = cpu.map_or_else(|| "-".to_owned(), |c| format!("{c:.0}"));
-                    println!("{name:<14} {path:<42} {tps:>10.0} {lat:>12.3} {ratio:>9} {cpu:>14}");
+                    println!("{name:<14} {path:<48} {tps:>10.0} {lat:>12.3} {ratio:>9} {cpu:>14}");
                 }
                 None => {
                     let why = rs.iter().find_map(|r| r.as_ref().err()).cloned().unwrap_or_default();
-                    println!("{name:<14} {path:<42} {:>10} ({why})", "-");
+                    println!("{name:<14} {path:<48} {:>10} ({why})", "-");
                 }
             }
         }

@@ -8,5 +8,6 @@ pub mod refstore;
 pub mod report;
 pub mod serve;
 pub mod serve_many;
+pub mod status_server;
 pub mod verify;
 pub mod workload;

@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// `strict-serializable`.
     #[arg(long, default_value_t = 100, value_name = "MS")]
     pub(crate) drift_ms: u64,
+    /// With --verify-only: serve the verifier's state, and each proxy's (records, events held back, how
+    /// long it has been silent), as JSON on `http://ADDR/api/status`.
+    #[arg(long, value_name = "ADDR", requires = "verify_only")]
+    pub(crate) admin: Option<std::net::SocketAddr>,
     /// Seconds between status lines on stderr.
     #[arg(long, default_value_t = 5, value_name = "S")]
     pub(crate) status_every: u64,

@@ -8,9 +8,9 @@
 //! which collector holds the others back when one falls silent.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -24,6 +24,8 @@ use crate::cmd::serve::{ServeArgs, chosen_level};
 
 /// The most messages one pass takes before it releases and verifies.
 const MAX_MESSAGES_PER_PASS: usize = 20_000;
+/// How often the verifier thread publishes its state for `/api/status`.
+const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 
 /// Runs the verifier until Ctrl-C or SIGTERM. Exit 0 after a clean stop, 2 if reading or verifying failed.
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -55,21 +57,41 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         reports_dir.display()
     );
     eprintln!("krait serve: the verifier checks {}", level.name());
+    let status = Arc::new(Mutex::new(serde_json::Value::Null));
+    if let Some(address) = args.admin {
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(address))
+            .with_context(|| format!("cannot listen on {address} for the status server"))?;
+        let address = listener.local_addr().unwrap_or(address);
+        eprintln!("krait serve: the verifier's state is at http://{address}/api/status");
+        runtime.spawn(crate::cmd::status_server::serve(listener, status.clone()));
+    }
     let stop = Arc::new(AtomicBool::new(false));
-    let verifier = {
+    let mut verifier = {
         let stop = stop.clone();
         let merger = Merger::new(&collectors, args.drift_ms.saturating_mul(1_000_000));
         let status_every = Duration::from_secs(args.status_every.max(1));
-        std::thread::Builder::new()
-            .name("krait-verifier".into())
-            .spawn(move || verify(messages, merger, Feeder::new(options, Some(store)), &stop, status_every))
-            .context("cannot start the verifier thread")?
+        let feeder = Feeder::new(options, Some(store));
+        let status = status.clone();
+        runtime.spawn_blocking(move || verify(messages, merger, feeder, &stop, status_every, &status))
     };
-    runtime.block_on(crate::cmd::proxy::shutdown_signal());
-    eprintln!("krait serve: shutting down");
-    stop.store(true, Ordering::Relaxed);
+    // Until Ctrl-C or SIGTERM, or until the verifier stops on its own (a shipped log it cannot read).
+    let finished = runtime.block_on(async {
+        tokio::select! {
+            () = crate::cmd::proxy::shutdown_signal() => None,
+            finished = &mut verifier => Some(finished),
+        }
+    });
     source.stop();
-    let line = verifier.join().map_err(|_| anyhow::anyhow!("the verifier thread panicked"))??;
+    let finished = match finished {
+        Some(finished) => finished,
+        None => {
+            eprintln!("krait serve: shutting down");
+            stop.store(true, Ordering::Relaxed);
+            runtime.block_on(verifier)
+        }
+    };
+    let line = finished.map_err(|_| anyhow::anyhow!("the verifier thread panicked"))??;
     eprintln!("krait serve: stopped; verifier: {line}");
     Ok(ExitCode::SUCCESS)
 }
@@ -82,8 +104,31 @@ fn verify(
     mut feeder: Feeder,
     stop: &AtomicBool,
     status_every: Duration,
+    published: &Mutex<serde_json::Value>,
+) -> anyhow::Result<String> {
+    let verified = verify_until(messages, &mut merger, &mut feeder, stop, status_every, published);
+    if let Err(e) = &verified {
+        // The status server says why verification stopped, for whoever looks before the process is gone.
+        let mut state = status_json(&mut feeder, &merger);
+        state["stopped"] = format!("{e:#}").into();
+        if let Ok(mut shown) = published.lock() {
+            *shown = state;
+        }
+    }
+    verified
+}
+
+/// [`verify`] until told to stop or until a shipped log cannot be read.
+fn verify_until(
+    messages: Receiver<ship::source::Delivery>,
+    merger: &mut Merger,
+    feeder: &mut Feeder,
+    stop: &AtomicBool,
+    status_every: Duration,
+    published: &Mutex<serde_json::Value>,
 ) -> anyhow::Result<String> {
     let mut last_status = Instant::now();
+    let mut last_published = Instant::now() - PUBLISH_EVERY;
     let mut warned_horizons = false;
     while !stop.load(Ordering::Relaxed) {
         let first = match messages.recv_timeout(POLL) {
@@ -114,9 +159,16 @@ fn verify(
                  ones (start every proxy before traffic flows)"
             );
         }
+        if last_published.elapsed() >= PUBLISH_EVERY {
+            last_published = Instant::now();
+            let state = status_json(feeder, merger);
+            if let Ok(mut shown) = published.lock() {
+                *shown = state;
+            }
+        }
         if last_status.elapsed() >= status_every {
             last_status = Instant::now();
-            eprintln!("krait serve: verifier: {}", status_line(&mut feeder, &merger));
+            eprintln!("krait serve: verifier: {}", status_line(feeder, merger));
         }
     }
     feeder.finish()?;
@@ -130,7 +182,7 @@ fn verify(
              the stream, and the next run verifies them"
         );
     }
-    Ok(status_line(&mut feeder, &merger))
+    Ok(status_line(feeder, merger))
 }
 
 /// The verifier's state and each collector's, in one line.
@@ -145,20 +197,77 @@ fn status_line(feeder: &mut Feeder, merger: &Merger) -> String {
     )
 }
 
+/// What `/api/status` shows: the verifier's progress and each collector's state.
+fn status_json(feeder: &mut Feeder, merger: &Merger) -> serde_json::Value {
+    let status = feeder.status();
+    let now_ns = now_ns();
+    let collectors: Vec<serde_json::Value> = merger
+        .holding()
+        .iter()
+        .map(|c| {
+            let silent_s = c.complete_before_ns.map(|at| now_ns.saturating_sub(at) as f64 / 1e9);
+            serde_json::json!({
+                "collector": c.collector.0,
+                "records": c.records,
+                "held": c.held,
+                "heard_from": c.complete_before_ns.is_some(),
+                "silent_s": silent_s,
+                "holds_back_others": c.complete_before_ns.is_none_or(|at| now_ns.saturating_sub(at) > SILENT_AFTER_NS),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "verifier": {
+            "recorded": status.txns_read,
+            "verified": status.verified,
+            "committed": status.committed,
+            "indeterminate": status.indeterminate,
+            "lag_transactions": status.lag_txns,
+            "lag_seconds": status.lag.as_secs_f64(),
+            "rounds": status.rounds,
+            "rejects": status.rejects,
+            "report_ids": status.report_ids,
+            "live_transactions": status.live,
+        },
+        "collectors": collectors,
+        "horizons_differ": merger.horizons_differ(),
+        "stopped": null,
+    })
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 /// Where each collector stands, for a status line.
 fn holding(collectors: &[CollectorStatus]) -> String {
     if collectors.is_empty() {
         return "no collector has shipped yet".into();
     }
+    let now_ns = now_ns();
     collectors
         .iter()
-        .map(|c| match c.complete_before_ns {
-            Some(_) => format!("collector {}: {} records, {} held", c.collector.0, c.records, c.held),
-            None => format!("collector {}: no heartbeat yet (holds the others back)", c.collector.0),
+        .map(|c| {
+            let (id, records, held) = (c.collector.0, c.records, c.held);
+            match c.complete_before_ns.map(|at| now_ns.saturating_sub(at)) {
+                // A live shipper promises anew at least every half second (by its own clock).
+                Some(silent) if silent > SILENT_AFTER_NS => format!(
+                    "collector {id}: {records} records, {held} held, silent for {:.1} s (holds the others back)",
+                    silent as f64 / 1e9
+                ),
+                Some(_) => format!("collector {id}: {records} records, {held} held"),
+                None => format!("collector {id}: no heartbeat yet (holds the others back)"),
+            }
         })
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// How old a collector's latest promise may be before the status line calls it silent: its shipper's idle
+/// heartbeat interval, and room for the clocks' drift and the way through NATS.
+const SILENT_AFTER_NS: u64 = 2_000_000_000;
 
 fn list(collectors: &[CollectorId]) -> String {
     collectors.iter().map(|c| c.0.to_string()).collect::<Vec<_>>().join(", ")
