@@ -106,6 +106,19 @@ impl fmt::Display for Report {
                      collectors' clocks differ by more, the reject may be false.",
                     rt.clock_drift_ms
                 )?;
+                // Across proxies the two timestamps come from two clocks: say which edges rest on that.
+                let collector = |id| self.transactions.iter().find(|t| t.id == id).map(|t| t.collector.0);
+                for e in a.cycle.iter().filter(|e| e.kind == EdgeKind::Rt) {
+                    if let (Some(from), Some(to)) = (collector(e.from), collector(e.to))
+                        && from != to
+                    {
+                        writeln!(
+                            f,
+                            "  {} -rt-> {} rests on the clocks of two collectors ({from} and {to}).",
+                            e.from, e.to
+                        )?;
+                    }
+                }
             }
             writeln!(f)?;
         }
