@@ -85,6 +85,9 @@ fn free_port() -> u16 {
 
 /// Starts pgbouncer in session pooling on a free port, or says why not.
 fn start_pgbouncer(dir: &Path) -> Result<(Child, u16), String> {
+    if Command::new("pgbouncer").arg("--version").output().is_err() {
+        return Err("pgbouncer is not installed; scripts/bench-deps installs it".into());
+    }
     let port = free_port();
     let ini = dir.join("pgbouncer.ini");
     std::fs::write(
