@@ -57,6 +57,9 @@ fn nats_on(dir: &Path, port: u16) -> Running {
     running
 }
 
+/// The row of `krait_fence` every proxy of these tests fences: one chain, so the verifier collects garbage.
+const FENCE_ROW: i32 = 2_100_000_021;
+
 /// A `krait proxy` with collector id `collector`, shipping to NATS at `nats_port`; returns it and its port.
 fn start_proxy(dir: &Path, collector: u32, nats_port: u16) -> (Running, u16) {
     let port = free_port();
@@ -73,7 +76,7 @@ fn proxy_on(dir: &Path, collector: u32, nats_port: u16, port: u16) -> Running {
         format!(
             "[listen]\naddress = \"127.0.0.1:{port}\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
              [log]\npath = \"{}\"\ncollector = {collector}\n[admin]\nenabled = false\n\
-             [ship]\nnats = \"nats://127.0.0.1:{nats_port}\"\n",
+             [ship]\nnats = \"nats://127.0.0.1:{nats_port}\"\n[fence]\nrow = {FENCE_ROW}\n",
             dir.join("log").display()
         ),
     )
@@ -426,7 +429,9 @@ async fn nats_and_proxy_kills_lose_no_acknowledged_commit() {
         .await
         .expect("creates the table");
     let data = edges.dir.path().join("data");
-    let mut verifier = Verifier::start(nats_port, &data);
+    let admin = free_port();
+    let admin_address = format!("127.0.0.1:{admin}");
+    let mut verifier = Verifier::start_with(nats_port, &data, &["--admin", &admin_address]);
     let start = Instant::now();
     let until = start + Duration::from_secs(seconds);
     let load: Vec<_> =
@@ -454,6 +459,14 @@ async fn nats_and_proxy_kills_lose_no_acknowledged_commit() {
     }
     assert!(acked > 0, "no commit was acknowledged");
     verifier.wait_committed(acked, Duration::from_secs(60));
+    // The three proxies fence one row: the verifier's epochs span them, and it collects garbage.
+    let status = api_status(admin);
+    let (recorded, live) =
+        (status["verifier"]["recorded"].as_u64(), status["verifier"]["live_transactions"].as_u64());
+    assert!(
+        recorded.zip(live).is_some_and(|(recorded, live)| live * 2 < recorded),
+        "most transactions collected: {status}"
+    );
     let lines = verifier.stop();
     let _ = direct.batch_execute(&format!("DROP TABLE IF EXISTS {table}")).await;
     let last = lines.iter().rev().find(|l| l.contains("stopped; verifier:")).expect("a final status line");
