@@ -127,7 +127,7 @@ fn main() {
 
     // 2. Verifying what three collectors shipped.
     let started = Instant::now();
-    let (source, messages) =
+    let (source, mut messages) =
         runtime.block_on(async { Source::spawn(url.clone(), ship::DEFAULT_STREAM.into(), &[]) });
     let collectors: Vec<CollectorId> = logs.iter().map(|(c, _)| *c).collect();
     let mut merger = Merger::new(&collectors, 0);
@@ -137,9 +137,9 @@ fn main() {
     let total = txns * 3;
     let deadline = Instant::now() + Duration::from_secs(600);
     while feeder.status().verified < total && Instant::now() < deadline {
-        for delivery in
-            messages.recv_timeout(Duration::from_millis(50)).into_iter().chain(messages.try_iter())
-        {
+        let first = messages.recv_timeout(Duration::from_millis(50)).expect("the reader runs");
+        let more: Vec<_> = std::iter::from_fn(|| messages.try_recv()).collect();
+        for delivery in first.into_iter().chain(more) {
             match delivery.expect("a readable message") {
                 Incoming::Record { collector, seq, record } => {
                     merger.record(collector, seq, record).expect("merges")

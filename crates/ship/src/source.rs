@@ -5,16 +5,17 @@
 //! every start (it has no checkpoint yet), so the consumer is ephemeral and begins at the stream's first
 //! message; after a failure it reconnects and resumes after the last stream sequence it delivered.
 //!
-//! Messages go to the caller over a channel that a plain thread can read (the verifier runs on its own OS
-//! thread, never on an async runtime).
+//! Messages go to the caller over a bounded channel ([`Deliveries`]) that a plain thread can read (the
+//! verifier runs on its own OS thread, never on an async runtime). The bound holds the reader back when the
+//! verifier is slower, so a verifier that starts on a long stream does not pull all of it into memory.
 
 use std::collections::BTreeSet;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
 use futures_util::StreamExt;
 use history::CollectorId;
+use tokio::sync::mpsc;
 use tracing::warn;
 
 use crate::ShipError;
@@ -40,22 +41,51 @@ enum Stop {
 /// What the channel carries: a message, or a problem the reader cannot get past.
 pub type Delivery = Result<Incoming, ShipError>;
 
+/// The most messages read ahead of the verifier.
+const READ_AHEAD: usize = 65_536;
+
+/// The receiving end, for a thread outside the async runtime.
+pub struct Deliveries {
+    rx: mpsc::Receiver<Delivery>,
+    runtime: tokio::runtime::Handle,
+}
+
+/// The reader is gone: it stopped, or its runtime did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closed;
+
+impl Deliveries {
+    /// The next message, waiting at most `wait`; `Ok(None)` when none came in time. Call it from a thread
+    /// that is not running async code (a plain or `spawn_blocking` thread).
+    pub fn recv_timeout(&mut self, wait: Duration) -> Result<Option<Delivery>, Closed> {
+        let rx = &mut self.rx;
+        match self.runtime.block_on(async { tokio::time::timeout(wait, rx.recv()).await }) {
+            Ok(Some(delivery)) => Ok(Some(delivery)),
+            Ok(None) => Err(Closed),
+            Err(_elapsed) => Ok(None),
+        }
+    }
+
+    /// The next message if one is waiting.
+    pub fn try_recv(&mut self) -> Option<Delivery> {
+        self.rx.try_recv().ok()
+    }
+}
+
 /// A reader of shipped logs.
 pub struct Source {
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Source {
-    /// Starts reading `stream` at `url` on the current tokio runtime; messages of collectors not in
+    /// Starts reading `stream` at `url` on the current tokio runtime (call it inside one); messages of
+    /// collectors not in
     /// `collectors` (when it is not empty) are skipped. Connection failures are retried (and logged); a
     /// message that cannot be read is sent as an error, since skipping it would verify a history with a
     /// record missing.
-    pub fn spawn(
-        url: String,
-        stream: String,
-        collectors: &[CollectorId],
-    ) -> (Self, mpsc::Receiver<Delivery>) {
-        let (tx, rx) = mpsc::channel();
+    pub fn spawn(url: String, stream: String, collectors: &[CollectorId]) -> (Self, Deliveries) {
+        let (tx, rx) = mpsc::channel(READ_AHEAD);
+        let deliveries = Deliveries { rx, runtime: tokio::runtime::Handle::current() };
         let only: BTreeSet<CollectorId> = collectors.iter().copied().collect();
         let task = tokio::spawn(async move {
             let mut next = 1;
@@ -78,7 +108,7 @@ impl Source {
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         });
-        (Source { task }, rx)
+        (Source { task }, deliveries)
     }
 
     /// Stops reading.
@@ -126,7 +156,7 @@ async fn read(
             continue;
         }
         let delivery = message::decode(subject, msg.headers.as_ref(), &msg.payload);
-        if tx.send(delivery).is_err() {
+        if tx.send(delivery).await.is_err() {
             return Ok(());
         }
     }

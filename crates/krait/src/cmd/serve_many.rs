@@ -9,7 +9,6 @@
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -99,7 +98,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 /// The verifier thread: messages into the merger, released events into the feeder, rounds, status lines.
 /// Returns the last status line.
 fn verify(
-    messages: Receiver<ship::source::Delivery>,
+    messages: ship::source::Deliveries,
     mut merger: Merger,
     mut feeder: Feeder,
     stop: &AtomicBool,
@@ -120,7 +119,7 @@ fn verify(
 
 /// [`verify`] until told to stop or until a shipped log cannot be read.
 fn verify_until(
-    messages: Receiver<ship::source::Delivery>,
+    mut messages: ship::source::Deliveries,
     merger: &mut Merger,
     feeder: &mut Feeder,
     stop: &AtomicBool,
@@ -131,12 +130,9 @@ fn verify_until(
     let mut last_published = Instant::now() - PUBLISH_EVERY;
     let mut warned_horizons = false;
     while !stop.load(Ordering::Relaxed) {
-        let first = match messages.recv_timeout(POLL) {
-            Ok(m) => Some(m),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => break,
-        };
-        for delivery in first.into_iter().chain(messages.try_iter().take(MAX_MESSAGES_PER_PASS)) {
+        let Ok(first) = messages.recv_timeout(POLL) else { break };
+        let more = std::iter::from_fn(|| messages.try_recv()).take(MAX_MESSAGES_PER_PASS);
+        for delivery in first.into_iter().chain(more) {
             match delivery.context("a shipped log cannot be read")? {
                 Incoming::Record { collector, seq, record } => merger.record(collector, seq, record)?,
                 Incoming::Heartbeat { collector, beat } => merger.heartbeat(collector, beat),
