@@ -464,6 +464,7 @@ async fn nats_and_proxy_kills_lose_no_acknowledged_commit() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let status = api_status(admin);
+        assert!(status["garbage_collection_stopped"].is_null(), "one fence chain: {status}");
         let verifier = &status["verifier"];
         let (recorded, live) = (verifier["recorded"].as_u64(), verifier["live_transactions"].as_u64());
         if recorded.zip(live).is_some_and(|(recorded, live)| live * 2 < recorded) {

@@ -129,6 +129,7 @@ fn verify_until(
     let mut last_status = Instant::now();
     let mut last_published = Instant::now() - PUBLISH_EVERY;
     let mut warned_horizons = false;
+    let mut warned_gc = false;
     while !stop.load(Ordering::Relaxed) {
         let Ok(first) = messages.recv_timeout(POLL) else { break };
         let more = std::iter::from_fn(|| messages.try_recv()).take(MAX_MESSAGES_PER_PASS);
@@ -146,6 +147,14 @@ fn verify_until(
                 Some(id) => eprintln!("krait serve: {line} (report {id})"),
                 None => eprintln!("krait serve: {line}"),
             }
+        }
+        if !warned_gc && let Some(why) = feeder.verifier().gc_disabled() {
+            warned_gc = true;
+            eprintln!(
+                "krait serve: garbage collection stopped ({why}); the verifier now keeps every transaction. \
+                 Proxies that ship to one verifier should fence one shared row: set the same [fence] row in \
+                 each (docs/deploy.md)"
+            );
         }
         if !warned_horizons && merger.horizons_differ() {
             warned_horizons = true;
@@ -227,6 +236,7 @@ fn status_json(feeder: &mut Feeder, merger: &Merger) -> serde_json::Value {
         },
         "collectors": collectors,
         "horizons_differ": merger.horizons_differ(),
+        "garbage_collection_stopped": feeder.verifier().gc_disabled(),
         "stopped": null,
     })
 }
