@@ -18,6 +18,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::free_port;
+use ship::local::LocalNats;
 use tokio_postgres::NoTls;
 
 /// A child process killed when dropped, so a failing test leaves nothing running.
@@ -36,25 +37,6 @@ fn wait_for_port(port: u16, what: &str) {
         assert!(Instant::now() < deadline, "{what} did not start listening on {port}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// `nats-server` with JetStream, on a free port, storing in `dir`.
-fn start_nats(dir: &Path) -> (Running, u16) {
-    let port = free_port();
-    (nats_on(dir, port), port)
-}
-
-/// `nats-server` with JetStream on `port`, storing in `dir` (again, after a kill).
-fn nats_on(dir: &Path, port: u16) -> Running {
-    let child = Command::new("nats-server")
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd", dir.to_str().expect("utf-8 path")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nats-server runs (scripts/test installs Debian's nats-server package)");
-    let running = Running(child);
-    wait_for_port(port, "nats-server");
-    running
 }
 
 /// The row of `krait_fence` every proxy of these tests fences: one chain, so the verifier collects garbage.
@@ -248,8 +230,10 @@ async fn write_skew(
     committed
 }
 
+/// A NATS server (scripts/test installs Debian's nats-server package) and three proxies shipping to it.
 struct Edges {
-    nats: Running,
+    nats: Option<LocalNats>,
+    nats_port: u16,
     proxies: Vec<(Running, u16)>,
     dir: tempfile::TempDir,
 }
@@ -258,15 +242,15 @@ fn edges() -> Edges {
     let dir = tempfile::tempdir().expect("a temp dir");
     let store = dir.path().join("nats");
     std::fs::create_dir_all(&store).expect("creates the NATS store");
-    let (nats, nats_port) = start_nats(&store);
+    let nats = LocalNats::start(&store).unwrap_or_else(|e| panic!("{e}"));
+    let nats_port = nats.port();
     let proxies = (1..=3).map(|c| start_proxy(dir.path(), c, nats_port)).collect();
-    std::fs::write(dir.path().join("nats-port"), nats_port.to_string()).expect("writes the port");
-    Edges { nats, proxies, dir }
+    Edges { nats: Some(nats), nats_port, proxies, dir }
 }
 
 impl Edges {
     fn nats_port(&self) -> u16 {
-        std::fs::read_to_string(self.dir.path().join("nats-port")).expect("reads").parse().expect("a port")
+        self.nats_port
     }
 
     fn proxy(&self, collector: usize) -> u16 {
@@ -438,11 +422,9 @@ async fn nats_and_proxy_kills_lose_no_acknowledged_commit() {
         (1..=3).map(|c| tokio::spawn(increments(edges.proxy(c), table.clone(), until, c as u64))).collect();
     let at = |fraction: u64| start + Duration::from_millis(seconds * 1000 * fraction / 12);
     let sleep_until = |t: Instant| tokio::time::sleep_until(tokio::time::Instant::from_std(t));
-    let store = edges.dir.path().join("nats");
     for (kill, restart) in [(2, 4), (7, 9)] {
         sleep_until(at(kill)).await;
-        let _ = edges.nats.0.kill();
-        let _ = edges.nats.0.wait();
+        let store = edges.nats.take().expect("NATS runs").kill();
         if kill == 7 {
             // The proxy dies too, while NATS is down: what it logged ships after both are back.
             let (proxy, port) = &mut edges.proxies[1];
@@ -451,7 +433,7 @@ async fn nats_and_proxy_kills_lose_no_acknowledged_commit() {
             *proxy = proxy_on(edges.dir.path(), 2, nats_port, *port);
         }
         sleep_until(at(restart)).await;
-        edges.nats = nats_on(&store, nats_port);
+        edges.nats = Some(LocalNats::start_on(&store, nats_port).unwrap_or_else(|e| panic!("{e}")));
     }
     let mut acked = 0;
     for task in load {

@@ -160,10 +160,13 @@ fn main() {
     let only = std::env::var("KRAIT_BENCH_ONLY").ok();
     let path_filter = std::env::var("KRAIT_BENCH_PATH").ok();
     // The shipping row needs a NATS server: started here when nats-server is installed, else the row says why.
-    let nats = start_nats(&tmp);
+    let nats = std::fs::create_dir_all(tmp.join("nats"))
+        .map_err(|e| e.to_string())
+        .and_then(|()| ship::local::LocalNats::start(&tmp.join("nats")));
     let ship = match &nats {
-        Ok((_, port)) => format!(
-            "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n[ship]\nnats = \"nats://127.0.0.1:{port}\"\n"
+        Ok(nats) => format!(
+            "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n[ship]\nnats = \"{}\"\n",
+            nats.url()
         ),
         Err(_) => String::new(),
     };
@@ -249,31 +252,8 @@ fn main() {
         }
     }
     let _ = setup(&format!("drop database if exists {DB} with (force)"));
-    if let Ok((mut child, _)) = nats {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    drop(nats);
     let _ = std::fs::remove_dir_all(&tmp);
-}
-
-/// Starts nats-server with JetStream on a free port, storing under `dir`, or says why not.
-fn start_nats(dir: &Path) -> Result<(Child, u16), String> {
-    let port = free_port();
-    let store = dir.join("nats");
-    let child = Command::new("nats-server")
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-        .arg(&store)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("nats-server not runnable ({e}); apt-get install nats-server"))?;
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok((child, port));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Err("nats-server did not start listening".into())
 }
 
 /// The run with the median throughput among those that succeeded: its (tps, latency, CPU).

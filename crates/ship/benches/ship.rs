@@ -14,7 +14,6 @@
 //! bench's "shipping to NATS" row, side by side with the same path without it.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,35 +22,13 @@ use history::{
     CollectorId, Durability, HistoryLog, KeyName, LoggedOp, LoggedTxn, Observed, Outcome, SessionId, SledLog,
     TxnId, WriteId,
 };
+use ship::local::LocalNats;
 use ship::{Counters, Incoming, ShipConfig, Shipper, Source};
 use verifier::RoundOptions;
 use verifier::online::Feeder;
 
 const SESSIONS: u64 = 4;
 const KEYS: u64 = 2_000;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
-}
-
-fn start_nats(dir: &Path) -> Result<(Child, u16), String> {
-    let port = free_port();
-    let child = Command::new("nats-server")
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string()])
-        .arg("-sd")
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("nats-server not runnable ({e}); apt-get install nats-server"))?;
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok((child, port));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Err("nats-server did not start listening".into())
-}
 
 /// A log of `txns` read-modify-write transactions of collector `c`, serializable by construction.
 fn fill(dir: &Path, c: u32, txns: u64) -> Result<Arc<SledLog>, String> {
@@ -77,14 +54,14 @@ fn fill(dir: &Path, c: u32, txns: u64) -> Result<Arc<SledLog>, String> {
 fn main() {
     let txns: u64 = std::env::var("KRAIT_BENCH_TXNS").ok().and_then(|s| s.parse().ok()).unwrap_or(30_000);
     let tmp = tempfile::tempdir().expect("a temp dir");
-    let (mut nats, port) = match start_nats(tmp.path()) {
+    let nats = match LocalNats::start(tmp.path()) {
         Ok(n) => n,
         Err(e) => {
             eprintln!("bench ship: {e}");
             std::process::exit(1);
         }
     };
-    let url = format!("nats://127.0.0.1:{port}");
+    let url = nats.url();
     let logs: Vec<(CollectorId, Arc<SledLog>)> = (1..=3)
         .map(|c| {
             let log = fill(&tmp.path().join(format!("log{c}")), c, txns).expect("fills a log");
@@ -113,7 +90,7 @@ fn main() {
     {
         if Instant::now() > deadline {
             eprintln!("bench ship: shipping did not finish in 10 minutes");
-            let _ = nats.kill();
+            drop(nats);
             std::process::exit(1);
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -169,6 +146,5 @@ fn main() {
             s.finish(Duration::from_secs(1)).await;
         }
     });
-    let _ = nats.kill();
-    let _ = nats.wait();
+    drop(nats);
 }

@@ -7,6 +7,7 @@
 //! order, and hands the messages to a [`history::log::merge::Merger`]. [`message`] is what goes over the
 //! wire.
 
+pub mod local;
 pub mod message;
 pub mod shipper;
 pub mod source;
