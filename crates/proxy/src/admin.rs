@@ -41,12 +41,22 @@ pub(crate) struct AdminState {
 
 /// How much of the machine the admin server may hold: it shares file descriptors with the proxy's clients.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Limits {
+pub struct Limits {
     /// The most time a client may take to send a request's headers; a connection lives at most 12 times
     /// as long (a scraper's keep-alive included).
-    pub(crate) timeout: Duration,
+    pub timeout: Duration,
     /// The most connections served at once; more wait in the kernel's backlog, holding no descriptor.
-    pub(crate) max_connections: usize,
+    pub max_connections: usize,
+}
+
+impl Limits {
+    /// The limits `[admin]` sets.
+    pub fn from_config(admin: &crate::config::AdminConfig) -> Self {
+        Limits {
+            timeout: Duration::from_millis(admin.timeout_ms.max(1)),
+            max_connections: admin.max_connections.max(1),
+        }
+    }
 }
 
 /// Serves admin requests until shutdown.
@@ -54,8 +64,26 @@ pub(crate) async fn serve(
     listener: TcpListener,
     state: Arc<AdminState>,
     limits: Limits,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
+    serve_http(listener, limits, shutdown, move |req| {
+        let state = state.clone();
+        async move { route(&req, &state).await }
+    })
+    .await
+}
+
+/// Serves HTTP/1 requests with `handle` until shutdown, within `limits`: the admin server's loop, which
+/// `krait serve --verify-only`'s status server uses too.
+pub async fn serve_http<H, F>(
+    listener: TcpListener,
+    limits: Limits,
+    mut shutdown: watch::Receiver<bool>,
+    handle: H,
+) where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         // A slot first, then the connection: beyond the cap, connections wait unaccepted.
@@ -78,12 +106,12 @@ pub(crate) async fn serve(
             },
             _ = shutdown.changed() => return,
         };
-        let state = state.clone();
+        let handle = handle.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let service = service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(route(&req, &state).await) }
+                let response = handle(req);
+                async move { Ok::<_, Infallible>(response.await) }
             });
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -98,8 +126,10 @@ pub(crate) async fn serve(
     }
 }
 
+/// The content type of the HTML pages.
+const HTML: &str = "text/html; charset=utf-8";
+
 async fn route(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
-    const HTML: &str = "text/html; charset=utf-8";
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
         // A proxy whose log has failed records nothing and refuses every session: not healthy.
         (&Method::GET, "/healthz") => match state.log.failure() {
@@ -121,6 +151,11 @@ async fn route(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Byt
         },
         _ => (StatusCode::NOT_FOUND, "text/plain", "not found\n".to_owned()),
     };
+    respond(status, content_type, body)
+}
+
+/// A response with `body` as `content_type`; an HTML page also forbids every script, fetch and sniffing.
+pub fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(Bytes::from(body)));
     *resp.status_mut() = status;
     let headers = resp.headers_mut();

@@ -15,7 +15,7 @@
 //!
 //! The `krait` binary calls [`run`] and [`check_config`]; tests call [`start`] to get the bound addresses.
 
-mod admin;
+pub mod admin;
 pub mod config;
 pub mod interpret;
 pub mod isolation;
@@ -265,10 +265,7 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
             reports: extras.reports,
             throughput: Default::default(),
         });
-        let limits = admin::Limits {
-            timeout: Duration::from_millis(config.admin.timeout_ms.max(1)),
-            max_connections: config.admin.max_connections.max(1),
-        };
+        let limits = admin::Limits::from_config(&config.admin);
         tokio::spawn(admin::serve(admin, state, limits, stop_rx.clone()));
         Some(addr)
     } else {

@@ -57,13 +57,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     );
     eprintln!("krait serve: the verifier checks {}", level.name());
     let status = Arc::new(Mutex::new(serde_json::Value::Null));
+    // The status server runs until this is dropped, when the command returns.
+    let (_admin_running, admin_shutdown) = tokio::sync::watch::channel(false);
     if let Some(address) = args.admin {
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind(address))
             .with_context(|| format!("cannot listen on {address} for the status server"))?;
         let address = listener.local_addr().unwrap_or(address);
         eprintln!("krait serve: the verifier's state is at http://{address}/api/status");
-        runtime.spawn(crate::cmd::status_server::serve(listener, status.clone()));
+        runtime.spawn(crate::cmd::status_server::serve(listener, status.clone(), admin_shutdown));
     }
     let stop = Arc::new(AtomicBool::new(false));
     let mut verifier = {

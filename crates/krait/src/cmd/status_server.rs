@@ -1,42 +1,28 @@
 //! The status server of `krait serve --verify-only` (`--admin ADDR`): `/api/status` (the JSON the verifier
 //! thread last published) and `/healthz` (200 while verifying, 503 once verification stopped on an error).
-//! A proxy has its own admin server (the proxy crate's); a verifier without a proxy has this one.
+//! It runs on the proxy's admin server loop ([`proxy::admin::serve_http`]), with its timeouts and connection
+//! cap; a verifier without a proxy has no other admin server.
 
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
-/// The longest a client may take to send its request's headers, and a tenth of how long a connection lives.
-const TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Serves `state` on `listener` until the runtime stops.
-pub async fn serve(listener: TcpListener, state: Arc<Mutex<serde_json::Value>>) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        let state = state.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(route(&req, &state)) }
-            });
-            let connection = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(TIMEOUT * 10, connection).await;
-        });
-    }
+/// Serves `state` on `listener` until `shutdown` changes, within the `[admin]` section's default limits.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<Mutex<serde_json::Value>>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let limits = proxy::admin::Limits::from_config(&proxy::config::AdminConfig::default());
+    proxy::admin::serve_http(listener, limits, shutdown, move |req| {
+        let response = route(&req, &state);
+        async move { response }
+    })
+    .await
 }
 
 fn route<B>(req: &Request<B>, state: &Mutex<serde_json::Value>) -> Response<Full<Bytes>> {
@@ -51,10 +37,5 @@ fn route<B>(req: &Request<B>, state: &Mutex<serde_json::Value>) -> Response<Full
         },
         _ => (StatusCode::NOT_FOUND, "text/plain", "not found\n".to_owned()),
     };
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
-    *resp.status_mut() = status;
-    if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
-        resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
-    }
-    resp
+    proxy::admin::respond(status, content_type, body)
 }
