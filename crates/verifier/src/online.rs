@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use history::log::{HistoryLog, LogError, Replayed, ReplayedTxn, Replayer};
+use history::log::{HistoryLog, IdMap, LogError, Replayed, ReplayedTxn, Replayer};
 use history::{Durability, Key, KeyTable, Op, Outcome, StmtRef, Transaction, TxnId};
 use thiserror::Error;
 
@@ -352,8 +352,8 @@ impl<'a> Names<'a> {
 /// cites it.
 #[derive(Default)]
 struct VerifierIds {
-    keys: Vec<Option<Key>>,
-    statements: Vec<Option<StmtRef>>,
+    keys: IdMap<Key>,
+    statements: IdMap<StmtRef>,
 }
 
 impl VerifierIds {
@@ -365,15 +365,9 @@ impl VerifierIds {
         names: Names<'_>,
         verifier: &mut OnlineVerifier,
     ) -> Result<Key, OnlineError> {
-        let at = key.0 as usize;
-        Ok(match self.keys.get(at).copied().flatten() {
-            Some(local) => local,
-            None => {
-                let name = names.keys.name(key).ok_or(OnlineError::UnknownName { txn })?;
-                let local = verifier.intern_key(name.clone());
-                set(&mut self.keys, at, local);
-                local
-            }
+        self.keys.get_or_try_insert(key.0 as usize, || {
+            let name = names.keys.name(key).ok_or(OnlineError::UnknownName { txn })?;
+            Ok(verifier.intern_key(name.clone()))
         })
     }
 
@@ -389,26 +383,13 @@ impl VerifierIds {
             *key = self.key(*key, id, names, verifier)?;
             let Some(stmt) = stmt else { continue };
             let at = stmt.0 as usize;
-            *stmt = match self.statements.get(at).copied().flatten() {
-                Some(local) => local,
-                None => {
-                    let text = names.statements.get(at).ok_or(OnlineError::UnknownName { txn: id })?;
-                    let local = verifier.add_statement(text.clone());
-                    set(&mut self.statements, at, local);
-                    local
-                }
-            };
+            *stmt = self.statements.get_or_try_insert(at, || {
+                let text = names.statements.get(at).ok_or(OnlineError::UnknownName { txn: id })?;
+                Ok(verifier.add_statement(text.clone()))
+            })?;
         }
         Ok(())
     }
-}
-
-/// `table[at] = Some(value)`, growing the table as needed.
-fn set<T: Copy>(table: &mut Vec<Option<T>>, at: usize, value: T) {
-    if table.len() <= at {
-        table.resize(at + 1, None);
-    }
-    table[at] = Some(value);
 }
 
 /// A [`Feeder`] on its own thread, tailing a live log until told to stop.

@@ -47,7 +47,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::replay::{Replayed, ReplayedTxn, Replayer};
+use super::replay::{IdMap, Replayed, ReplayedTxn, Replayer, StatementTable};
 use super::{LogError, LogRecord};
 use crate::{
     CollectorId, Key, KeyTable, Observed, Op, RecordingHorizon, SessionId, StmtRef, Transaction, TxnId,
@@ -115,9 +115,9 @@ struct Source {
     /// Events whose record was appended before the time they carry, oldest first.
     stamped: VecDeque<(u64, Replayed)>,
     /// The merger's key for each of the replayer's keys.
-    keys: Vec<Option<Key>>,
+    keys: IdMap<Key>,
     /// The merger's statement for each of the replayer's statements.
-    statements: Vec<Option<StmtRef>>,
+    statements: IdMap<StmtRef>,
     /// Records received.
     records: u64,
 }
@@ -141,8 +141,7 @@ pub struct Merger {
     drift_ns: u64,
     sources: BTreeMap<CollectorId, Source>,
     keys: KeyTable,
-    statements: Vec<String>,
-    statement_refs: HashMap<String, StmtRef>,
+    statements: StatementTable,
     /// Every write id some collector recorded (pending intents included).
     written: HashSet<WriteId>,
     /// For each key some collector wrote, the collectors that wrote it.
@@ -158,8 +157,7 @@ impl Merger {
             drift_ns,
             sources: collectors.iter().map(|&c| (c, Source::default())).collect(),
             keys: KeyTable::default(),
-            statements: Vec::new(),
-            statement_refs: HashMap::new(),
+            statements: StatementTable::default(),
             written: HashSet::new(),
             writers_of_key: HashMap::new(),
         }
@@ -172,7 +170,7 @@ impl Merger {
 
     /// The statement texts of the released events.
     pub fn statements(&self) -> &[String] {
-        &self.statements
+        self.statements.texts()
     }
 
     /// Takes record `seq` of `collector`'s log. Records of one collector must come in sequence order.
@@ -330,41 +328,26 @@ impl Merger {
             collector: c.0,
             source: LogError::Inconsistent { seq: 0, reason: format!("key {} was never named", key.0) },
         };
-        let source = self.sources.entry(c).or_default();
-        let at = key.0 as usize;
-        if let Some(Some(merged)) = source.keys.get(at) {
-            return Ok(*merged);
-        }
-        let name = source.replayer.keys().name(key).ok_or_else(unknown)?.clone();
-        let merged = self.keys.intern(name);
-        set(&mut source.keys, at, merged);
-        Ok(merged)
+        let Source { replayer, keys: merged, .. } = self.sources.entry(c).or_default();
+        let keys = &mut self.keys;
+        merged.get_or_try_insert(key.0 as usize, || {
+            Ok(keys.intern(replayer.keys().name(key).ok_or_else(unknown)?.clone()))
+        })
     }
 
     fn merged_statement(&mut self, c: CollectorId, stmt: StmtRef) -> Result<StmtRef, MergeError> {
-        let source = self.sources.entry(c).or_default();
-        let at = stmt.0 as usize;
-        if let Some(Some(merged)) = source.statements.get(at) {
-            return Ok(*merged);
-        }
-        let text = source.replayer.statements().get(at).cloned().ok_or_else(|| MergeError::Log {
+        let unknown = || MergeError::Log {
             collector: c.0,
             source: LogError::Inconsistent {
                 seq: 0,
                 reason: format!("statement {} was never named", stmt.0),
             },
-        })?;
-        let merged = match self.statement_refs.get(&text) {
-            Some(r) => *r,
-            None => {
-                let r = StmtRef(self.statements.len() as u32);
-                self.statements.push(text.clone());
-                self.statement_refs.insert(text, r);
-                r
-            }
         };
-        set(&mut source.statements, at, merged);
-        Ok(merged)
+        let Source { replayer, statements: merged, .. } = self.sources.entry(c).or_default();
+        let statements = &mut self.statements;
+        merged.get_or_try_insert(stmt.0 as usize, || {
+            Ok(statements.intern(replayer.statements().get(stmt.0 as usize).ok_or_else(unknown)?))
+        })
     }
 }
 
@@ -374,14 +357,6 @@ fn written_by(txn: &Transaction) -> impl Iterator<Item = (Key, WriteId)> + '_ {
         Op::Write { key, write, .. } => Some((key, write)),
         Op::Read { .. } => None,
     })
-}
-
-/// `table[at] = Some(value)`, growing the table as needed.
-fn set<T: Copy>(table: &mut Vec<Option<T>>, at: usize, value: T) {
-    if table.len() <= at {
-        table.resize(at + 1, None);
-    }
-    table[at] = Some(value);
 }
 
 #[cfg(test)]

@@ -109,7 +109,7 @@ pub use compact::{CompactOp, CompactOps, CompactTxn, Resolver, resolved};
 pub use group_commit::{DurabilityTicket, DurableFuture, FSYNC_BUCKETS_US, LogStats};
 pub use reader::LogReader;
 pub use record::{BadStatementIndex, FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError};
-pub use replay::{Replayed, ReplayedTxn, Replayer, TxnXids};
+pub use replay::{IdMap, Replayed, ReplayedTxn, Replayer, TxnXids};
 pub use sled_log::SledLog;
 
 /// The bytes of every file under a log directory (0 for what cannot be read): what the log costs on disk,

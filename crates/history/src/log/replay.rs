@@ -99,9 +99,7 @@ pub struct Replayer {
     /// The key names interned so far.
     keys: KeyTable,
     /// The statement texts added so far, each once.
-    statements: Vec<String>,
-    /// Where each text sits in `statements`.
-    statement_refs: HashMap<String, StmtRef>,
+    statements: StatementTable,
     /// Every transaction that had a record so far, to refuse a second record for one.
     seen: IdRanges,
     /// Intents still waiting for an outcome.
@@ -143,7 +141,7 @@ impl Replayer {
 
     /// The statement texts added so far; the statements of every replayed transaction refer to this list.
     pub fn statements(&self) -> &[String] {
-        &self.statements
+        self.statements.texts()
     }
 
     /// The recording horizon: the first one the log holds, once read. A later run's horizon is not when
@@ -164,7 +162,7 @@ impl Replayer {
 
     /// The key table and the statement list, once replay is over.
     pub fn into_tables(self) -> (KeyTable, Vec<String>) {
-        (self.keys, self.statements)
+        (self.keys, self.statements.into_texts())
     }
 
     /// Applies one record and returns what it finished, in order. Records must come in increasing sequence
@@ -367,19 +365,68 @@ impl Replayer {
         outcome: Outcome,
         commit_ns: Option<u64>,
     ) -> Result<(Transaction, Vec<UncheckedStatement>), LogError> {
-        let (statements, refs) = (&mut self.statements, &mut self.statement_refs);
-        let intern_statement = |text: &str| match refs.get(text) {
-            Some(&r) => r,
-            None => {
-                let r = StmtRef(u32::try_from(statements.len()).expect("more than 2^32 statements"));
-                statements.push(text.to_owned());
-                refs.insert(text.to_owned(), r);
-                r
-            }
-        };
+        let statements = &mut self.statements;
         logged
-            .into_transaction(outcome, commit_ns, &mut self.keys, intern_statement)
+            .into_transaction(outcome, commit_ns, &mut self.keys, |text| statements.intern(text))
             .map_err(|e| inconsistent(seq, e.to_string()))
+    }
+}
+
+/// Another table's id for each entry of a replayer's table (its keys, its statements), filled the first time
+/// an entry is cited: how the merger of several logs and the online verifier move transactions into tables
+/// of their own.
+#[derive(Debug)]
+pub struct IdMap<T>(Vec<Option<T>>);
+
+impl<T> Default for IdMap<T> {
+    fn default() -> Self {
+        IdMap(Vec::new())
+    }
+}
+
+impl<T: Copy> IdMap<T> {
+    /// The id of entry `at`, made by `make` the first time.
+    pub fn get_or_try_insert<E>(&mut self, at: usize, make: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+        if let Some(Some(id)) = self.0.get(at) {
+            return Ok(*id);
+        }
+        let id = make()?;
+        if self.0.len() <= at {
+            self.0.resize_with(at + 1, || None);
+        }
+        self.0[at] = Some(id);
+        Ok(id)
+    }
+}
+
+/// Statement texts, each once, in the order first seen: what a [`StmtRef`] points into.
+#[derive(Debug, Default)]
+pub(crate) struct StatementTable {
+    texts: Vec<String>,
+    /// Where each text sits in `texts`.
+    refs: HashMap<String, StmtRef>,
+}
+
+impl StatementTable {
+    /// The reference of `text`, added if new.
+    pub(crate) fn intern(&mut self, text: &str) -> StmtRef {
+        if let Some(&r) = self.refs.get(text) {
+            return r;
+        }
+        let r = StmtRef(u32::try_from(self.texts.len()).expect("more than 2^32 statements"));
+        self.texts.push(text.to_owned());
+        self.refs.insert(text.to_owned(), r);
+        r
+    }
+
+    /// The texts, in reference order.
+    pub(crate) fn texts(&self) -> &[String] {
+        &self.texts
+    }
+
+    /// The texts, once nothing more is interned.
+    pub(crate) fn into_texts(self) -> Vec<String> {
+        self.texts
     }
 }
 
