@@ -8,9 +8,10 @@
 //! shipper keeps the recent (time, `next_seq`) pairs and promises the latest one its shipping has passed.
 //!
 //! After any failure (NATS down, a refused publish) it reconnects with a backoff and resumes after the last
-//! message its subject holds; records whose ack was lost are published again, with the same message id,
-//! which JetStream's duplicate window drops. While it cannot ship, the proxy serves and records as before:
-//! the backlog grows and `/metrics` shows it ([`Counters`]).
+//! record it saw acknowledged (after a restart of the proxy: after the last message its subject holds);
+//! records published again carry the same message id, which JetStream's duplicate window drops. While it
+//! cannot ship, the proxy serves and records as before: the backlog grows and `/metrics` shows it
+//! ([`Counters`]).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -76,8 +77,10 @@ async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut backoff = Duration::from_millis(100);
+    // Every record below this one is acknowledged by JetStream, as far as this process knows.
+    let mut acked = None;
     loop {
-        match ship(&log, collector, &config, &counters, &mut stop).await {
+        match ship(&log, collector, &config, &counters, &mut stop, &mut acked).await {
             Ok(()) => return,
             Err(e) => {
                 Counters::set(&counters.connected, 0);
@@ -103,6 +106,7 @@ async fn ship(
     config: &ShipConfig,
     counters: &Counters,
     stop: &mut watch::Receiver<bool>,
+    acked: &mut Option<u64>,
 ) -> Result<(), ShipError> {
     let nats = |why: String| ShipError::Nats { url: config.nats.clone(), why };
     let client = async_nats::ConnectOptions::new()
@@ -120,7 +124,7 @@ async fn ship(
         .await
         .map_err(|e| nats(format!("cannot create or open stream {}: {e}", config.stream)))?;
     let subject = message::subject(collector);
-    let mut shipped = match stream.get_last_raw_message_by_subject(&subject).await {
+    let in_stream = match stream.get_last_raw_message_by_subject(&subject).await {
         Ok(last) => {
             let incoming = message::decode(&subject, Some(&last.headers), &last.payload)?;
             message::resume_after(&incoming)
@@ -128,6 +132,11 @@ async fn ship(
         Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => 0,
         Err(e) => return Err(nats(format!("cannot read the last message of {subject}: {e}"))),
     };
+    // After a lost connection, resume from what was acknowledged, not from the stream's last message: the
+    // client may have sent records after the connection broke, and they can reach a restarted server while
+    // earlier ones, written to the dead connection, never did. Records sent twice carry the same message
+    // id, and the stream drops the second copy; the reader puts records back in order (the merger).
+    let mut shipped = acked.map_or(in_stream, |acked| acked.min(in_stream));
     let log_next = log.next_seq();
     if shipped > log_next {
         return Err(ShipError::AnotherLog { collector: collector.0, shipped, log_next });
@@ -168,10 +177,12 @@ async fn ship(
         for (seq, ack) in acks {
             ack.await.map_err(|e| nats(format!("no ack for record {seq}: {e}")))?;
             shipped = seq + 1;
+            *acked = Some(shipped);
         }
         let caught_up = records.len() < BATCH;
         if caught_up {
             shipped = shipped.max(limit);
+            *acked = Some(shipped);
         }
         while promises.front().is_some_and(|&(seq, _)| seq <= shipped) {
             if let Some((_, at)) = promises.pop_front() {

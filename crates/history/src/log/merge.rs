@@ -120,6 +120,10 @@ struct Source {
     statements: IdMap<StmtRef>,
     /// Records received.
     records: u64,
+    /// The sequence number of the next record to apply, once one was.
+    next_seq: Option<u64>,
+    /// Records that came before an earlier one (a shipper that reconnected sends again what was lost).
+    ahead: BTreeMap<u64, LogRecord>,
 }
 
 /// Where a collector stands: for status pages and for saying which collector holds the others back.
@@ -131,8 +135,10 @@ pub struct CollectorStatus {
     pub records: u64,
     /// Its latest heartbeat's promise: everything it appended before this time has arrived.
     pub complete_before_ns: Option<u64>,
-    /// Events of its records held back, waiting for heartbeats.
+    /// Events of its records held back, waiting for heartbeats, and records waiting for an earlier one.
     pub held: usize,
+    /// The record it waits for, when later ones came first.
+    pub waiting_for: Option<u64>,
 }
 
 /// Merges the records of several collectors into one history; see the module documentation.
@@ -173,11 +179,33 @@ impl Merger {
         self.statements.texts()
     }
 
-    /// Takes record `seq` of `collector`'s log. Records of one collector must come in sequence order.
+    /// Takes record `seq` of `collector`'s log. A record that comes before an earlier one waits for it, and
+    /// holds the collector's promises back meanwhile; a second copy of a record is dropped.
     pub fn record(&mut self, collector: CollectorId, seq: u64, record: LogRecord) -> Result<(), MergeError> {
+        let source = self.sources.entry(collector).or_default();
+        match source.next_seq {
+            Some(next) if seq < next => return Ok(()),
+            Some(next) if seq > next => {
+                source.ahead.insert(seq, record);
+                return Ok(());
+            }
+            _ => {}
+        }
+        self.apply(collector, seq, record)?;
+        loop {
+            let source = self.sources.entry(collector).or_default();
+            let Some(next) = source.next_seq else { return Ok(()) };
+            let Some(record) = source.ahead.remove(&next) else { return Ok(()) };
+            self.apply(collector, next, record)?;
+        }
+    }
+
+    /// Applies record `seq`, the next of `collector`'s log.
+    fn apply(&mut self, collector: CollectorId, seq: u64, record: LogRecord) -> Result<(), MergeError> {
         let txn = record.txn_id();
         let source = self.sources.entry(collector).or_default();
         source.records += 1;
+        source.next_seq = Some(seq + 1);
         let events = source
             .replayer
             .apply(seq, record)
@@ -214,6 +242,10 @@ impl Merger {
             if let Some((_, event)) = source.unstamped.pop_front() {
                 source.stamped.push_back((beat.read_at_ns, event));
             }
+        }
+        if !source.ahead.is_empty() {
+            // Records it shipped are missing here: its promise cannot be trusted until they come.
+            return;
         }
         let complete = source.complete_before_ns.get_or_insert(beat.appended_before_ns);
         *complete = (*complete).max(beat.appended_before_ns);
@@ -252,7 +284,8 @@ impl Merger {
                 collector,
                 records: s.records,
                 complete_before_ns: s.complete_before_ns,
-                held: s.unstamped.len() + s.stamped.len(),
+                held: s.unstamped.len() + s.stamped.len() + s.ahead.len(),
+                waiting_for: s.next_seq.filter(|_| !s.ahead.is_empty()),
             })
             .collect()
     }
@@ -478,12 +511,25 @@ mod tests {
         assert!(err.to_string().contains("session id"), "{err}");
     }
 
-    /// A hole in one collector's sequence numbers stops the merge with the collector named.
+    /// A record that overtook an earlier one (a shipper resent what a broken connection lost) waits for it,
+    /// and the collector's promises wait with it; a second copy of a record is dropped.
     #[test]
-    fn a_hole_in_a_collectors_records_is_an_error_that_names_it() {
-        let mut m = Merger::new(&[A], 0);
+    fn a_record_that_comes_early_waits_for_the_ones_before_it() {
+        let mut m = Merger::new(&[A, B], 0);
+        m.heartbeat(B, beat(0, 1_000));
         m.record(A, 0, finished(5, vec![])).unwrap();
-        let err = m.record(A, 2, finished(6, vec![])).unwrap_err();
-        assert!(err.to_string().starts_with("collector 1:"), "{err}");
+        m.record(A, 2, finished(7, vec![])).unwrap();
+        m.heartbeat(A, beat(3, 100));
+        let mut released = transactions(m.release().unwrap());
+        assert_eq!(released.len(), 1, "only record 0: record 1 is missing");
+        assert_eq!(m.holding()[0].waiting_for, Some(1));
+        assert_eq!(m.holding()[0].complete_before_ns, None, "no promise while a record is missing");
+        m.record(A, 1, finished(6, vec![])).unwrap();
+        m.record(A, 1, finished(6, vec![])).unwrap();
+        m.heartbeat(A, beat(3, 100));
+        released.extend(transactions(m.release().unwrap()));
+        let ids: Vec<TxnId> = released.iter().map(|t| t.id).collect();
+        assert_eq!(ids, [5, 6, 7].map(|id| TxnId(1 << 56 | id)));
+        assert_eq!(m.holding()[0].waiting_for, None);
     }
 }

@@ -218,6 +218,7 @@ fn status_json(feeder: &mut Feeder, merger: &Merger) -> serde_json::Value {
                 "records": c.records,
                 "held": c.held,
                 "heard_from": c.complete_before_ns.is_some(),
+                "waiting_for_record": c.waiting_for,
                 "silent_s": silent_s,
                 "holds_back_others": c.complete_before_ns.is_none_or(|at| now_ns.saturating_sub(at) > SILENT_AFTER_NS),
             })
@@ -259,6 +260,9 @@ fn holding(collectors: &[CollectorStatus]) -> String {
         .iter()
         .map(|c| {
             let (id, records, held) = (c.collector.0, c.records, c.held);
+            if let Some(seq) = c.waiting_for {
+                return format!("collector {id}: {records} records, {held} held, waiting for its record {seq}");
+            }
             match c.complete_before_ns.map(|at| now_ns.saturating_sub(at)) {
                 // A live shipper promises anew at least every half second (by its own clock).
                 Some(silent) if silent > SILENT_AFTER_NS => format!(
