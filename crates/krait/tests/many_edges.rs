@@ -39,9 +39,6 @@ fn wait_for_port(port: u16, what: &str) {
     }
 }
 
-/// The row of `krait_fence` every proxy of these tests fences: one chain, so the verifier collects garbage.
-const FENCE_ROW: i32 = 2_100_000_021;
-
 /// A `krait proxy` with collector id `collector`, shipping to NATS at `nats_port`; returns it and its port.
 fn start_proxy(dir: &Path, collector: u32, nats_port: u16) -> (Running, u16) {
     let port = free_port();
@@ -58,7 +55,7 @@ fn proxy_on(dir: &Path, collector: u32, nats_port: u16, port: u16) -> Running {
         format!(
             "[listen]\naddress = \"127.0.0.1:{port}\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
              [log]\npath = \"{}\"\ncollector = {collector}\n[admin]\nenabled = false\n\
-             [ship]\nnats = \"nats://127.0.0.1:{nats_port}\"\n[fence]\nrow = {FENCE_ROW}\n",
+             [ship]\nnats = \"nats://127.0.0.1:{nats_port}\"\n",
             dir.join("log").display()
         ),
     )
@@ -413,9 +410,7 @@ async fn nats_and_proxy_kills_lose_no_acknowledged_commit() {
         .await
         .expect("creates the table");
     let data = edges.dir.path().join("data");
-    let admin = free_port();
-    let admin_address = format!("127.0.0.1:{admin}");
-    let mut verifier = Verifier::start_with(nats_port, &data, &["--admin", &admin_address]);
+    let mut verifier = Verifier::start(nats_port, &data);
     let start = Instant::now();
     let until = start + Duration::from_secs(seconds);
     let load: Vec<_> =
@@ -441,20 +436,6 @@ async fn nats_and_proxy_kills_lose_no_acknowledged_commit() {
     }
     assert!(acked > 0, "no commit was acknowledged");
     verifier.wait_committed(acked, Duration::from_secs(60));
-    // The three proxies fence one row: the verifier's epochs span them, and it collects garbage (its last
-    // rounds may still be running, so the check waits for them, boundedly).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let status = api_status(admin);
-        assert!(status["garbage_collection_stopped"].is_null(), "one fence chain: {status}");
-        let verifier = &status["verifier"];
-        let (recorded, live) = (verifier["recorded"].as_u64(), verifier["live_transactions"].as_u64());
-        if recorded.zip(live).is_some_and(|(recorded, live)| live * 2 < recorded) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "most transactions collected: {status}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
     let lines = verifier.stop();
     let _ = direct.batch_execute(&format!("DROP TABLE IF EXISTS {table}")).await;
     let last = lines.iter().rev().find(|l| l.contains("stopped; verifier:")).expect("a final status line");

@@ -322,9 +322,6 @@ impl Config {
         if self.listen.max_message_bytes < 1024 || self.listen.max_message_bytes > (1 << 30) {
             return Err(invalid("listen.max_message_bytes", "must be between 1024 and 1073741824 (1 GiB)"));
         }
-        if self.fence.row.is_some_and(|row| row < 1) {
-            return Err(invalid("fence.row", "must be a positive integer"));
-        }
         if let Some(ship) = &self.ship {
             if !ship.nats.starts_with("nats://") {
                 return Err(invalid("ship.nats", "must be a nats://host:port URL"));
@@ -411,14 +408,6 @@ mod tests {
         assert!(err.to_string().contains("log.collector"), "{err}");
         let err = parse(&format!("{MINIMAL}[ship]\nnats = \"h:1\"\n")).unwrap_err();
         assert!(err.to_string().contains("ship.nats"), "{err}");
-    }
-
-    #[test]
-    fn a_shared_fence_row_is_a_positive_integer() {
-        assert_eq!(parse(&format!("{MINIMAL}[fence]\nrow = 7\n")).unwrap().fence.row, Some(7));
-        assert_eq!(parse(MINIMAL).unwrap().fence.row, None);
-        let err = parse(&format!("{MINIMAL}[fence]\nrow = 0\n")).unwrap_err();
-        assert!(err.to_string().contains("fence.row"), "{err}");
     }
 
     const MINIMAL: &str = r#"

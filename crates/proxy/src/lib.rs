@@ -217,9 +217,6 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
     let tagging = match config.tagging.strategy {
         interpret::StrategyName::Xmin => {
             let mut shared = interpret::shared::TaggingShared::new();
-            if let Some(row) = config.fence.row {
-                shared.fence_row = row;
-            }
             if config.record.values {
                 let values =
                     interpret::values::ValueRecording::new(config.record.row_bytes, &config.record.redact);

@@ -153,9 +153,9 @@ fn verify_until(
         if !warned_gc && let Some(why) = feeder.verifier().gc_disabled() {
             warned_gc = true;
             eprintln!(
-                "krait serve: garbage collection stopped ({why}); the verifier now keeps every transaction. \
-                 Proxies that ship to one verifier should fence one shared row: set the same [fence] row in \
-                 each (docs/deploy.md)"
+                "krait serve: garbage collection stopped ({why}); the verifier now keeps every transaction, \
+                 so its memory grows with the history (each proxy fences a row of its own, and several fence \
+                 chains give no epochs to trust: docs/deploy.md)"
             );
         }
         if !warned_horizons && merger.horizons_differ() {

@@ -118,15 +118,11 @@ pub struct FenceConfig {
     /// Run a fence every this many committed client transactions per connection (20 by default); 0
     /// disables fences. Only with tagging on.
     pub every: u64,
-    /// The row of `krait_fence` this proxy's fences read and rewrite; a random one per start when absent.
-    /// Proxies that ship to one verifier give it the same value, so that their fences form one chain and
-    /// the verifier's epochs (and so its garbage collection) span them all (Cobra §4.2).
-    pub row: Option<i32>,
 }
 
 impl Default for FenceConfig {
     fn default() -> Self {
-        FenceConfig { every: 20, row: None }
+        FenceConfig { every: 20 }
     }
 }
 
