@@ -1,8 +1,11 @@
 //! What goes over NATS: one message per log record, and heartbeats, on one subject per collector.
 //!
-//! - Subject `krait.<collector>` (the proxy's `[log] collector`), in one JetStream stream (`KRAIT` by
-//!   default) that holds `krait.>`. One subject per collector keeps its records in log order for a
-//!   consumer, and a heartbeat after the records it covers.
+//! - Subjects `krait.<collector>` (records) and `krait.<collector>.beat` (heartbeats), for the proxy's
+//!   `[log] collector`, in one JetStream stream (`KRAIT` by default) that holds `krait.>`. A consumer of
+//!   the stream reads a collector's messages in the order its shipper published them, so a heartbeat comes
+//!   after the records it covers. Heartbeats have a subject of their own so that a restarted shipper can
+//!   ask for the last one: everything below its `below` was acknowledged before it was sent, which the
+//!   last *record* cannot say (see [`crate::shipper`]).
 //! - A record message: header `Krait-Kind: record`, `Krait-Seq: <seq>`, `Nats-Msg-Id: <collector>:<seq>`
 //!   (JetStream drops a second copy within its duplicate window, so a shipper that restarts after a
 //!   publish whose ack it lost does not ship a record twice), and the record as the log stores it
@@ -28,10 +31,19 @@ pub fn subject(collector: CollectorId) -> String {
     format!("{SUBJECT_PREFIX}.{}", collector.0)
 }
 
-/// The collector a subject belongs to, if it is one of ours.
+/// The subject of `collector`'s heartbeats.
+pub fn beat_subject(collector: CollectorId) -> String {
+    format!("{SUBJECT_PREFIX}.{}.{BEAT_SUFFIX}", collector.0)
+}
+
+/// The last token of a heartbeat subject.
+const BEAT_SUFFIX: &str = "beat";
+
+/// The collector a subject (of records or of heartbeats) belongs to, if it is one of ours.
 pub fn collector_of(subject: &str) -> Option<CollectorId> {
     let rest = subject.strip_prefix(SUBJECT_PREFIX)?.strip_prefix('.')?;
-    rest.parse().ok().map(CollectorId)
+    let id = rest.strip_suffix(BEAT_SUFFIX).and_then(|r| r.strip_suffix('.')).unwrap_or(rest);
+    id.parse().ok().map(CollectorId)
 }
 
 /// A message as the verifier reads it.
@@ -98,8 +110,7 @@ pub fn decode(subject: &str, headers: Option<&HeaderMap>, payload: &[u8]) -> Res
     }
 }
 
-/// Where a shipper resumes, from the last message of its subject: after the last record, or at what the
-/// last heartbeat covered.
+/// How far a stored message says shipping got: after a record, or what a heartbeat covered.
 pub fn resume_after(last: &Incoming) -> u64 {
     match last {
         Incoming::Record { seq, .. } => seq + 1,
@@ -127,7 +138,8 @@ mod tests {
         assert_eq!(resume_after(&got), 42);
         let beat = Heartbeat { below: 42, appended_before_ns: 7, read_at_ns: 8 };
         let (headers, payload) = heartbeat_message(&beat).unwrap();
-        let got = decode("krait.3", Some(&headers), &payload).unwrap();
+        assert_eq!(beat_subject(c), "krait.3.beat");
+        let got = decode(&beat_subject(c), Some(&headers), &payload).unwrap();
         assert_eq!(got, Incoming::Heartbeat { collector: c, beat });
         assert_eq!(resume_after(&got), 42);
     }
@@ -135,6 +147,8 @@ mod tests {
     #[test]
     fn a_message_that_is_not_ours_is_an_error_that_says_why() {
         let err = decode("other.3", None, b"").unwrap_err().to_string();
+        assert!(err.contains("not a krait.<collector> subject"), "{err}");
+        let err = decode("krait.3.other", None, b"").unwrap_err().to_string();
         assert!(err.contains("not a krait.<collector> subject"), "{err}");
         let err = decode("krait.3", None, b"").unwrap_err().to_string();
         assert!(err.contains("not record or heartbeat"), "{err}");

@@ -7,14 +7,26 @@
 //! now covers; since under `strict` the log makes records durable a little after they are appended, the
 //! shipper keeps the recent (time, `next_seq`) pairs and promises the latest one its shipping has passed.
 //!
-//! After any failure (NATS down, a refused publish) it reconnects with a backoff and resumes after the last
-//! record it saw acknowledged (after a restart of the proxy: after the last message its subject holds);
-//! records published again carry the same message id, which JetStream's duplicate window drops. While it
-//! cannot ship, the proxy serves and records as before: the backlog grows and `/metrics` shows it
-//! ([`Counters`]).
+//! After any failure (NATS down, a refused publish, a connection the client made again on its own) it
+//! reconnects with a backoff and resumes from the first record it cannot be sure the stream holds:
+//!
+//! - in the same process, the first record not acknowledged in order;
+//! - after a restart of the proxy, what the last stored heartbeat covered. Not the last stored record: a
+//!   batch is published before its acks are awaited, and across a NATS restart the client may deliver the
+//!   end of a batch to the new server while the middle went down with the old connection. A shipper killed
+//!   before its acks time out leaves that hole behind it, and resuming after the last record would leave it
+//!   forever (the many-edges fault test hit this). A heartbeat is published only once every record below
+//!   its `below` is acknowledged;
+//! - never beyond the last record the stream holds, in case NATS lost acknowledged messages (a machine
+//!   crash before its `sync_interval`).
+//!
+//! Records published again carry the same message id, which JetStream's duplicate window drops (and the
+//! merger drops a copy that comes later). While it cannot ship, the proxy serves and records as before: the
+//! backlog grows and `/metrics` shows it ([`Counters`]).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
@@ -114,6 +126,7 @@ async fn ship(
         .connect(config.nats.as_str())
         .await
         .map_err(|e| nats(e.to_string()))?;
+    let statistics = client.statistics();
     let js = jetstream::new(client);
     let stream = js
         .get_or_create_stream(stream::Config {
@@ -123,24 +136,21 @@ async fn ship(
         })
         .await
         .map_err(|e| nats(format!("cannot create or open stream {}: {e}", config.stream)))?;
+    let connects = statistics.connects.load(Ordering::Relaxed);
     let subject = message::subject(collector);
-    let in_stream = match stream.get_last_raw_message_by_subject(&subject).await {
-        Ok(last) => {
-            let incoming = message::decode(&subject, Some(&last.headers), &last.payload)?;
-            message::resume_after(&incoming)
-        }
-        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => 0,
-        Err(e) => return Err(nats(format!("cannot read the last message of {subject}: {e}"))),
-    };
-    // After a lost connection, resume from what was acknowledged, not from the stream's last message: the
-    // client may have sent records after the connection broke, and they can reach a restarted server while
-    // earlier ones, written to the dead connection, never did. Records sent twice carry the same message
-    // id, and the stream drops the second copy; the reader puts records back in order (the merger).
-    let mut shipped = acked.map_or(in_stream, |acked| acked.min(in_stream));
+    let beat_subject = message::beat_subject(collector);
+    let after_last_record = shipped_after_last(&stream, &subject, config).await?;
     let log_next = log.next_seq();
-    if shipped > log_next {
-        return Err(ShipError::AnotherLog { collector: collector.0, shipped, log_next });
+    if after_last_record > log_next {
+        return Err(ShipError::AnotherLog { collector: collector.0, shipped: after_last_record, log_next });
     }
+    // Where to resume: see the module documentation. Records sent twice carry the same message id, and the
+    // stream drops the second copy; the merger puts records back in order and drops late copies.
+    let confirmed = match *acked {
+        Some(acked) => acked,
+        None => shipped_after_last(&stream, &beat_subject, config).await?,
+    };
+    let mut shipped = confirmed.min(after_last_record);
     Counters::set(&counters.connected, 1);
     info!(nats = %config.nats, %subject, from = shipped, "shipping the history log");
     // (next_seq, a time read just before it): everything appended before the time is below the seq.
@@ -194,7 +204,7 @@ async fn ship(
         if any || last_beat.elapsed() >= IDLE_HEARTBEAT || stopping {
             let beat = Heartbeat { below: shipped, appended_before_ns: promised_ns, read_at_ns };
             let (headers, payload) = message::heartbeat_message(&beat)?;
-            js.publish_with_headers(subject.clone(), headers, payload)
+            js.publish_with_headers(beat_subject.clone(), headers, payload)
                 .await
                 .map_err(|e| nats(format!("publishing a heartbeat: {e}")))?
                 .await
@@ -204,6 +214,32 @@ async fn ship(
         if stopping && caught_up {
             return Ok(());
         }
+        if statistics.connects.load(Ordering::Relaxed) != connects {
+            // The client reconnected on its own: records in flight may have been lost with the old
+            // connection, or the server may have restarted without messages it had acknowledged.
+            return Err(nats(
+                "the connection was lost and made again; resuming from what the stream holds".into(),
+            ));
+        }
+    }
+}
+
+/// How far the last message of `subject` says shipping got (0 when it holds none).
+async fn shipped_after_last(
+    stream: &stream::Stream,
+    subject: &str,
+    config: &ShipConfig,
+) -> Result<u64, ShipError> {
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(last) => {
+            let incoming = message::decode(subject, Some(&last.headers), &last.payload)?;
+            Ok(message::resume_after(&incoming))
+        }
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
+        Err(e) => Err(ShipError::Nats {
+            url: config.nats.clone(),
+            why: format!("cannot read the last message of {subject}: {e}"),
+        }),
     }
 }
 

@@ -3,7 +3,8 @@
 //! One ordered consumer on `krait.>` delivers the stream in stream order, so each collector's records and
 //! heartbeats arrive in the order its shipper published them. The verifier re-verifies from the start at
 //! every start (it has no checkpoint yet), so the consumer is ephemeral and begins at the stream's first
-//! message; after a failure it reconnects and resumes after the last stream sequence it delivered.
+//! message; after a failure it reconnects and resumes after the last stream sequence it delivered, or
+//! after the stream's last message if the server lost some it had delivered.
 //!
 //! Messages go to the caller over a bounded channel ([`Deliveries`]) that a plain thread can read (the
 //! verifier runs on its own OS thread, never on an async runtime). The bound holds the reader back when the
@@ -132,7 +133,19 @@ async fn read(
         .await
         .map_err(|e| nats(e.to_string()))?;
     let js = jetstream::new(client);
-    let stream_handle = js.get_stream(stream).await.map_err(|e| nats(format!("stream {stream}: {e}")))?;
+    let mut stream_handle = js.get_stream(stream).await.map_err(|e| nats(format!("stream {stream}: {e}")))?;
+    let last =
+        stream_handle.info().await.map_err(|e| nats(format!("stream {stream}: {e}")))?.state.last_sequence;
+    if last + 1 < *next {
+        // The server lost messages it had delivered (a crash before its sync interval) and reuses their
+        // sequence numbers for what shippers send again: read those again (the merger drops copies of
+        // records it already has).
+        warn!(
+            "stream {stream} ends at {last}, before the {} messages already read; reading on from there",
+            *next - 1
+        );
+        *next = last + 1;
+    }
     let consumer = stream_handle
         .create_consumer(consumer::pull::OrderedConfig {
             filter_subject: format!("{}.>", message::SUBJECT_PREFIX),
