@@ -252,3 +252,35 @@ fn a_citation_the_reader_cannot_resolve_is_an_error() {
     }
     panic!("a statement citation of a namespace record was accepted");
 }
+
+/// A stretch a shipped log lost in transit holds definitions and intents that later records cite. Replay
+/// that was told of the hole ([`Replayer::skip_to`]) drops and counts what cites the stretch and goes on;
+/// replay that was not refuses the log, as before.
+#[test]
+fn records_that_cite_a_skipped_stretch_are_dropped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    append_all(&log, classic_records());
+    // And one that cites nothing.
+    let empty = LoggedTxn::new(TxnId(99), SessionId(9), 0);
+    append_all(&log, vec![LogRecord::Finished { txn: empty, outcome: Outcome::Committed, commit_ns: None }]);
+    let raw: Vec<(u64, LogRecord)> = log.tail(0).collect::<Result<_, _>>().unwrap();
+    let (first, hole_end) = (raw[0].0, raw[8].0);
+    let kept: Vec<(u64, LogRecord)> =
+        raw.into_iter().filter(|(seq, _)| *seq == first || *seq >= hole_end).collect();
+
+    let mut told = Replayer::new();
+    let mut finished = 0;
+    for (i, (seq, record)) in kept.iter().cloned().enumerate() {
+        if i == 1 {
+            told.skip_to(seq);
+        }
+        finished += told.apply(seq, record).expect("replay goes on after the hole").len();
+    }
+    assert!(told.lost_to_holes() > 0, "records citing the stretch were dropped");
+    assert_eq!(finished, 1, "the transaction that cites nothing in the stretch still replays");
+
+    let mut untold = Replayer::new();
+    let refused = kept.into_iter().try_for_each(|(seq, record)| untold.apply(seq, record).map(drop));
+    assert!(matches!(refused, Err(LogError::Inconsistent { .. })), "{refused:?}");
+}

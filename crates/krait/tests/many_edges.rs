@@ -444,3 +444,77 @@ async fn nats_and_proxy_kills_lose_no_acknowledged_commit() {
     assert!(edges.reports().is_empty(), "no report:\n{}", lines.join("\n"));
     eprintln!("{acked} commits acknowledged through three proxies over {seconds} s; verifier: {last}");
 }
+
+/// A stretch of collector 1's shipped log never arrives: record 1, whose transaction wrote x = w2, is
+/// missing, and record 2 reads w2. With `--skip-holes-after 1` the verifier gives up on record 1 after a
+/// second, verifies on, counts the read as unverifiable (otherwise the online verifier waits for ever for
+/// the writer of w2, and one-shot verification calls it a garbage read), accepts, and its status lists the
+/// hole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stretch_that_never_arrives_is_skipped_and_nothing_it_held_is_evidence() {
+    use history::log::merge::Heartbeat;
+    use history::{
+        CollectorId, KeyName, LogRecord, LoggedOp, LoggedTxn, Observed, Outcome, SessionId, TxnId, WriteId,
+    };
+    use ship::message;
+
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let nats = LocalNats::start(&dir.path().join("nats")).unwrap_or_else(|e| panic!("{e}"));
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("connects to NATS"));
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: ship::DEFAULT_STREAM.to_owned(),
+        subjects: vec![format!("{}.>", message::SUBJECT_PREFIX)],
+        ..Default::default()
+    })
+    .await
+    .expect("creates the stream");
+    let publish = |subject: String, (headers, payload)| {
+        let js = js.clone();
+        async move {
+            js.publish_with_headers(subject, headers, payload)
+                .await
+                .expect("publishes")
+                .await
+                .expect("acked");
+        }
+    };
+    let x = || KeyName { namespace: "kv".into(), bytes: b"x".to_vec() };
+    let finished = |id: u64, op: LoggedOp| {
+        let mut txn = LoggedTxn::new(TxnId(id), SessionId(id), 0);
+        txn.ops.push(op);
+        LogRecord::Finished { txn, outcome: Outcome::Committed, commit_ns: Some(id) }
+    };
+    let one = CollectorId(1);
+    let records = [
+        (0, finished(1, LoggedOp::Write { key: x(), write: WriteId(1_001), stmt: None })),
+        // Record 1, never published: finished(2, a write of x = 1_002).
+        (
+            2,
+            finished(3, LoggedOp::Read { key: x(), observed: Observed::Version(WriteId(1_002)), stmt: None }),
+        ),
+    ];
+    for (seq, record) in &records {
+        publish(message::subject(one), message::record_message(one, *seq, record).expect("encodes")).await;
+    }
+    let now_ns = || {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("a clock");
+        u64::try_from(since.as_nanos()).expect("fits")
+    };
+    let beats = [(1, 3), (2, 0), (3, 0)];
+    for (c, below) in beats {
+        let beat =
+            Heartbeat { below, appended_before_ns: now_ns() + 3_600_000_000_000, read_at_ns: now_ns() };
+        let c = CollectorId(c);
+        publish(message::beat_subject(c), message::heartbeat_message(&beat).expect("encodes")).await;
+    }
+
+    let mut verifier =
+        Verifier::start_with(nats.port(), &dir.path().join("data"), &["--skip-holes-after", "1"]);
+    verifier.wait_verified(2);
+    let lines = verifier.stop();
+    let all = lines.join("\n");
+    assert!(all.contains("collector 1: records 1–1 never arrived"), "the hole is announced:\n{all}");
+    let last = lines.iter().rev().find(|l| l.contains("stopped; verifier:")).expect("a final status line");
+    assert!(last.contains(" 0 rejects"), "accepted:\n{all}");
+    assert!(last.contains("1 hole (1 records never arrived"), "the verdict says it rests on a hole:\n{last}");
+}

@@ -37,6 +37,16 @@
 //! holds every other one back, and [`Merger::holding`] says which: that is a hole made visible, never a
 //! verdict over a history with a stretch missing.
 //!
+//! # Holes
+//!
+//! A collector's records can arrive out of order (a shipper that reconnected sends again what the old
+//! connection lost); a later record waits for the earlier ones, and the collector's promises count for
+//! nothing meanwhile. If the earlier ones never come (a stream that lost them, limits that dropped them),
+//! the caller may give up on them ([`Merger::skip_hole`]): verification goes on, and what the hole may have
+//! held is never used as evidence. A read of a version no collector recorded is then unverifiable, and
+//! records that refer to the hole's transactions are dropped and counted. [`Merger::holding`] lists every
+//! hole, so a verdict over a stretch with one says so.
+//!
 //! Known limit: each proxy learns its own recording horizon. A version that a writer no proxy recorded
 //! wrote after one proxy's horizon and before a later proxy's is pre-history to the later proxy, which
 //! orders it before every recorded transaction. Start every proxy of a deployment before traffic flows (or
@@ -124,6 +134,46 @@ struct Source {
     next_seq: Option<u64>,
     /// Records that came before an earlier one (a shipper that reconnected sends again what was lost).
     ahead: BTreeMap<u64, LogRecord>,
+    /// Stretches given up on ([`Merger::skip_hole`]).
+    holes: Vec<Hole>,
+    /// The latest heartbeat that came while records it covers were missing: it counts once they are
+    /// applied, or given up on.
+    held_beat: Option<Heartbeat>,
+}
+
+impl Source {
+    /// Stamps the events of the applied records `beat` covers with its time, after their appends.
+    fn stamp(&mut self, beat: &Heartbeat) {
+        while self.unstamped.front().is_some_and(|(seq, _)| *seq < beat.below) {
+            if let Some((_, event)) = self.unstamped.pop_front() {
+                self.stamped.push_back((beat.read_at_ns, event));
+            }
+        }
+    }
+
+    /// Makes the held heartbeat count if every record it covers is now applied (or none has arrived yet: a
+    /// merger takes a collector's first record as where its log starts): it stamps their events with its
+    /// time, and its promise holds.
+    fn settle_beat(&mut self) {
+        let Some(beat) = self.held_beat else { return };
+        if self.next_seq.is_some_and(|next| next < beat.below) {
+            return;
+        }
+        self.held_beat = None;
+        self.stamp(&beat);
+        let complete = self.complete_before_ns.get_or_insert(beat.appended_before_ns);
+        *complete = (*complete).max(beat.appended_before_ns);
+    }
+}
+
+/// A stretch of a collector's log that never arrived and was given up on: records `from` up to `to`
+/// (excluded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Hole {
+    /// The first missing record.
+    pub from: u64,
+    /// The record after the last missing one: the first that did arrive.
+    pub to: u64,
 }
 
 /// Where a collector stands: for status pages and for saying which collector holds the others back.
@@ -139,6 +189,10 @@ pub struct CollectorStatus {
     pub held: usize,
     /// The record it waits for, when later ones came first.
     pub waiting_for: Option<u64>,
+    /// Stretches of its log given up on, oldest first.
+    pub holes: Vec<Hole>,
+    /// Records after those stretches dropped because they refer to what a stretch held.
+    pub lost_to_holes: u64,
 }
 
 /// Merges the records of several collectors into one history; see the module documentation.
@@ -152,6 +206,9 @@ pub struct Merger {
     written: HashSet<WriteId>,
     /// For each key some collector wrote, the collectors that wrote it.
     writers_of_key: HashMap<Key, Vec<CollectorId>>,
+    /// Whether some collector's log has a hole: a read of a version no collector recorded may then be a
+    /// read of a write the hole held.
+    holed: bool,
 }
 
 impl Merger {
@@ -166,6 +223,7 @@ impl Merger {
             statements: StatementTable::default(),
             written: HashSet::new(),
             writers_of_key: HashMap::new(),
+            holed: false,
         }
     }
 
@@ -192,12 +250,43 @@ impl Merger {
             _ => {}
         }
         self.apply(collector, seq, record)?;
+        self.apply_ahead(collector)
+    }
+
+    /// Applies the records that waited for the ones now applied.
+    fn apply_ahead(&mut self, collector: CollectorId) -> Result<(), MergeError> {
         loop {
             let source = self.sources.entry(collector).or_default();
             let Some(next) = source.next_seq else { return Ok(()) };
-            let Some(record) = source.ahead.remove(&next) else { return Ok(()) };
+            let Some(record) = source.ahead.remove(&next) else {
+                source.settle_beat();
+                return Ok(());
+            };
             self.apply(collector, next, record)?;
         }
+    }
+
+    /// Gives up on the records `collector`'s log is waiting for (they never arrived: a stream that lost
+    /// them, or limits that dropped them) and goes on from the first one that did; returns the hole, or
+    /// `None` when the collector waits for nothing.
+    ///
+    /// What the hole held is unknown, so what depends on it is not evidence (DESIGN.md §3): a read of a
+    /// version that no collector recorded becomes a read of an unrecorded writer's version, which the
+    /// verifier counts as unverifiable, where a whole history would make it a garbage read or an unowned
+    /// version; records that refer to the hole's transactions or texts are dropped and counted
+    /// ([`CollectorStatus::lost_to_holes`]); the collector's promises count again.
+    pub fn skip_hole(&mut self, collector: CollectorId) -> Result<Option<Hole>, MergeError> {
+        let Some(source) = self.sources.get_mut(&collector) else { return Ok(None) };
+        let (Some(from), Some(&to)) = (source.next_seq, source.ahead.keys().next()) else {
+            return Ok(None);
+        };
+        source.replayer.skip_to(to);
+        source.next_seq = Some(to);
+        let hole = Hole { from, to };
+        source.holes.push(hole);
+        self.holed = true;
+        self.apply_ahead(collector)?;
+        Ok(Some(hole))
     }
 
     /// Applies record `seq`, the next of `collector`'s log.
@@ -237,18 +326,11 @@ impl Merger {
 
     /// Takes a heartbeat of `collector`, which came after the records it covers.
     pub fn heartbeat(&mut self, collector: CollectorId, beat: Heartbeat) {
+        // Records it covers may be missing here (later ones overtook them): then it counts once they come.
         let source = self.sources.entry(collector).or_default();
-        while source.unstamped.front().is_some_and(|(seq, _)| *seq < beat.below) {
-            if let Some((_, event)) = source.unstamped.pop_front() {
-                source.stamped.push_back((beat.read_at_ns, event));
-            }
-        }
-        if !source.ahead.is_empty() {
-            // Records it shipped are missing here: its promise cannot be trusted until they come.
-            return;
-        }
-        let complete = source.complete_before_ns.get_or_insert(beat.appended_before_ns);
-        *complete = (*complete).max(beat.appended_before_ns);
+        source.stamp(&beat);
+        source.held_beat = Some(beat);
+        source.settle_beat();
     }
 
     /// The events every collector's heartbeats now allow, with ids qualified, reads corrected (see the
@@ -286,6 +368,8 @@ impl Merger {
                 complete_before_ns: s.complete_before_ns,
                 held: s.unstamped.len() + s.stamped.len() + s.ahead.len(),
                 waiting_for: s.next_seq.filter(|_| !s.ahead.is_empty()),
+                holes: s.holes.clone(),
+                lost_to_holes: s.replayer.lost_to_holes(),
             })
             .collect()
     }
@@ -351,6 +435,13 @@ impl Merger {
                 if self.writers_of_key.get(&key).is_some_and(|w| w.iter().any(|&other| other != c)) =>
             {
                 Observed::Unrecorded(u64::from(key.0))
+            }
+            // A collector reads `Version` only of writes it recorded itself, and `Foreign` only of versions
+            // no one recorded: after a hole either may be a write the hole held.
+            Observed::Version(WriteId(tag)) | Observed::Foreign(tag)
+                if self.holed && !self.written.contains(&WriteId(tag)) =>
+            {
+                Observed::Unrecorded(tag)
             }
             other => other,
         }
@@ -531,5 +622,52 @@ mod tests {
         let ids: Vec<TxnId> = released.iter().map(|t| t.id).collect();
         assert_eq!(ids, [5, 6, 7].map(|id| TxnId(1 << 56 | id)));
         assert_eq!(m.holding()[0].waiting_for, None);
+    }
+
+    /// Records 1 and 2 of A never arrive: one wrote x = w2, the other was an intent whose outcome (record 3)
+    /// did arrive. Once the hole is given up on, verification goes on; reads of w2, by A's proxy (which
+    /// recorded it: `Version`) and by B's (which did not: `Foreign`), are unverifiable, not garbage reads
+    /// or unowned versions; the orphaned outcome is dropped and counted; status lists the hole.
+    #[test]
+    fn a_hole_given_up_on_makes_what_it_held_unverifiable() {
+        let mut m = Merger::new(&[A, B], 0);
+        let (w1, w2) = (WriteId(41), WriteId(42));
+        m.record(A, 0, finished(5, vec![LoggedOp::Write { key: x(), write: w1, stmt: None }])).unwrap();
+        m.record(A, 3, LogRecord::Outcome { txn: TxnId(7), outcome: Outcome::Committed, commit_ns: Some(2) })
+            .unwrap();
+        m.record(A, 4, finished(8, vec![read(Observed::Version(w2))])).unwrap();
+        m.record(B, 0, finished(9, vec![read(Observed::Foreign(w2.0)), read(Observed::PreHistory(w1.0))]))
+            .unwrap();
+        m.heartbeat(A, beat(5, 100));
+        m.heartbeat(B, beat(1, 100));
+        let mut released = transactions(m.release().unwrap());
+        assert_eq!(released.len(), 1, "only record 0 of A: the rest waits for record 1");
+        assert_eq!(m.holding()[0].waiting_for, Some(1));
+
+        assert_eq!(m.skip_hole(A).unwrap(), Some(Hole { from: 1, to: 3 }));
+        assert_eq!(m.skip_hole(A).unwrap(), None, "nothing else is missing");
+        m.heartbeat(A, beat(5, 100));
+        released.extend(transactions(m.release().unwrap()));
+        let ids: Vec<TxnId> = released.iter().map(|t| t.id).collect();
+        assert_eq!(ids.len(), 3, "{ids:?}");
+        let by = |id: TxnId| released.iter().find(|t| t.id == id).unwrap();
+        let a_reader = by(TxnId(1 << 56 | 8));
+        assert!(matches!(a_reader.ops[..], [Op::Read { observed: Observed::Unrecorded(42), .. }]));
+        let b_reader = by(TxnId(2 << 56 | 9));
+        assert!(
+            matches!(
+                b_reader.ops[..],
+                [
+                    Op::Read { observed: Observed::Unrecorded(42), .. },
+                    Op::Read { observed: Observed::Version(v), .. }
+                ] if v == w1
+            ),
+            "{b_reader:?}"
+        );
+        let a = &m.holding()[0];
+        assert_eq!(
+            (a.waiting_for, a.holes.clone(), a.lost_to_holes),
+            (None, vec![Hole { from: 1, to: 3 }], 1)
+        );
     }
 }

@@ -120,6 +120,11 @@ pub struct Replayer {
     /// The isolation level each open session's transactions asked for, from its last
     /// [`LogRecord::Isolation`].
     levels: HashMap<SessionId, IsolationLevel>,
+    /// Stretches of records skipped with [`Replayer::skip_to`].
+    holes: u32,
+    /// Records after a hole that refer to what it held (an outcome of an intent in it, a text it defined),
+    /// dropped.
+    lost_to_holes: u64,
 }
 
 impl Replayer {
@@ -160,6 +165,31 @@ impl Replayer {
         self.pending.get(&txn).map(|p| &p.txn)
     }
 
+    /// Gives up on the records from the next expected one up to `seq`, which never came (a shipped log
+    /// with a stretch lost in transit): the next record is `seq`. Records after it that refer to what the
+    /// stretch held (the outcome or late ops of an intent in it, a statement text it defined) are dropped
+    /// and counted ([`Replayer::lost_to_holes`]), where a whole log would make them an error. An intent the
+    /// stretch may have finished stays pending until its session ends.
+    pub fn skip_to(&mut self, seq: u64) {
+        self.next_seq = Some(seq);
+        self.holes += 1;
+    }
+
+    /// Records dropped because they refer to what a skipped stretch held.
+    pub fn lost_to_holes(&self) -> u64 {
+        self.lost_to_holes
+    }
+
+    /// A record that refers to something the log never showed: after a skipped stretch, counted and
+    /// dropped; otherwise the log is inconsistent.
+    fn missing(&mut self, seq: u64, why: String) -> Result<(), LogError> {
+        if self.holes == 0 {
+            return Err(inconsistent(seq, why));
+        }
+        self.lost_to_holes += 1;
+        Ok(())
+    }
+
     /// The key table and the statement list, once replay is over.
     pub fn into_tables(self) -> (KeyTable, Vec<String>) {
         (self.keys, self.statements.into_texts())
@@ -175,8 +205,14 @@ impl Replayer {
         }
         self.next_seq = Some(seq.saturating_add(1));
         // Definitions are kept, compact records expanded; what follows sees records as the proxy made them.
-        let Some(record) = self.resolver.resolve(seq, record)? else {
-            return Ok(Vec::new());
+        let record = match self.resolver.resolve(seq, record) {
+            Ok(Some(record)) => record,
+            Ok(None) => return Ok(Vec::new()),
+            Err(LogError::Inconsistent { reason, .. }) => {
+                self.missing(seq, reason)?;
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e),
         };
         let mut finished = Vec::new();
         match record {
@@ -190,7 +226,8 @@ impl Replayer {
             }
             LogRecord::Outcome { txn, outcome, commit_ns } => {
                 let Some(mut intent) = self.pending.remove(&txn) else {
-                    return Err(inconsistent(seq, self.not_pending(txn, "an outcome")));
+                    let why = self.not_pending(txn, "an outcome");
+                    return self.missing(seq, why).map(|()| finished);
                 };
                 intent.txn.outcome = outcome;
                 intent.txn.commit_ns = commit_ns;
@@ -198,7 +235,8 @@ impl Replayer {
             }
             LogRecord::LateOps { txn, ops, statements } => {
                 let Some(intent) = self.pending.get(&txn) else {
-                    return Err(inconsistent(seq, self.not_pending(txn, "late ops")));
+                    let why = self.not_pending(txn, "late ops");
+                    return self.missing(seq, why).map(|()| finished);
                 };
                 let mut late = LoggedTxn::new(txn, intent.txn.session, intent.txn.seq);
                 (late.ops, late.statements) = (ops, statements);
@@ -243,10 +281,7 @@ impl Replayer {
                 } else if self.seen.contains(txn) {
                     finished.push(Replayed::DiscoveredWrite { txn, key, write });
                 } else {
-                    return Err(inconsistent(
-                        seq,
-                        format!("a discovered write of {txn}, which has no record"),
-                    ));
+                    self.missing(seq, format!("a discovered write of {txn}, which has no record"))?;
                 }
             }
             // Only a restarting proxy reads them back (to own the ids again, and to resolve a crash window).
@@ -271,7 +306,7 @@ impl Replayer {
                 } else if self.seen.contains(txn) {
                     finished.push(Replayed::Resolved { txn, outcome });
                 } else {
-                    return Err(inconsistent(seq, format!("a resolution of {txn}, which has no record")));
+                    self.missing(seq, format!("a resolution of {txn}, which has no record"))?;
                 }
             }
             LogRecord::Horizon { xid } => {
@@ -300,7 +335,7 @@ impl Replayer {
                         None => {
                             let why =
                                 format!("recovery lists {txn} as pending, but it has no pending intent");
-                            return Err(inconsistent(seq, why));
+                            self.missing(seq, why)?;
                         }
                     }
                 }

@@ -60,6 +60,13 @@ pub struct ServeArgs {
     /// `strict-serializable`.
     #[arg(long, default_value_t = 100, value_name = "MS")]
     pub(crate) drift_ms: u64,
+    /// With --verify-only: how long to wait, in seconds, for a proxy's records that later ones overtook
+    /// (a shipper that reconnected sends again what a broken connection lost). If they have not come by
+    /// then (a stream that lost them, or limits that dropped them), verification goes on without them:
+    /// reads of versions they may have written count as unverifiable, never as violations, and the status
+    /// lists the hole. 0 waits for ever.
+    #[arg(long, default_value_t = 60, value_name = "S")]
+    pub(crate) skip_holes_after: u64,
     /// With --verify-only: serve the verifier's state, and each proxy's (records, events held back, how
     /// long it has been silent), as JSON on `http://ADDR/api/status`.
     #[arg(long, value_name = "ADDR", requires = "verify_only")]

@@ -7,6 +7,7 @@
 //! does ([`verifier::online::Feeder`]). Reject reports go into `DATA_DIR/reports/`. The status line says
 //! which collector holds the others back when one falls silent.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -74,7 +75,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let status_every = Duration::from_secs(args.status_every.max(1));
         let feeder = Feeder::new(options, Some(store));
         let status = status.clone();
-        runtime.spawn_blocking(move || verify(messages, merger, feeder, &stop, status_every, &status))
+        let skip_holes_after =
+            (args.skip_holes_after > 0).then(|| Duration::from_secs(args.skip_holes_after));
+        let settings = Settings { status_every, skip_holes_after };
+        runtime.spawn_blocking(move || verify(messages, merger, feeder, &stop, settings, &status))
     };
     // Until Ctrl-C or SIGTERM, or until the verifier stops on its own (a shipped log it cannot read).
     let finished = runtime.block_on(async {
@@ -97,6 +101,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// How the verifier thread reports and when it gives up on missing records.
+#[derive(Clone, Copy)]
+struct Settings {
+    /// Between status lines.
+    status_every: Duration,
+    /// How long a collector's missing records are waited for (`--skip-holes-after`); `None`: for ever.
+    skip_holes_after: Option<Duration>,
+}
+
 /// The verifier thread: messages into the merger, released events into the feeder, rounds, status lines.
 /// Returns the last status line.
 fn verify(
@@ -104,10 +117,10 @@ fn verify(
     mut merger: Merger,
     mut feeder: Feeder,
     stop: &AtomicBool,
-    status_every: Duration,
+    settings: Settings,
     published: &Mutex<serde_json::Value>,
 ) -> anyhow::Result<String> {
-    let verified = verify_until(messages, &mut merger, &mut feeder, stop, status_every, published);
+    let verified = verify_until(messages, &mut merger, &mut feeder, stop, settings, published);
     if let Err(e) = &verified {
         // The status server says why verification stopped, for whoever looks before the process is gone.
         let mut state = status_json(&mut feeder, &merger);
@@ -125,10 +138,11 @@ fn verify_until(
     merger: &mut Merger,
     feeder: &mut Feeder,
     stop: &AtomicBool,
-    status_every: Duration,
+    settings: Settings,
     published: &Mutex<serde_json::Value>,
 ) -> anyhow::Result<String> {
     let mut last_status = Instant::now();
+    let mut waiting = BTreeMap::new();
     let mut last_published = Instant::now() - PUBLISH_EVERY;
     let mut warned_horizons = false;
     let mut warned_gc = false;
@@ -140,6 +154,9 @@ fn verify_until(
                 Incoming::Record { collector, seq, record } => merger.record(collector, seq, record)?,
                 Incoming::Heartbeat { collector, beat } => merger.heartbeat(collector, beat),
             }
+        }
+        if let Some(after) = settings.skip_holes_after {
+            skip_old_holes(merger, &mut waiting, after)?;
         }
         let events = merger.release()?;
         feeder.feed_events(events, merger.keys(), merger.statements())?;
@@ -173,7 +190,7 @@ fn verify_until(
                 *shown = state;
             }
         }
-        if last_status.elapsed() >= status_every {
+        if last_status.elapsed() >= settings.status_every {
             last_status = Instant::now();
             eprintln!("krait serve: verifier: {}", status_line(feeder, merger));
         }
@@ -190,6 +207,42 @@ fn verify_until(
         );
     }
     Ok(status_line(feeder, merger))
+}
+
+/// Gives up on the records a collector has waited for longer than `after` (see `--skip-holes-after`).
+/// `waiting` keeps, for each collector that waits, the record it waits for and since when.
+fn skip_old_holes(
+    merger: &mut Merger,
+    waiting: &mut BTreeMap<CollectorId, (u64, Instant)>,
+    after: Duration,
+) -> anyhow::Result<()> {
+    for status in merger.holding() {
+        let collector = status.collector;
+        let Some(seq) = status.waiting_for else {
+            waiting.remove(&collector);
+            continue;
+        };
+        let since = waiting.entry(collector).or_insert((seq, Instant::now()));
+        if since.0 != seq {
+            *since = (seq, Instant::now());
+        }
+        if since.1.elapsed() < after {
+            continue;
+        }
+        waiting.remove(&collector);
+        if let Some(hole) = merger.skip_hole(collector)? {
+            eprintln!(
+                "krait serve: collector {}: records {}–{} never arrived within {} s of later ones; verifying on \
+                 without them: reads of versions they may have written are unverifiable, and the status lists \
+                 the hole",
+                collector.0,
+                hole.from,
+                hole.to - 1,
+                after.as_secs()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The verifier's state and each collector's, in one line.
@@ -219,6 +272,8 @@ fn status_json(feeder: &mut Feeder, merger: &Merger) -> serde_json::Value {
                 "held": c.held,
                 "heard_from": c.complete_before_ns.is_some(),
                 "waiting_for_record": c.waiting_for,
+                "holes": c.holes,
+                "records_lost_to_holes": c.lost_to_holes,
                 "silent_s": silent_s,
                 "holds_back_others": c.complete_before_ns.is_none_or(|at| now_ns.saturating_sub(at) > SILENT_AFTER_NS),
             })
@@ -260,21 +315,43 @@ fn holding(collectors: &[CollectorStatus]) -> String {
         .iter()
         .map(|c| {
             let (id, records, held) = (c.collector.0, c.records, c.held);
-            if let Some(seq) = c.waiting_for {
-                return format!("collector {id}: {records} records, {held} held, waiting for its record {seq}");
-            }
-            match c.complete_before_ns.map(|at| now_ns.saturating_sub(at)) {
-                // A live shipper promises anew at least every half second (by its own clock).
-                Some(silent) if silent > SILENT_AFTER_NS => format!(
-                    "collector {id}: {records} records, {held} held, silent for {:.1} s (holds the others back)",
-                    silent as f64 / 1e9
-                ),
-                Some(_) => format!("collector {id}: {records} records, {held} held"),
-                None => format!("collector {id}: no heartbeat yet (holds the others back)"),
+            let state = collector_state(c, now_ns);
+            match holes(c) {
+                Some(holes) => format!("collector {id}: {records} records, {held} held{state}, {holes}"),
+                None => format!("collector {id}: {records} records, {held} held{state}"),
             }
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// What holds a collector back, if anything: a missing record, or silence.
+fn collector_state(c: &CollectorStatus, now_ns: u64) -> String {
+    if let Some(seq) = c.waiting_for {
+        return format!(", waiting for its record {seq}");
+    }
+    match c.complete_before_ns.map(|at| now_ns.saturating_sub(at)) {
+        // A live shipper promises anew at least every half second (by its own clock).
+        Some(silent) if silent > SILENT_AFTER_NS => {
+            format!(", silent for {:.1} s (holds the others back)", silent as f64 / 1e9)
+        }
+        Some(_) => String::new(),
+        None => ", no heartbeat yet (holds the others back)".into(),
+    }
+}
+
+/// The holes given up on in a collector's log, if any.
+fn holes(c: &CollectorStatus) -> Option<String> {
+    let missing: u64 = c.holes.iter().map(|h| h.to - h.from).sum();
+    match c.holes.len() {
+        0 => None,
+        n => Some(format!(
+            "{n} hole{} ({missing} records never arrived, {} later records cited them and were dropped; \
+             reads of what they wrote are unverifiable)",
+            if n == 1 { "" } else { "s" },
+            c.lost_to_holes
+        )),
+    }
 }
 
 /// How old a collector's latest promise may be before the status line calls it silent: its shipper's idle
