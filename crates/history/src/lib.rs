@@ -14,5 +14,5 @@ pub use log::{Durability, HistoryLog, LogError, LogRecord, LoggedOp, LoggedTxn, 
 pub use model::{
     CollectorId, History, HistoryStats, IsolationLevel, Key, KeyName, KeyTable, LogGap, Observed, Op,
     Outcome, RecordingHorizon, SessionId, SnapshotParseError, StmtRef, Transaction, TxnId,
-    UncheckedStatement, WriteId,
+    UncheckedStatement, WriteId, now_ns,
 };

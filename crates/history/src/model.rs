@@ -501,6 +501,14 @@ pub struct HistoryStats {
     pub fence_ops: u64,
 }
 
+/// The time now in nanoseconds since the Unix epoch, by this machine's clock: what [`Transaction::start_ns`],
+/// [`Transaction::commit_ns`] and a collector's heartbeats carry. A clock before 1970 reads as 0.
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::KeyName;

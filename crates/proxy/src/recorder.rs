@@ -16,22 +16,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use history::log::{DurabilityTicket, HistoryLog, LogError, LoggedTxn};
-use history::{CollectorId, IsolationLevel, Outcome, SessionId, TxnId};
+use history::{CollectorId, IsolationLevel, Outcome, SessionId, TxnId, now_ns};
 
 use crate::interpret::DiscoveredWrite;
 use crate::interpret::ops::reads_only;
 use crate::machine::{TxnEnd, TxnSnapshot};
 use crate::metrics::Metrics;
-
-/// Nanoseconds since the Unix epoch, by this machine's clock.
-pub fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
 
 /// Shared by all sessions: the log and the id counters.
 pub struct Recorder {

@@ -29,8 +29,9 @@ use crate::interpret::shared::TaggingShared;
 use crate::interpret::tagger::{Outgoing, Tagger};
 use crate::machine::{FrontendStep, Reply, SessionMachine};
 use crate::metrics::{ActiveConnection, Metrics};
-use crate::recorder::{Recorder, SessionRecorder, now_ns};
+use crate::recorder::{Recorder, SessionRecorder};
 use crate::tls::{ReloadableTls, UpstreamTls};
+use history::now_ns;
 
 mod buffers;
 mod startup;

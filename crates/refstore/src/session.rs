@@ -21,9 +21,8 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use history::{History, Key, KeyName, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId};
+use history::{History, Key, KeyName, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId, now_ns};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -405,12 +404,6 @@ impl Drop for Session {
     fn drop(&mut self) {
         self.rollback();
     }
-}
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

@@ -103,10 +103,3 @@ impl Counters {
         counter.store(value, Ordering::Relaxed);
     }
 }
-
-/// The time now, in nanoseconds since the Unix epoch.
-fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}

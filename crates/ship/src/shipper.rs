@@ -31,12 +31,12 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
 use history::log::merge::Heartbeat;
-use history::{CollectorId, Durability, HistoryLog, LogRecord};
+use history::{CollectorId, Durability, HistoryLog, LogRecord, now_ns};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::message;
-use crate::{Counters, ShipConfig, ShipError, now_ns};
+use crate::{Counters, ShipConfig, ShipError};
 
 /// How often the shipper looks at the log.
 pub const TICK: Duration = Duration::from_millis(50);

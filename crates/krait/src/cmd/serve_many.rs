@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use history::CollectorId;
 use history::log::merge::{CollectorStatus, Merger};
+use history::{CollectorId, now_ns};
 use ship::Incoming;
 use verifier::online::{Feeder, POLL};
 use verifier::{ReportStore, RoundOptions};
@@ -297,12 +297,6 @@ fn status_json(feeder: &mut Feeder, merger: &Merger) -> serde_json::Value {
         "garbage_collection_stopped": feeder.verifier().gc_disabled(),
         "stopped": null,
     })
-}
-
-fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// Where each collector stands, for a status line.
