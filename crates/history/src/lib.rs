@@ -12,7 +12,7 @@ pub use builder::{HistoryBuilder, TxnBuilder};
 pub use codec::{CodecError, Format, read_history, write_history};
 pub use log::{Durability, HistoryLog, LogError, LogRecord, LoggedOp, LoggedTxn, SledLog};
 pub use model::{
-    CollectorId, History, HistoryStats, IsolationLevel, Key, KeyName, KeyTable, LogGap, Observed, Op,
-    Outcome, RecordingHorizon, SessionId, SnapshotParseError, StmtRef, Transaction, TxnId,
+    ClockBounds, CollectorId, History, HistoryStats, IsolationLevel, Key, KeyName, KeyTable, LogGap,
+    Observed, Op, Outcome, RecordingHorizon, SessionId, SnapshotParseError, StmtRef, Transaction, TxnId,
     UncheckedStatement, WriteId, now_ns,
 };

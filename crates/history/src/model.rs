@@ -30,6 +30,62 @@ pub struct WriteId(pub u64);
 #[serde(transparent)]
 pub struct CollectorId(pub u32);
 
+/// How far the collectors' clocks may be from true time, which decides when one transaction's commit
+/// and another's start are far enough apart to order them in real time (Cobra §3.5, across collectors).
+///
+/// Each collector's clock is within an error bound of true time: its own, or half the uniform drift
+/// threshold. A commit and a start read by collectors `a` and `b` are ordered only when the start is later
+/// than the commit by more than `error(a) + error(b)` ([`ClockBounds::drift_ns`]); with no bound of its
+/// own that is the uniform threshold, as for one clock. Bounds per collector, not per pair, because that
+/// is what a clock's discipline reports (chrony's and NTP's maximum error are per host), and because one
+/// sweep in time order then finds every real-time edge: shifting each start earlier and each commit later
+/// by its collector's bound turns "far enough apart" into plain order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClockBounds {
+    /// The drift threshold between two clocks that have no bound of their own, in nanoseconds.
+    pub uniform_drift_ns: u64,
+    /// Collectors whose clock has a bound of its own, in nanoseconds.
+    pub errors_ns: std::collections::BTreeMap<CollectorId, u64>,
+}
+
+impl ClockBounds {
+    /// Every clock within half of `drift_ns` (rounded up to a nanosecond) of true time: two readings are
+    /// ordered when more than `drift_ns` apart.
+    pub fn uniform(drift_ns: u64) -> Self {
+        ClockBounds { uniform_drift_ns: drift_ns, errors_ns: Default::default() }
+    }
+
+    /// The bounds given in milliseconds, as options and reports carry them.
+    pub fn from_ms(uniform_drift_ms: u64, errors_ms: &std::collections::BTreeMap<CollectorId, u64>) -> Self {
+        let ns = |ms: u64| ms.saturating_mul(1_000_000);
+        ClockBounds {
+            uniform_drift_ns: ns(uniform_drift_ms),
+            errors_ns: errors_ms.iter().map(|(&c, &ms)| (c, ns(ms))).collect(),
+        }
+    }
+
+    /// How far `collector`'s clock may be from true time.
+    pub fn error_ns(&self, collector: CollectorId) -> u64 {
+        self.errors_ns.get(&collector).copied().unwrap_or(self.uniform_drift_ns.div_ceil(2))
+    }
+
+    /// How much later than a commit read by `from` a start read by `to` must be to follow it in real time.
+    pub fn drift_ns(&self, from: CollectorId, to: CollectorId) -> u64 {
+        self.error_ns(from).saturating_add(self.error_ns(to))
+    }
+
+    /// The time a start read by `collector` surely came after.
+    pub fn earliest(&self, collector: CollectorId, start_ns: u64) -> u64 {
+        start_ns.saturating_sub(self.error_ns(collector))
+    }
+
+    /// The time a commit read by `collector` surely came before (never before `earliest_start`, the
+    /// transaction's own start shifted the other way: a commit read before its start is a broken reading).
+    pub fn latest(&self, collector: CollectorId, commit_ns: u64, earliest_start: u64) -> u64 {
+        commit_ns.saturating_add(self.error_ns(collector)).max(earliest_start)
+    }
+}
+
 /// An interned key: an index into the history's [`KeyTable`]. Cheap to copy, hash and compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]

@@ -155,18 +155,30 @@ impl Verifier {
     }
 }
 
-/// `GET /api/status` of the verifier's status server on `port`.
-fn api_status(port: u16) -> serde_json::Value {
+/// The body of `GET path` from the verifier's status server on `port`.
+fn http_get(port: u16, path: &str) -> String {
     use std::io::{Read, Write};
     let mut stream =
         std::net::TcpStream::connect(("127.0.0.1", port)).expect("connects to the status server");
     stream
-        .write_all(b"GET /api/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
         .expect("sends the request");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("reads the response");
-    let (_, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    serde_json::from_str(body).expect("a JSON status")
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "GET {path}: {head}");
+    body.to_owned()
+}
+
+/// `GET /api/status` of the verifier's status server on `port`.
+fn api_status(port: u16) -> serde_json::Value {
+    serde_json::from_str(&http_get(port, "/api/status")).expect("a JSON status")
+}
+
+/// The value of the sample `name` (labels included) in `/metrics` of the status server on `port`.
+fn metric(port: u16, name: &str) -> Option<f64> {
+    let body = http_get(port, "/metrics");
+    body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
 /// The client transactions a status line says were committed.
@@ -330,6 +342,9 @@ async fn serializable_across_three_proxies_is_accepted_with_reads_joined_to_othe
         .filter_map(|c| c["collector"].as_u64())
         .collect();
     assert_eq!(heard, [1, 2, 3], "{status}");
+    assert!(metric(admin, "krait_verifier_verified_total").is_some_and(|v| v >= 4.0), "/metrics");
+    assert_eq!(metric(admin, "krait_verifier_rejects_total"), Some(0.0));
+    assert!(metric(admin, "krait_collector_records_total{collector=\"3\"}").is_some_and(|r| r > 0.0));
     // The third proxy goes away: its shipper falls silent, and the status server says that it holds back the
     // other two.
     let mut edges = edges;
@@ -346,6 +361,8 @@ async fn serializable_across_three_proxies_is_accepted_with_reads_joined_to_othe
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(silent["collectors"][2]["silent_s"].as_f64().is_some_and(|s| s > 2.0), "{silent}");
+    assert_eq!(metric(admin, "krait_collector_holds_back_others{collector=\"3\"}"), Some(1.0));
+    assert_eq!(metric(admin, "krait_collector_holds_back_others{collector=\"1\"}"), Some(0.0));
     let lines = verifier.stop();
     drop_table(&table).await;
     let last = lines.iter().rev().find(|l| l.contains("stopped; verifier:")).expect("a final status line");

@@ -107,7 +107,7 @@ fn main() {
     let (source, mut messages) =
         runtime.block_on(async { Source::spawn(url.clone(), ship::DEFAULT_STREAM.into(), &[]) });
     let collectors: Vec<CollectorId> = logs.iter().map(|(c, _)| *c).collect();
-    let mut merger = Merger::new(&collectors, 0);
+    let mut merger = Merger::new(&collectors, history::ClockBounds::uniform(0));
     let mut options = RoundOptions::online(10_000, Duration::from_secs(1));
     options.verify.level = verifier::Level::Serializable;
     let mut feeder = Feeder::new(options, None);

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use history::{History, Op};
+use history::{ClockBounds, History, Op};
 use kernels::{Backend, Graph, Reachability};
 use solver::Side;
 
@@ -46,7 +46,8 @@ pub(crate) struct Certifier<'a> {
     pub chains: &'a Chains,
     pub constraints: &'a [Constraint],
     pub decisions: &'a [Decision],
-    pub drift_ms: u64,
+    /// The clocks' bounds real-time edges were inferred with.
+    pub clocks: ClockBounds,
     /// Edge ids leaving each vertex, simplest first.
     adj: Vec<Vec<u32>>,
     pub derivations: Vec<Derivation>,
@@ -63,7 +64,7 @@ impl<'a> Certifier<'a> {
         chains: &'a Chains,
         constraints: &'a [Constraint],
         decisions: &'a [Decision],
-        drift_ms: u64,
+        clocks: ClockBounds,
     ) -> Self {
         let mut adj: Vec<Vec<u32>> = vec![Vec::new(); g.vertices as usize];
         for (i, e) in g.edges.iter().enumerate() {
@@ -79,7 +80,7 @@ impl<'a> Certifier<'a> {
             chains,
             constraints,
             decisions,
-            drift_ms,
+            clocks,
             adj,
             derivations: Vec::new(),
             memo: HashMap::new(),
@@ -227,7 +228,7 @@ impl<'a> Certifier<'a> {
                         "{from} < {to} because {from} committed at {} ns, more than the clock-drift threshold of {} \
                          ms before {to} started at {} ns",
                         tf.commit_ns.unwrap_or(0),
-                        self.drift_ms,
+                        self.clocks.drift_ns(tf.collector, tt.collector) as f64 / 1e6,
                         tt.start_ns.unwrap_or(0)
                     ),
                 )

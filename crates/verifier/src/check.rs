@@ -228,17 +228,19 @@ fn check_accept(f: &Facts<'_>, report: &Report, summary: &mut CheckSummary) -> R
     }
     // Real time: no transaction may come after one that started after it committed (+ drift).
     if report.level == Level::StrictSerializable {
-        let drift = report.options.clock_drift_ms.saturating_mul(1_000_000);
+        // Each start shifted earlier and each commit later by its clock's error bound (see realtime.rs).
+        let clocks = report.options.clocks();
         let mut min_end_after = u64::MAX;
         for id in order.iter().rev() {
             let t = f.txn(*id)?;
-            if let Some(start) = t.start_ns
+            let start = t.start_ns.map(|s| clocks.earliest(t.collector, s));
+            if let Some(start) = start
                 && min_end_after < start
             {
                 return bad(format!("{id} comes before a transaction that committed before it started"));
             }
             if let Some(end) = t.commit_ns {
-                min_end_after = min_end_after.min(end.saturating_add(drift).max(t.start_ns.unwrap_or(0)));
+                min_end_after = min_end_after.min(clocks.latest(t.collector, end, start.unwrap_or(0)));
             }
         }
     }
@@ -580,7 +582,7 @@ impl Checker<'_, '_> {
                 if self.report.level != Level::StrictSerializable {
                     return bad("a real-time edge in a serializability report");
                 }
-                let drift = self.report.options.clock_drift_ms.saturating_mul(1_000_000);
+                let drift = self.report.options.clocks().drift_ns(from.collector, to.collector);
                 match (from.commit_ns, to.start_ns) {
                     (Some(c), Some(s)) if c.saturating_add(drift) < s => {}
                     _ => return bad(format!("{} did not commit before {} started", e.from, e.to)),

@@ -2,6 +2,9 @@
 //! (which of Cobra's techniques are on: combining writes §3.1, coalescing §3.2, pruning §3.3, and the clock
 //! drift of real-time edges §3.5). Not a stage itself; every stage may read it.
 
+use std::collections::BTreeMap;
+
+use history::{ClockBounds, CollectorId};
 use kernels::Backend;
 use serde::{Deserialize, Serialize};
 
@@ -99,6 +102,9 @@ pub struct Options {
     pub level: Level,
     /// Commit timestamps are pushed later by this much before real-time edges are inferred (Cobra §3.5).
     pub clock_drift_ms: u64,
+    /// Collectors whose clock has an error bound of its own, in milliseconds; the others are within half of
+    /// `clock_drift_ms` of true time ([`history::ClockBounds`]).
+    pub clock_errors_ms: BTreeMap<CollectorId, u64>,
     /// Pruning (Cobra §3.3). Off only for differential testing.
     pub prune: bool,
     /// Coalescing constraints (Cobra §3.2). Off only for differential testing.
@@ -109,11 +115,19 @@ pub struct Options {
     pub reachability: Backend,
 }
 
+impl Options {
+    /// The clocks' bounds, in nanoseconds, for real-time order.
+    pub fn clocks(&self) -> ClockBounds {
+        ClockBounds::from_ms(self.clock_drift_ms, &self.clock_errors_ms)
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
             level: Level::Serializable,
             clock_drift_ms: 100,
+            clock_errors_ms: BTreeMap::new(),
             prune: true,
             coalesce: true,
             combine: true,

@@ -15,7 +15,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
-use history::{History, Outcome};
+use history::{ClockBounds, History, Outcome};
 use kernels::Backend;
 
 use crate::certificate::{Certifier, txn_report};
@@ -114,11 +114,11 @@ pub(crate) fn build_polygraph(h: &History, options: &Options) -> Result<(Built, 
     c.so_edges = g.edges.iter().filter(|e| e.origin == Origin::So).count() as u64;
     c.ww_pairs = g.ww_pairs;
     if options.level == Level::StrictSerializable {
-        let (edges, missing) =
-            realtime::realtime_edges(h, &norm, options.clock_drift_ms.saturating_mul(1_000_000));
+        let (edges, missing) = realtime::realtime_edges(h, &norm, &options.clocks());
         c.rt_edges = edges.len() as u64;
         tally.real_time = Some(RealTime {
             clock_drift_ms: options.clock_drift_ms,
+            clock_errors_ms: options.clock_errors_ms.clone(),
             edges: edges.len() as u64,
             without_timestamps: missing,
         });
@@ -184,6 +184,7 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
             coalesce: options.coalesce,
             combine: options.combine,
             clock_drift_ms: options.clock_drift_ms,
+            clock_errors_ms: options.clock_errors_ms.clone(),
             reachability: options.reachability.name().to_owned(),
         },
         anomalies: Vec::new(),
@@ -233,7 +234,7 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
     let after_prune = Instant::now();
     let certifier = || {
         let Polygraph { norm, g, chains, constraints, decisions, .. } = &*poly;
-        Certifier::new(h, norm, g, chains, constraints, decisions, options.clock_drift_ms)
+        Certifier::new(h, norm, g, chains, constraints, decisions, options.clocks())
     };
     let found = match outcome {
         prune::Outcome::Cyclic { round, cycle } => {
@@ -417,7 +418,7 @@ fn verify_snapshot_isolation(
                 Some(order.into_iter().map(|v| h.transactions[norm.txns[v as usize].hist].id).collect());
         }
         si::SiSolved::Cyclic { cycle, core } => {
-            let mut cert = Certifier::new(h, &norm, &g, &chains, &constraints, &[], 0);
+            let mut cert = Certifier::new(h, &norm, &g, &chains, &constraints, &[], ClockBounds::default());
             let anomaly = si::SiEvidence::new(&mut cert, &encoding).anomaly(&cycle, &core);
             report.verdict = Verdict::Reject;
             report.derivations = std::mem::take(&mut cert.derivations);

@@ -2,19 +2,22 @@
 //!
 //! In: the included transactions' timestamps. Out: the minimal set of real-time edges (the transitive
 //! reduction of "committed before started"), built in O(n log n + z) by sweeping start and commit events in
-//! time order, as in Orochi [Cobra ref. 131, Fig. 6]. Commit timestamps are first pushed later by the
-//! clock-drift threshold, so an edge is only inferred when the gap exceeds what clock drift could explain.
+//! time order, as in Orochi [Cobra ref. 131, Fig. 6]. Each start is first moved earlier, and each commit
+//! later, by its collector's clock error bound ([`ClockBounds`]), so an edge is only inferred when the gap
+//! exceeds what the two clocks' errors could explain. The sweep's argument survives the shift: a shifted
+//! start is never after the same transaction's shifted commit, so "u before v and v before w" still gives
+//! "u before w".
 //!
 //! The sweep keeps a *frontier*: the transactions that have committed and are not yet known to precede
 //! another committed transaction. A transaction that starts gets an edge from every frontier member; when it
 //! commits, its own predecessors leave the frontier (it now stands for them) and it joins.
 
-use history::History;
+use history::{ClockBounds, History};
 
 use crate::normalize::Normalized;
 
 /// Returns the real-time edges and the number of included transactions without usable timestamps.
-pub(crate) fn realtime_edges(h: &History, norm: &Normalized, drift_ns: u64) -> (Vec<(u32, u32)>, u64) {
+pub(crate) fn realtime_edges(h: &History, norm: &Normalized, clocks: &ClockBounds) -> (Vec<(u32, u32)>, u64) {
     // (time, 0 = start / 1 = commit, vertex): at equal times starts go first, since an edge needs the
     // (pushed) commit to be strictly earlier than the start.
     let mut events: Vec<(u64, u8, u32)> = Vec::with_capacity(norm.txns.len() * 2);
@@ -25,11 +28,12 @@ pub(crate) fn realtime_edges(h: &History, norm: &Normalized, drift_ns: u64) -> (
             missing += 1;
             continue;
         };
+        let start = clocks.earliest(t.collector, start);
         events.push((start, 0, v as u32));
         match t.commit_ns {
             // A commit before the start is a broken clock reading; it must not order the transaction
             // before itself.
-            Some(commit) => events.push((commit.saturating_add(drift_ns).max(start), 1, v as u32)),
+            Some(commit) => events.push((clocks.latest(t.collector, commit, start), 1, v as u32)),
             None => missing += 1,
         }
     }
@@ -65,7 +69,7 @@ pub(crate) fn realtime_edges(h: &History, norm: &Normalized, drift_ns: u64) -> (
 
 #[cfg(test)]
 mod tests {
-    use history::HistoryBuilder;
+    use history::{ClockBounds, CollectorId, HistoryBuilder};
     use kernels::{Backend, Graph, reachability};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
@@ -74,30 +78,41 @@ mod tests {
     use crate::normalize::normalize;
 
     /// The sweep's edges must have exactly the naive pairwise relation as their transitive closure, and none
-    /// of them may be implied by the others (the set is minimal).
+    /// of them may be implied by the others (the set is minimal): with one uniform drift, and with clocks
+    /// of several collectors, some with error bounds of their own.
     #[test]
     fn sweep_edges_are_the_transitive_reduction_of_the_pairwise_relation() {
         let mut rng = StdRng::seed_from_u64(3);
-        for _ in 0..300 {
+        for case in 0..600 {
             let n = rng.gen_range(1..30);
-            let drift = rng.gen_range(0..5u64);
+            let mut clocks = ClockBounds::uniform(rng.gen_range(0..5u64));
+            if case % 2 == 1 {
+                for c in 0..3 {
+                    if rng.gen_bool(0.6) {
+                        clocks.errors_ns.insert(CollectorId(c), rng.gen_range(0..4u64));
+                    }
+                }
+            }
             let mut b = HistoryBuilder::new();
             let mut times = Vec::new();
             for i in 0..n {
                 let start = rng.gen_range(0..100u64);
                 let commit = start + rng.gen_range(0..20u64);
-                times.push((start, commit));
+                times.push((start, commit, CollectorId(rng.gen_range(0..3))));
                 b = b.txn(i, |t| t).at(start, commit);
             }
-            let h = b.build();
+            let mut h = b.build();
+            for (t, &(_, _, c)) in h.transactions.iter_mut().zip(&times) {
+                t.collector = c;
+            }
             let norm = normalize(&h);
-            let (edges, missing) = realtime_edges(&h, &norm, drift);
+            let (edges, missing) = realtime_edges(&h, &norm, &clocks);
             assert_eq!(missing, 0);
             let g = Graph::from_edges(n as u32, &edges).unwrap();
             let reach = reachability(&g, None, Backend::Dfs).unwrap();
             for u in 0..n as usize {
                 for v in 0..n as usize {
-                    let naive = times[u].1 + drift < times[v].0;
+                    let naive = times[u].1 + clocks.drift_ns(times[u].2, times[v].2) < times[v].0;
                     assert_eq!(u != v && reach.reaches(u as u32, v as u32), naive, "{u} -> {v} in {times:?}");
                 }
             }

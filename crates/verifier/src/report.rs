@@ -2,6 +2,8 @@
 //! this crate's manifest; every field here is part of it, so rename nothing without bumping
 //! [`SCHEMA_VERSION`].
 
+use std::collections::BTreeMap;
+
 use history::values::Value;
 use history::{CollectorId, IsolationLevel, Observed, Outcome, SessionId, TxnId};
 use serde::{Deserialize, Serialize};
@@ -615,8 +617,18 @@ pub struct OptionsUsed {
     pub combine: bool,
     /// The clock-drift threshold (strict serializability only).
     pub clock_drift_ms: u64,
+    /// Collectors whose clock had an error bound of its own, in milliseconds (strict serializability only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub clock_errors_ms: BTreeMap<CollectorId, u64>,
     /// The reachability backend used for pruning.
     pub reachability: String,
+}
+
+impl OptionsUsed {
+    /// The clocks' bounds the run used, in nanoseconds.
+    pub fn clocks(&self) -> history::ClockBounds {
+        history::ClockBounds::from_ms(self.clock_drift_ms, &self.clock_errors_ms)
+    }
 }
 
 /// Sizes at each stage.
@@ -681,10 +693,29 @@ pub struct Timings {
 pub struct RealTime {
     /// The clock-drift threshold that commit timestamps were pushed by.
     pub clock_drift_ms: u64,
+    /// Collectors whose clock had an error bound of its own, in milliseconds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub clock_errors_ms: BTreeMap<CollectorId, u64>,
     /// Real-time edges added (the minimal set, Cobra §3.5).
     pub edges: u64,
     /// Included transactions without both timestamps (they get no real-time edges).
     pub without_timestamps: u64,
+}
+
+impl RealTime {
+    /// The clocks' bounds in words: the drift threshold, and each collector's own bound.
+    pub fn threshold(&self) -> String {
+        let mut words = format!("clock-drift threshold {} ms", self.clock_drift_ms);
+        if !self.clock_errors_ms.is_empty() {
+            let own: Vec<String> = self
+                .clock_errors_ms
+                .iter()
+                .map(|(c, ms)| format!("collector {}'s clock within {ms} ms of true time", c.0))
+                .collect();
+            words.push_str(&format!(" ({})", own.join(", ")));
+        }
+        words
+    }
 }
 
 /// Under `declared`: how many transactions asked for each isolation level, and so which level each was held

@@ -10,10 +10,11 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use history::{
-    CollectorId, History, Key, KeyName, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId,
+    ClockBounds, CollectorId, History, Key, KeyName, Observed, Op, Outcome, SessionId, Transaction, TxnId,
+    WriteId,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -127,8 +128,31 @@ fn random_history_sized(rng: &mut StdRng, max_txns: usize, keys: u32) -> (Histor
     (h, drift_ms)
 }
 
+/// Every clock within half of `drift_ms` of true time.
+fn uniform(drift_ms: u64) -> ClockBounds {
+    ClockBounds::uniform(drift_ms * 1_000_000)
+}
+
+/// Half the time, spreads the sessions over three collectors, some of whose clocks get an error bound of
+/// their own (0–2 ms, against timestamps 0.5–2 ms apart); returns those bounds.
+fn random_clocks(rng: &mut StdRng, h: &mut History) -> BTreeMap<CollectorId, u64> {
+    let mut errors = BTreeMap::new();
+    if rng.gen_bool(0.5) {
+        return errors;
+    }
+    for t in &mut h.transactions {
+        t.collector = CollectorId((t.session.0 % 3) as u32);
+    }
+    for c in 0..3 {
+        if rng.gen_bool(0.6) {
+            errors.insert(CollectorId(c), rng.gen_range(0..3));
+        }
+    }
+    errors
+}
+
 /// Does some total order of committed (plus some indeterminate) transactions explain every read?
-fn oracle(h: &History, level: Level, drift_ms: u64) -> bool {
+fn oracle(h: &History, level: Level, clocks: &ClockBounds) -> bool {
     let indeterminate: Vec<usize> =
         (0..h.transactions.len()).filter(|&i| h.transactions[i].outcome == Outcome::Indeterminate).collect();
     (0u32..1 << indeterminate.len()).any(|mask| {
@@ -142,17 +166,17 @@ fn oracle(h: &History, level: Level, drift_ms: u64) -> bool {
             })
             .collect();
         let mut placed = vec![false; h.transactions.len()];
-        search(h, &included, &mut placed, &HashMap::new(), &HashMap::new(), level, drift_ms * 1_000_000)
+        search(h, &included, &mut placed, &HashMap::new(), &HashMap::new(), level, clocks)
     })
 }
 
-fn must_precede(h: &History, u: usize, v: usize, level: Level, drift: u64) -> bool {
+fn must_precede(h: &History, u: usize, v: usize, level: Level, clocks: &ClockBounds) -> bool {
     let (a, b) = (&h.transactions[u], &h.transactions[v]);
     if a.session == b.session && a.seq < b.seq {
         return true;
     }
     level == Level::StrictSerializable
-        && matches!((a.commit_ns, b.start_ns), (Some(c), Some(s)) if c + drift < s)
+        && matches!((a.commit_ns, b.start_ns), (Some(c), Some(s)) if c + clocks.drift_ns(a.collector, b.collector) < s)
 }
 
 fn search(
@@ -162,13 +186,13 @@ fn search(
     store: &HashMap<Key, Observed>,
     initial: &HashMap<Key, Observed>,
     level: Level,
-    drift: u64,
+    clocks: &ClockBounds,
 ) -> bool {
     if included.iter().all(|&i| placed[i]) {
         return true;
     }
     for &v in included {
-        if placed[v] || included.iter().any(|&u| !placed[u] && u != v && must_precede(h, u, v, level, drift))
+        if placed[v] || included.iter().any(|&u| !placed[u] && u != v && must_precede(h, u, v, level, clocks))
         {
             continue;
         }
@@ -206,7 +230,7 @@ fn search(
         }
         store2.extend(own);
         placed[v] = true;
-        let found = search(h, included, placed, &store2, &initial2, level, drift);
+        let found = search(h, included, placed, &store2, &initial2, level, clocks);
         placed[v] = false;
         if found {
             return true;
@@ -279,7 +303,7 @@ fn hiding_writers_never_turns_an_accept_into_a_reject() {
         );
         assert_eq!(
             report.is_accept(),
-            oracle(&h, level, drift_ms),
+            oracle(&h, level, &uniform(drift_ms)),
             "case {case}: verifier and oracle disagree on a history with hidden writers\n{:#?}\n{}",
             h.transactions,
             report.render_text()
@@ -360,11 +384,12 @@ fn verifier_agrees_with_brute_force_on_random_histories() {
     let mut classes: std::collections::BTreeMap<&'static str, usize> = Default::default();
     let backends = [Backend::Auto, Backend::ChainClocks, Backend::BitsetRows, Backend::Dfs];
     for case in 0..count {
-        let (h, drift_ms) = random_history(&mut rng);
+        let (mut h, drift_ms) = random_history(&mut rng);
+        let clock_errors_ms = random_clocks(&mut rng, &mut h);
         let level = if rng.gen_bool(0.5) { Level::Serializable } else { Level::StrictSerializable };
         let li = usize::from(level == Level::StrictSerializable);
-        let want = oracle(&h, level, drift_ms);
-        let default = Options { level, clock_drift_ms: drift_ms, ..Options::default() };
+        let want = oracle(&h, level, &ClockBounds::from_ms(drift_ms, &clock_errors_ms));
+        let default = Options { level, clock_drift_ms: drift_ms, clock_errors_ms, ..Options::default() };
         let variant = Options {
             prune: rng.gen_bool(0.5),
             coalesce: rng.gen_bool(0.5),
@@ -385,7 +410,7 @@ fn verifier_agrees_with_brute_force_on_random_histories() {
             if let Some(a) = report.anomalies.first() {
                 *classes.entry(a.class.name()).or_default() += 1;
                 // A strict reject of a serializable history can only come from real time, and must say so.
-                if level == Level::StrictSerializable && oracle(&h, Level::Serializable, drift_ms) {
+                if level == Level::StrictSerializable && oracle(&h, Level::Serializable, &uniform(drift_ms)) {
                     assert!(
                         a.uses_real_time,
                         "case {case}: a real-time reject does not say so\n{}",
@@ -613,7 +638,7 @@ fn blind_writes_of_few_keys_across_few_sessions_agree_with_brute_force() {
         }
         runs += usize::from(writes.values().any(|&w| w >= 3));
         let level = if rng.gen_bool(0.5) { Level::Serializable } else { Level::StrictSerializable };
-        let want = oracle(&h, level, drift_ms);
+        let want = oracle(&h, level, &uniform(drift_ms));
         let default = Options { level, clock_drift_ms: drift_ms, ..Options::default() };
         let variant = Options { prune: rng.gen_bool(0.5), coalesce: rng.gen_bool(0.5), ..default.clone() };
         for opts in [&default, &variant] {

@@ -30,7 +30,8 @@
 //! appended before its COMMIT is forwarded, so before any other client can read it; the reader's records
 //! are appended after its read. So if the writer's collector has shipped every record it appended before
 //! `t + drift`, where `t` is a time (by the reader's collector's clock) after the reader's record was
-//! appended and `drift` bounds how far the two clocks disagree, the writer's write is known. Each event is
+//! appended and `drift` bounds how far the two clocks disagree (the sum of their error bounds,
+//! [`ClockBounds::drift_ns`]), the writer's write is known. Each event is
 //! therefore held until its own collector's next heartbeat stamps it with such a `t`
 //! ([`Heartbeat::read_at_ns`]), and then until every other collector's heartbeats say it has shipped
 //! everything appended before `t + drift` ([`Heartbeat::appended_before_ns`]). A collector that goes silent
@@ -60,8 +61,8 @@ use thiserror::Error;
 use super::replay::{IdMap, Replayed, ReplayedTxn, Replayer, StatementTable};
 use super::{LogError, LogRecord};
 use crate::{
-    CollectorId, Key, KeyTable, Observed, Op, RecordingHorizon, SessionId, StmtRef, Transaction, TxnId,
-    WriteId,
+    ClockBounds, CollectorId, Key, KeyTable, Observed, Op, RecordingHorizon, SessionId, StmtRef, Transaction,
+    TxnId, WriteId,
 };
 
 /// The bits of a qualified id that hold the collector.
@@ -198,7 +199,7 @@ pub struct CollectorStatus {
 /// Merges the records of several collectors into one history; see the module documentation.
 #[derive(Debug)]
 pub struct Merger {
-    drift_ns: u64,
+    clocks: ClockBounds,
     sources: BTreeMap<CollectorId, Source>,
     keys: KeyTable,
     statements: StatementTable,
@@ -212,12 +213,12 @@ pub struct Merger {
 }
 
 impl Merger {
-    /// A merger of `collectors`, whose clocks disagree by at most `drift_ns`. Events wait for every one of
-    /// them: a collector that has not been heard from yet holds the others back. A collector not listed is
+    /// A merger of `collectors`, whose clocks are as far from true time as `clocks` says. Events wait for
+    /// every one of them: a collector that has not been heard from yet holds the others back. A collector not listed is
     /// added when its first record or heartbeat arrives.
-    pub fn new(collectors: &[CollectorId], drift_ns: u64) -> Self {
+    pub fn new(collectors: &[CollectorId], clocks: ClockBounds) -> Self {
         Merger {
-            drift_ns,
+            clocks,
             sources: collectors.iter().map(|&c| (c, Source::default())).collect(),
             keys: KeyTable::default(),
             statements: StatementTable::default(),
@@ -339,16 +340,23 @@ impl Merger {
         let collectors: Vec<CollectorId> = self.sources.keys().copied().collect();
         let mut out = Vec::new();
         for &c in &collectors {
-            // What every other collector has shipped, as far as its clock goes.
-            let others = collectors
+            // What every other collector has shipped, as far as its clock goes, and how far its clock and
+            // this one's may disagree.
+            let others: Option<Vec<(u64, u64)>> = collectors
                 .iter()
                 .filter(|&&o| o != c)
-                .map(|o| self.sources.get(o).and_then(|s| s.complete_before_ns))
-                .try_fold(u64::MAX, |min, t| t.map(|t| min.min(t)));
+                .map(|&o| {
+                    let complete = self.sources.get(&o).and_then(|s| s.complete_before_ns)?;
+                    Some((complete, self.clocks.drift_ns(c, o)))
+                })
+                .collect();
             let Some(others) = others else { continue };
-            let drift = self.drift_ns;
             let ready = |s: &mut Source| match s.stamped.front() {
-                Some((read_at, _)) if read_at.saturating_add(drift) <= others => s.stamped.pop_front(),
+                Some(&(read_at, _))
+                    if others.iter().all(|&(complete, drift)| read_at.saturating_add(drift) <= complete) =>
+                {
+                    s.stamped.pop_front()
+                }
                 _ => None,
             };
             while let Some((_, event)) = self.sources.get_mut(&c).and_then(ready) {
@@ -524,7 +532,7 @@ mod tests {
     /// read as that write once merged; ids come out qualified with their collector.
     #[test]
     fn a_read_of_another_collectors_write_is_a_read_of_that_write() {
-        let mut m = Merger::new(&[A, B], 0);
+        let mut m = Merger::new(&[A, B], ClockBounds::uniform(0));
         let w = WriteId(77);
         m.record(A, 0, finished(5, vec![LoggedOp::Write { key: x(), write: w, stmt: Some(0) }])).unwrap();
         m.record(B, 0, finished(5, vec![read(Observed::PreHistory(w.0))])).unwrap();
@@ -547,7 +555,7 @@ mod tests {
     /// time plus the drift: until then the writer's records may still be on their way.
     #[test]
     fn events_wait_for_every_other_collectors_watermark_plus_drift() {
-        let mut m = Merger::new(&[A, B], 10);
+        let mut m = Merger::new(&[A, B], ClockBounds::uniform(10));
         m.record(B, 0, finished(5, vec![read(Observed::PreHistory(9))])).unwrap();
         assert!(m.release().unwrap().is_empty(), "not stamped by its own collector yet");
         m.heartbeat(B, beat(1, 100));
@@ -560,11 +568,28 @@ mod tests {
         assert_eq!(m.holding()[1].held, 0);
     }
 
+    /// A collector whose clock has an error bound of its own widens the waits that involve it, and only
+    /// those: B's event waits for A's watermark to pass B's time plus A's bound, and for C's to pass B's time.
+    #[test]
+    fn a_clock_with_a_bound_of_its_own_widens_only_the_waits_it_is_in() {
+        const C: CollectorId = CollectorId(3);
+        let mut clocks = ClockBounds::uniform(0);
+        clocks.errors_ns.insert(A, 30);
+        let mut m = Merger::new(&[A, B, C], clocks);
+        m.record(B, 0, finished(5, vec![])).unwrap();
+        m.heartbeat(B, beat(1, 100));
+        m.heartbeat(C, beat(0, 100));
+        m.heartbeat(A, beat(0, 129));
+        assert!(m.release().unwrap().is_empty(), "A's watermark is within A's bound of the event");
+        m.heartbeat(A, beat(0, 130));
+        assert_eq!(transactions(m.release().unwrap()).len(), 1, "C's watermark needs no room for drift");
+    }
+
     /// A row the reading proxy never saw may have been deleted through another proxy, so its absence is
     /// not evidence once another collector wrote the key; a key no one else wrote keeps its absence.
     #[test]
     fn an_absence_of_a_key_another_collector_wrote_is_not_evidence() {
-        let mut m = Merger::new(&[A, B], 0);
+        let mut m = Merger::new(&[A, B], ClockBounds::uniform(0));
         m.record(B, 0, finished(5, vec![read(Observed::Absent)])).unwrap();
         m.heartbeat(B, beat(1, 100));
         m.heartbeat(A, beat(0, 100));
@@ -583,7 +608,7 @@ mod tests {
     /// The writes of an intent count from the intent on: a reader can see them before the outcome comes.
     #[test]
     fn a_pending_intents_writes_are_known() {
-        let mut m = Merger::new(&[A, B], 0);
+        let mut m = Merger::new(&[A, B], ClockBounds::uniform(0));
         let mut txn = LoggedTxn::new(TxnId(5), SessionId(5), 0);
         txn.ops.push(LoggedOp::Write { key: x(), write: WriteId(42), stmt: None });
         m.record(A, 0, LogRecord::Intent(txn)).unwrap();
@@ -606,7 +631,7 @@ mod tests {
     /// and the collector's promises wait with it; a second copy of a record is dropped.
     #[test]
     fn a_record_that_comes_early_waits_for_the_ones_before_it() {
-        let mut m = Merger::new(&[A, B], 0);
+        let mut m = Merger::new(&[A, B], ClockBounds::uniform(0));
         m.heartbeat(B, beat(0, 1_000));
         m.record(A, 0, finished(5, vec![])).unwrap();
         m.record(A, 2, finished(7, vec![])).unwrap();
@@ -630,7 +655,7 @@ mod tests {
     /// or unowned versions; the orphaned outcome is dropped and counted; status lists the hole.
     #[test]
     fn a_hole_given_up_on_makes_what_it_held_unverifiable() {
-        let mut m = Merger::new(&[A, B], 0);
+        let mut m = Merger::new(&[A, B], ClockBounds::uniform(0));
         let (w1, w2) = (WriteId(41), WriteId(42));
         m.record(A, 0, finished(5, vec![LoggedOp::Write { key: x(), write: w1, stmt: None }])).unwrap();
         m.record(A, 3, LogRecord::Outcome { txn: TxnId(7), outcome: Outcome::Committed, commit_ns: Some(2) })

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod clocks;
 pub mod demo;
 pub mod history;
 pub mod proxy;

@@ -60,6 +60,12 @@ pub struct ServeArgs {
     /// `strict-serializable`.
     #[arg(long, default_value_t = 100, value_name = "MS")]
     pub(crate) drift_ms: u64,
+    /// With --verify-only: proxies whose clock has an error bound of its own, as COLLECTOR=MS
+    /// (comma-separated), for a proxy whose clock is known to be worse (or better) than the others. A
+    /// transaction waits for proxy b's records up to its own proxy a's time plus error(a) + error(b), and
+    /// real-time order needs timestamps that far apart; a proxy not named is within half of --drift-ms.
+    #[arg(long, value_delimiter = ',', value_name = "C=MS", requires = "verify_only")]
+    pub(crate) clock_error_ms: Vec<crate::cmd::clocks::ClockError>,
     /// With --verify-only: how long to wait, in seconds, for a proxy's records that later ones overtook
     /// (a shipper that reconnected sends again what a broken connection lost). If they have not come by
     /// then (a stream that lost them, or limits that dropped them), verification goes on without them:

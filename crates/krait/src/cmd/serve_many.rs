@@ -43,6 +43,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut options = RoundOptions::online(args.round_size.max(1), interval);
     options.verify.level = level;
     options.verify.clock_drift_ms = args.drift_ms;
+    options.verify.clock_errors_ms = crate::cmd::clocks::clock_errors(&args.clock_error_ms);
     let collectors: Vec<CollectorId> = args.collectors.iter().copied().map(CollectorId).collect();
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let (source, messages) =
@@ -71,7 +72,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let stop = Arc::new(AtomicBool::new(false));
     let mut verifier = {
         let stop = stop.clone();
-        let merger = Merger::new(&collectors, args.drift_ms.saturating_mul(1_000_000));
+        let merger = Merger::new(&collectors, options.verify.clocks());
         let status_every = Duration::from_secs(args.status_every.max(1));
         let feeder = Feeder::new(options, Some(store));
         let status = status.clone();

@@ -1,5 +1,7 @@
 //! The status server of `krait serve --verify-only` (`--admin ADDR`): `/api/status` (the JSON the verifier
-//! thread last published) and `/healthz` (200 while verifying, 503 once verification stopped on an error).
+//! thread last published), `/metrics` (the same, for Prometheus: the verifier's figures under the names a
+//! proxy's `/metrics` gives them, and each collector's) and `/healthz` (200 while verifying, 503 once
+//! verification stopped on an error).
 //! It runs on the proxy's admin server loop ([`proxy::admin::serve_http`]), with its timeouts and connection
 //! cap; a verifier without a proxy has no other admin server.
 
@@ -29,6 +31,7 @@ fn route<B>(req: &Request<B>, state: &Mutex<serde_json::Value>) -> Response<Full
     let shown = state.lock().map(|s| s.clone()).unwrap_or(serde_json::Value::Null);
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
         (&Method::GET, "/api/status") => (StatusCode::OK, "application/json", shown.to_string()),
+        (&Method::GET, "/metrics") => (StatusCode::OK, "text/plain; version=0.0.4", metrics(&shown)),
         (&Method::GET, "/healthz") => match shown.get("stopped").and_then(|s| s.as_str()) {
             Some(why) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("verification stopped: {why}\n"))
@@ -38,4 +41,117 @@ fn route<B>(req: &Request<B>, state: &Mutex<serde_json::Value>) -> Response<Full
         _ => (StatusCode::NOT_FOUND, "text/plain", "not found\n".to_owned()),
     };
     proxy::admin::respond(status, content_type, body)
+}
+
+/// The Prometheus text exposition of a published state (see `serve_many::status_json`).
+fn metrics(state: &serde_json::Value) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, f64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    let v = &state["verifier"];
+    let number = |value: &serde_json::Value| value.as_f64().unwrap_or(0.0);
+    for (name, kind, help, field) in [
+        (
+            "krait_verifier_recorded_total",
+            "counter",
+            "Transactions received from every collector.",
+            "recorded",
+        ),
+        ("krait_verifier_verified_total", "counter", "Transactions verified.", "verified"),
+        (
+            "krait_verifier_lag_transactions",
+            "gauge",
+            "Received transactions not verified yet.",
+            "lag_transactions",
+        ),
+        (
+            "krait_verifier_lag_seconds",
+            "gauge",
+            "How long the oldest unverified transaction has waited.",
+            "lag_seconds",
+        ),
+        ("krait_verifier_rounds_total", "counter", "Verification rounds run.", "rounds"),
+        ("krait_verifier_rejects_total", "counter", "Reject reports found.", "rejects"),
+        (
+            "krait_verifier_live_transactions",
+            "gauge",
+            "Transactions held after the last garbage collection.",
+            "live_transactions",
+        ),
+    ] {
+        family(name, kind, help, &[(String::new(), number(&v[field]))]);
+    }
+    let flag = |value: &serde_json::Value| if value.is_null() || value == false { 0.0 } else { 1.0 };
+    family(
+        "krait_verifier_stopped",
+        "gauge",
+        "1 once verification has stopped on an error (/healthz says why).",
+        &[(String::new(), flag(&state["stopped"]))],
+    );
+    family(
+        "krait_verifier_gc_stopped",
+        "gauge",
+        "1 once garbage collection has stopped: memory then grows with the history.",
+        &[(String::new(), flag(&state["garbage_collection_stopped"]))],
+    );
+    let collectors = state["collectors"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let per_collector = |read: &dyn Fn(&serde_json::Value) -> f64| -> Vec<(String, f64)> {
+        collectors
+            .iter()
+            .map(|c| (format!("{{collector=\"{}\"}}", c["collector"].as_u64().unwrap_or(0)), read(c)))
+            .collect()
+    };
+    let holes = |c: &serde_json::Value| c["holes"].as_array().map_or(0, Vec::len) as f64;
+    for (name, kind, help, samples) in [
+        (
+            "krait_collector_records_total",
+            "counter",
+            "Log records received from the collector.",
+            per_collector(&|c| number(&c["records"])),
+        ),
+        (
+            "krait_collector_held_events",
+            "gauge",
+            "The collector's events held back, waiting for heartbeats or an earlier record.",
+            per_collector(&|c| number(&c["held"])),
+        ),
+        (
+            "krait_collector_silent_seconds",
+            "gauge",
+            "How old the collector's latest promise is (NaN before its first heartbeat).",
+            per_collector(&|c| c["silent_s"].as_f64().unwrap_or(f64::NAN)),
+        ),
+        (
+            "krait_collector_holds_back_others",
+            "gauge",
+            "1 while the collector's latest promise is missing or too old, which holds the others back.",
+            per_collector(&|c| flag(&c["holds_back_others"])),
+        ),
+        (
+            "krait_collector_waiting",
+            "gauge",
+            "1 while later records of the collector wait for an earlier one.",
+            per_collector(&|c| flag(&c["waiting_for_record"])),
+        ),
+        (
+            "krait_collector_holes_total",
+            "counter",
+            "Stretches of the collector's log given up on (--skip-holes-after).",
+            per_collector(&holes),
+        ),
+        (
+            "krait_collector_records_lost_to_holes_total",
+            "counter",
+            "Records dropped because they cite what a hole held.",
+            per_collector(&|c| number(&c["records_lost_to_holes"])),
+        ),
+    ] {
+        family(name, kind, help, &samples);
+    }
+    out
 }

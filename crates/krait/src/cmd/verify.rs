@@ -23,6 +23,11 @@ pub struct VerifyArgs {
     /// inferred, so clock drift between collectors never produces a false real-time edge.
     #[arg(long, default_value_t = 100, value_name = "MS")]
     clock_drift_ms: u64,
+    /// For strict serializability of a history from several collectors: clocks with an error bound of their
+    /// own, as COLLECTOR=MS (comma-separated). Two timestamps of collectors a and b are then ordered only when
+    /// more than error(a) + error(b) apart; a collector not named is within half of --clock-drift-ms.
+    #[arg(long, value_delimiter = ',', value_name = "C=MS")]
+    clock_error_ms: Vec<crate::cmd::clocks::ClockError>,
     /// For strict serializability of a history in which no transaction has timestamps (real-time order
     /// cannot be checked): accept a serializability-only answer instead of failing with exit status 2.
     #[arg(long)]
@@ -172,6 +177,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let options = Options {
         level: args.level.into(),
         clock_drift_ms: args.clock_drift_ms,
+        clock_errors_ms: crate::cmd::clocks::clock_errors(&args.clock_error_ms),
         prune: !args.no_prune,
         coalesce: !args.no_coalesce,
         combine: !args.no_combine,

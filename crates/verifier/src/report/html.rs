@@ -169,9 +169,9 @@ fn write_anomaly(out: &mut String, report: &Report, a: &Anomaly, i: usize, label
     {
         let _ = writeln!(
             out,
-            "<p>This cycle uses real-time order, inferred with a clock-drift threshold of {} ms; if the \
-             collectors' clocks differ by more, the reject may be false.</p>",
-            rt.clock_drift_ms
+            "<p>This cycle uses real-time order, inferred with a {}; if the collectors' clocks differ by \
+             more, the reject may be false.</p>",
+            rt.threshold()
         );
     }
     out.push_str("</section>\n");

@@ -41,10 +41,7 @@ impl Report {
                 if a.uses_real_time
                     && let Some(rt) = &self.real_time
                 {
-                    line.push_str(&format!(
-                        " (depends on real-time order, clock-drift threshold {} ms)",
-                        rt.clock_drift_ms
-                    ));
+                    line.push_str(&format!(" (depends on real-time order, {})", rt.threshold()));
                 }
                 line
             }
@@ -102,9 +99,9 @@ impl fmt::Display for Report {
             {
                 writeln!(
                     f,
-                    "  This cycle uses real-time order, inferred with a clock-drift threshold of {} ms; if the \
-                     collectors' clocks differ by more, the reject may be false.",
-                    rt.clock_drift_ms
+                    "  This cycle uses real-time order, inferred with a {}; if the collectors' clocks differ by \
+                     more, the reject may be false.",
+                    rt.threshold()
                 )?;
                 // Across proxies the two timestamps come from two clocks: say which edges rest on that.
                 let collector = |id| self.transactions.iter().find(|t| t.id == id).map(|t| t.collector.0);
@@ -260,7 +257,7 @@ impl fmt::Display for Report {
             c.prune_iterations
         )?;
         if let Some(rt) = &self.real_time {
-            writeln!(f, "Real-time edges: {} (clock-drift threshold {} ms).", rt.edges, rt.clock_drift_ms)?;
+            writeln!(f, "Real-time edges: {} ({}).", rt.edges, rt.threshold())?;
         }
         let t = &self.timings;
         writeln!(
