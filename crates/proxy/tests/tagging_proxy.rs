@@ -598,6 +598,53 @@ fn a_rolled_back_set_search_path_is_undone_as_the_database_undoes_it() {
     });
 }
 
+/// `SET LOCAL search_path` holds until its transaction ends, committed or rolled back, and then the
+/// session's own path is back; a session-level `SET` in the same block outlives it. Before, the proxy
+/// called the path unknown after any `SET LOCAL`, for the rest of the session: a schema-per-tenant
+/// application that sets its tenant's path in each transaction had every later statement on a name in two
+/// schemas listed as not checked.
+#[test]
+fn set_local_search_path_lasts_until_the_transaction_ends() {
+    rt().block_on(async {
+        let mut admin = Raw::connect().await;
+        table_in_two_schemas(&mut admin, "ktagl").await;
+        let p = start(0).await;
+        let mut app = Raw::connect_to(&p.addr()).await;
+        let update = |v: i32| format!("UPDATE ktagl_sp SET v = {v} WHERE id = 1");
+        let steps: Vec<String> = vec![
+            "BEGIN".into(),
+            "SET LOCAL search_path = ktagl_app, public".into(),
+            update(11),
+            "COMMIT".into(),
+            update(12),
+            "BEGIN".into(),
+            "SET LOCAL search_path = ktagl_app, public".into(),
+            "ROLLBACK".into(),
+            update(13),
+            "BEGIN".into(),
+            "SET search_path = ktagl_app, public".into(),
+            "SET LOCAL search_path = public".into(),
+            update(14),
+            "COMMIT".into(),
+            update(15),
+        ];
+        for sql in &steps {
+            assert_eq!(error_code(&app.simple(sql).await), None, "{sql}");
+        }
+        drop(app);
+        let h = p.stop_and_replay().await;
+        admin.simple("DROP SCHEMA ktagl_app CASCADE; DROP TABLE ktagl_sp").await;
+        let (app_t, public_t) = ("ktagl_app.ktagl_sp".to_owned(), "ktagl_sp".to_owned());
+        assert_eq!(
+            written_namespaces(&h),
+            vec![app_t.clone(), public_t.clone(), public_t.clone(), public_t, app_t],
+            "unchecked: {:?}",
+            h.unchecked
+        );
+        assert!(!h.unchecked.iter().any(|u| u.kind == "ambiguous_table"), "{:?}", h.unchecked);
+    });
+}
+
 /// Creates `<prefix>_app.<prefix>_sp` and `public.<prefix>_sp` (both `id int PRIMARY KEY, v int`, with a row
 /// 1), so that the unqualified name means one or the other by the session's `search_path`.
 async fn table_in_two_schemas(admin: &mut Raw, prefix: &str) {

@@ -25,7 +25,7 @@ use wire::pg::backend::tag as btag;
 
 use super::ops::TxnOps;
 use super::plan::{OpaqueKind, PkValue, StmtPlan, may_write_unseen};
-use super::search_path::SearchPath;
+use super::search_path::{SearchPath, SessionPath};
 use super::shared::TaggingShared;
 use super::strip::{
     ClientReply, ResultRow, data_row_values, extend_result_formats, recorded_row_description,
@@ -146,12 +146,12 @@ pub struct Tagger {
     shared: Arc<TaggingShared>,
     broken: bool,
     /// The session's `search_path` and user, which decide what an unqualified table name means.
-    search_path: SearchPath,
-    /// The path as of the session's last idle point, which an aborted transaction block returns to:
+    search_path: SessionPath,
+    /// The session's path as of its last idle point, which an aborted transaction block returns to:
     /// PostgreSQL undoes the `SET`s of a block that rolls back.
     path_at_rest: SearchPath,
-    /// The path at each savepoint of the open block, innermost last: `ROLLBACK TO` returns to it.
-    savepoint_paths: Vec<(String, SearchPath)>,
+    /// The paths at each savepoint of the open block, innermost last: `ROLLBACK TO` returns to them.
+    savepoint_paths: Vec<(String, SessionPath)>,
     user: String,
     /// The shared catalog as this session resolves names, for that catalog and path (kept so it is built
     /// once per catalog load or path change, not per statement).
@@ -182,7 +182,7 @@ impl Tagger {
         Tagger {
             shared,
             broken: false,
-            search_path: SearchPath::Default,
+            search_path: SessionPath::default(),
             path_at_rest: SearchPath::Default,
             savepoint_paths: Vec::new(),
             user: String::new(),
@@ -201,7 +201,7 @@ impl Tagger {
     pub fn set_startup(&mut self, user: &str, search_path: SearchPath) {
         self.user = user.to_owned();
         self.path_at_rest = search_path.clone();
-        self.search_path = search_path;
+        self.search_path = SessionPath::new(search_path);
     }
 
     /// Plans `text` with the catalog as this session resolves names, and follows any change of the
@@ -228,16 +228,21 @@ impl Tagger {
     /// a reload another session began before the change committed read the tables without it, and must not
     /// leave the cache marked fresh.
     ///
-    /// An aborted block takes its `SET search_path`s back with it, as PostgreSQL does. When requests the
-    /// client sent after it are outstanding (`settled` false), a path they set is indistinguishable from
-    /// one the block set, so a path that changed becomes unknown: names found in several schemas are then
-    /// not checked, never guessed.
+    /// An aborted block takes its `SET search_path`s back with it, as PostgreSQL does, and any block's end
+    /// ends its `SET LOCAL`. When requests the client sent after it are outstanding (`settled` false), a
+    /// path they set is indistinguishable from one the block set, so a path that changed becomes unknown:
+    /// names found in several schemas are then not checked, never guessed.
     pub fn transaction_ended(&mut self, outcome: history::Outcome, settled: bool) {
         if std::mem::take(&mut self.changed_catalog) {
             self.shared.mark_catalog_stale();
         }
-        if outcome == history::Outcome::Aborted && self.search_path != self.path_at_rest {
-            self.search_path = if settled { self.path_at_rest.clone() } else { SearchPath::Unknown };
+        let path = &mut self.search_path;
+        if path.local.is_some() && !settled {
+            *path = SessionPath::new(SearchPath::Unknown);
+        }
+        path.transaction_ended();
+        if outcome == history::Outcome::Aborted && path.session != self.path_at_rest {
+            path.session = if settled { self.path_at_rest.clone() } else { SearchPath::Unknown };
         }
         self.savepoint_paths.clear();
     }
@@ -245,7 +250,9 @@ impl Tagger {
     /// Notes that the session is idle with nothing outstanding: its path now is what a later aborted block
     /// returns to.
     pub fn at_rest(&mut self) {
-        self.path_at_rest = self.search_path.clone();
+        // Idle, outside any transaction: no `SET LOCAL` is in force (one outside a block does nothing).
+        self.search_path.transaction_ended();
+        self.path_at_rest = self.search_path.session.clone();
         self.savepoint_paths.clear();
     }
 
@@ -315,7 +322,7 @@ impl Tagger {
     /// Keeps the path each savepoint saw, and returns to it on `ROLLBACK TO`, as PostgreSQL does.
     fn follow_savepoint(&mut self, cmd: &super::plan::SavepointCmd) {
         use super::plan::SavepointCmd;
-        let find = |paths: &[(String, SearchPath)], name: &str| paths.iter().rposition(|(n, _)| n == name);
+        let find = |paths: &[(String, SessionPath)], name: &str| paths.iter().rposition(|(n, _)| n == name);
         match cmd {
             SavepointCmd::Define(name) => self.savepoint_paths.push((name.clone(), self.search_path.clone())),
             SavepointCmd::Release(name) => {

@@ -486,7 +486,7 @@ fn a_rollback_to_a_savepoint_takes_back_the_rows_of_the_writes_it_undoes() {
 #[test]
 fn a_rolled_back_set_search_path_returns_or_becomes_unknown_when_requests_follow() {
     use crate::interpret::search_path::SearchPath;
-    let path = |t: &Tagged| t.m.tagger().map(|g| g.search_path.clone());
+    let path = |t: &Tagged| t.m.tagger().map(|g| g.search_path.current().clone());
     let ok = |t: &mut Tagged, tag: &'static str, status: TxnStatus| {
         t.feed(&BackendMessage::CommandComplete { tag: text(tag) });
         t.feed(&BackendMessage::ReadyForQuery(status));
