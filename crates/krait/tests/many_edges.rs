@@ -472,29 +472,12 @@ async fn a_stretch_that_never_arrives_is_skipped_and_nothing_it_held_is_evidence
     use history::log::merge::Heartbeat;
     use history::{
         CollectorId, KeyName, LogRecord, LoggedOp, LoggedTxn, Observed, Outcome, SessionId, TxnId, WriteId,
+        now_ns,
     };
     use ship::message;
 
     let dir = tempfile::tempdir().expect("a temp dir");
     let nats = LocalNats::start(&dir.path().join("nats")).unwrap_or_else(|e| panic!("{e}"));
-    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("connects to NATS"));
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: ship::DEFAULT_STREAM.to_owned(),
-        subjects: vec![format!("{}.>", message::SUBJECT_PREFIX)],
-        ..Default::default()
-    })
-    .await
-    .expect("creates the stream");
-    let publish = |subject: String, (headers, payload)| {
-        let js = js.clone();
-        async move {
-            js.publish_with_headers(subject, headers, payload)
-                .await
-                .expect("publishes")
-                .await
-                .expect("acked");
-        }
-    };
     let x = || KeyName { namespace: "kv".into(), bytes: b"x".to_vec() };
     let finished = |id: u64, op: LoggedOp| {
         let mut txn = LoggedTxn::new(TxnId(id), SessionId(id), 0);
@@ -510,20 +493,19 @@ async fn a_stretch_that_never_arrives_is_skipped_and_nothing_it_held_is_evidence
             finished(3, LoggedOp::Read { key: x(), observed: Observed::Version(WriteId(1_002)), stmt: None }),
         ),
     ];
+    let mut shipped = Vec::new();
     for (seq, record) in &records {
-        publish(message::subject(one), message::record_message(one, *seq, record).expect("encodes")).await;
+        let (headers, payload) = message::record_message(one, *seq, record).expect("encodes");
+        shipped.push((message::subject(one), headers, payload));
     }
-    let now_ns = || {
-        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("a clock");
-        u64::try_from(since.as_nanos()).expect("fits")
-    };
     let beats = [(1, 3), (2, 0), (3, 0)];
     for (c, below) in beats {
         let beat =
             Heartbeat { below, appended_before_ns: now_ns() + 3_600_000_000_000, read_at_ns: now_ns() };
-        let c = CollectorId(c);
-        publish(message::beat_subject(c), message::heartbeat_message(&beat).expect("encodes")).await;
+        let (headers, payload) = message::heartbeat_message(&beat).expect("encodes");
+        shipped.push((message::beat_subject(CollectorId(c)), headers, payload));
     }
+    nats.publish(ship::DEFAULT_STREAM, shipped).await.unwrap_or_else(|e| panic!("{e}"));
 
     let mut verifier =
         Verifier::start_with(nats.port(), &dir.path().join("data"), &["--skip-holes-after", "1"]);

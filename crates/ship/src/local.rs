@@ -53,6 +53,29 @@ impl LocalNats {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
+    /// Publishes `messages` (subject, headers, payload) to `stream` (created as a shipper would), each
+    /// acknowledged before the next: a shipped log made by hand, for a test that needs one no shipper would
+    /// make (one with a hole in it).
+    pub async fn publish(
+        &self,
+        stream: &str,
+        messages: Vec<(String, async_nats::HeaderMap, bytes::Bytes)>,
+    ) -> Result<(), String> {
+        let client = async_nats::connect(self.url()).await.map_err(|e| format!("cannot connect: {e}"))?;
+        let js = async_nats::jetstream::new(client);
+        js.get_or_create_stream(crate::message::stream_config(stream))
+            .await
+            .map_err(|e| format!("cannot create stream {stream}: {e}"))?;
+        for (subject, headers, payload) in messages {
+            js.publish_with_headers(subject.clone(), headers, payload)
+                .await
+                .map_err(|e| format!("cannot publish to {subject}: {e}"))?
+                .await
+                .map_err(|e| format!("no ack from {subject}: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// Kills it at once (SIGKILL), as a crash would, and returns its store for a restart.
     pub fn kill(mut self) -> PathBuf {
         let _ = self.child.kill();

@@ -26,6 +26,16 @@ pub const KIND_HEADER: &str = "Krait-Kind";
 /// The header that carries a record's sequence number in its collector's log.
 pub const SEQ_HEADER: &str = "Krait-Seq";
 
+/// The stream `name` as a shipper creates it when it is missing: every Krait subject, JetStream's defaults
+/// otherwise (limits are the operator's to set).
+pub fn stream_config(name: &str) -> async_nats::jetstream::stream::Config {
+    async_nats::jetstream::stream::Config {
+        name: name.to_owned(),
+        subjects: vec![format!("{SUBJECT_PREFIX}.>")],
+        ..Default::default()
+    }
+}
+
 /// The subject of `collector`'s messages.
 pub fn subject(collector: CollectorId) -> String {
     format!("{SUBJECT_PREFIX}.{}", collector.0)

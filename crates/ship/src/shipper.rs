@@ -129,11 +129,7 @@ async fn ship(
     let statistics = client.statistics();
     let js = jetstream::new(client);
     let stream = js
-        .get_or_create_stream(stream::Config {
-            name: config.stream.clone(),
-            subjects: vec![format!("{}.>", message::SUBJECT_PREFIX)],
-            ..Default::default()
-        })
+        .get_or_create_stream(message::stream_config(&config.stream))
         .await
         .map_err(|e| nats(format!("cannot create or open stream {}: {e}", config.stream)))?;
     let connects = statistics.connects.load(Ordering::Relaxed);

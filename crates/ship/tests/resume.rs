@@ -5,9 +5,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, stream};
 use history::log::merge::Heartbeat;
-use history::{CollectorId, Durability, HistoryLog, LoggedTxn, Outcome, SessionId, SledLog, TxnId};
+use history::{
+    CollectorId, Durability, HistoryLog, LogRecord, LoggedTxn, Outcome, SessionId, SledLog, TxnId,
+};
 use ship::local::LocalNats;
 use ship::{Counters, Incoming, ShipConfig, Shipper, Source, message};
 
@@ -31,32 +32,16 @@ async fn a_restarted_shipper_fills_the_hole_a_killed_one_left() {
     assert_eq!(records.len() as u64, total);
 
     // What the killed shipper left: records 0–4 and a heartbeat covering them, then 7 and 8 of its next batch.
-    let js = jetstream::new(async_nats::connect(nats.url()).await.expect("connects"));
-    js.create_stream(stream::Config {
-        name: ship::DEFAULT_STREAM.to_owned(),
-        subjects: vec![format!("{}.>", message::SUBJECT_PREFIX)],
-        ..Default::default()
-    })
-    .await
-    .expect("creates the stream");
-    let publish = |subject: String, (headers, payload)| {
-        let js = js.clone();
-        async move {
-            js.publish_with_headers(subject, headers, payload)
-                .await
-                .expect("publishes")
-                .await
-                .expect("acked");
-        }
+    let record = |(seq, record): &(u64, LogRecord)| {
+        let (headers, payload) = message::record_message(COLLECTOR, *seq, record).expect("encodes");
+        (message::subject(COLLECTOR), headers, payload)
     };
-    for (seq, record) in &records[..5] {
-        publish(message::subject(COLLECTOR), message::record_message(COLLECTOR, *seq, record).unwrap()).await;
-    }
     let beat = Heartbeat { below: 5, appended_before_ns: 1, read_at_ns: 1 };
-    publish(message::beat_subject(COLLECTOR), message::heartbeat_message(&beat).unwrap()).await;
-    for (seq, record) in &records[7..9] {
-        publish(message::subject(COLLECTOR), message::record_message(COLLECTOR, *seq, record).unwrap()).await;
-    }
+    let (headers, payload) = message::heartbeat_message(&beat).expect("encodes");
+    let mut left = records[..5].iter().map(record).collect::<Vec<_>>();
+    left.push((message::beat_subject(COLLECTOR), headers, payload));
+    left.extend(records[7..9].iter().map(record));
+    nats.publish(ship::DEFAULT_STREAM, left).await.unwrap_or_else(|e| panic!("{e}"));
 
     let config = ShipConfig { nats: nats.url(), stream: ship::DEFAULT_STREAM.to_owned() };
     let shipper = Shipper::spawn(Arc::new(log) as Arc<dyn HistoryLog>, COLLECTOR, config);

@@ -1,13 +1,11 @@
 //! Histories that several collectors (proxies) recorded: a reject whose cycle rests on real-time order
 //! between two collectors' transactions says so, since their timestamps come from two clocks.
 
-use history::{CollectorId, HistoryBuilder};
+use history::{CollectorId, History, HistoryBuilder};
 use verifier::{AnomalyClass, Level, Options, Verdict, verify};
 
-/// T1 (collector 1) writes x and commits well before T2 (collector 2) starts, yet T2 reads the initial x:
-/// serializable (T2 first), not strictly serializable, and the real-time edge crosses two clocks.
-#[test]
-fn a_real_time_edge_between_two_collectors_is_named_in_the_report() {
+/// T1 (collector 1) writes x and commits 400 ms before T2 (collector 2) starts, yet T2 reads the initial x.
+fn stale_read_across_collectors() -> History {
     let mut h = HistoryBuilder::new()
         .txn(1, |t| t.write("x", 1))
         .at(0, 100_000_000)
@@ -16,6 +14,14 @@ fn a_real_time_edge_between_two_collectors_is_named_in_the_report() {
         .build();
     h.transactions[0].collector = CollectorId(1);
     h.transactions[1].collector = CollectorId(2);
+    h
+}
+
+/// [`stale_read_across_collectors`] is serializable (T2 first), not strictly serializable, and the
+/// real-time edge crosses two clocks.
+#[test]
+fn a_real_time_edge_between_two_collectors_is_named_in_the_report() {
+    let mut h = stale_read_across_collectors();
     let mut options = Options { level: Level::StrictSerializable, ..Options::default() };
     options.clock_drift_ms = 50;
     let report = verify(&h, &options).expect("verifies");
@@ -34,14 +40,7 @@ fn a_real_time_edge_between_two_collectors_is_named_in_the_report() {
 /// they add up to more (25 + 380 ms).
 #[test]
 fn a_clock_with_a_bound_of_its_own_decides_real_time_order_across_collectors() {
-    let mut h = HistoryBuilder::new()
-        .txn(1, |t| t.write("x", 1))
-        .at(0, 100_000_000)
-        .txn(2, |t| t.read_init("x"))
-        .at(500_000_000, 600_000_000)
-        .build();
-    h.transactions[0].collector = CollectorId(1);
-    h.transactions[1].collector = CollectorId(2);
+    let h = stale_read_across_collectors();
     let mut options = Options { level: Level::StrictSerializable, clock_drift_ms: 50, ..Options::default() };
     options.clock_errors_ms.insert(CollectorId(2), 370);
     let report = verify(&h, &options).expect("verifies");
