@@ -3,8 +3,8 @@
 //! One ordered consumer on `krait.>` delivers the stream in stream order, so each collector's records and
 //! heartbeats arrive in the order its shipper published them. The verifier re-verifies from the start at
 //! every start (it has no checkpoint yet), so the consumer is ephemeral and begins at the stream's first
-//! message; after a failure it reconnects and resumes after the last stream sequence it delivered, or
-//! after the stream's last message if the server lost some it had delivered.
+//! message; after a failure it reconnects and resumes after the last stream sequence it delivered, or from
+//! the start again if the server lost messages it had delivered.
 //!
 //! Messages go to the caller over a bounded channel ([`Deliveries`]) that a plain thread can read (the
 //! verifier runs on its own OS thread, never on an async runtime). The bound holds the reader back when the
@@ -137,14 +137,16 @@ async fn read(
     let last =
         stream_handle.info().await.map_err(|e| nats(format!("stream {stream}: {e}")))?.state.last_sequence;
     if last + 1 < *next {
-        // The server lost messages it had delivered (a crash before its sync interval) and reuses their
-        // sequence numbers for what shippers send again: read those again (the merger drops copies of
-        // records it already has).
+        // The server lost messages it had delivered (a crash within its sync interval, a stream deleted
+        // and made again) and gives their sequence numbers to what shippers send now, some of which may
+        // already be stored: where the loss began is unknown, so read the stream again from its start. The
+        // merger drops every record it already has.
         warn!(
-            "stream {stream} ends at {last}, before the {} messages already read; reading on from there",
+            "stream {stream} ends at message {last}, before the {} already read: it lost messages; reading \
+             it again from the start",
             *next - 1
         );
-        *next = last + 1;
+        *next = 1;
     }
     let consumer = stream_handle
         .create_consumer(consumer::pull::OrderedConfig {

@@ -67,3 +67,54 @@ async fn a_restarted_shipper_fills_the_hole_a_killed_one_left() {
     source.stop();
     assert_eq!(seen, (0..total).collect::<BTreeSet<_>>(), "every record of the log is in the stream");
 }
+
+/// The server loses messages the reader had delivered (here the stream is deleted and made again) and
+/// gives their sequence numbers to what shippers send next: the reader must not skip those as read. It
+/// reads the stream again from its start, and the merger drops what it already has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_reads_again_what_a_stream_that_lost_messages_stores_under_their_numbers() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let nats = LocalNats::start(&dir.path().join("nats")).unwrap_or_else(|e| panic!("{e}"));
+    let record = |seq: u64| {
+        let txn = LoggedTxn::new(TxnId(seq + 1), SessionId(1), seq);
+        let record = LogRecord::Finished { txn, outcome: Outcome::Committed, commit_ns: Some(seq) };
+        let (headers, payload) = message::record_message(COLLECTOR, seq, &record).expect("encodes");
+        (message::subject(COLLECTOR), headers, payload)
+    };
+    nats.publish(ship::DEFAULT_STREAM, (0..5).map(record).collect()).await.unwrap_or_else(|e| panic!("{e}"));
+    let (source, deliveries) = Source::spawn(nats.url(), ship::DEFAULT_STREAM.to_owned(), &[]);
+    let (deliveries, seen) = read_records(deliveries, 5, Duration::from_secs(10)).await;
+    assert_eq!(seen, (0..5).collect::<BTreeSet<_>>());
+
+    // The stream as a server that lost it would have it: records 3 and 4 sent again, and 5, under stream
+    // sequence numbers 1 to 3, which the reader has already read past.
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("connects"));
+    js.delete_stream(ship::DEFAULT_STREAM).await.expect("deletes the stream");
+    nats.publish(ship::DEFAULT_STREAM, (3..6).map(record).collect()).await.unwrap_or_else(|e| panic!("{e}"));
+    let (_, seen) = read_records(deliveries, 3, Duration::from_secs(30)).await;
+    source.stop();
+    assert!(seen.contains(&5), "record 5, stored under a sequence number already read, is read: {seen:?}");
+}
+
+/// Reads deliveries until `want` distinct records came or `within` passed; returns the records' sequence
+/// numbers.
+async fn read_records(
+    mut deliveries: ship::source::Deliveries,
+    want: usize,
+    within: Duration,
+) -> (ship::source::Deliveries, BTreeSet<u64>) {
+    tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + within;
+        let mut seen = BTreeSet::new();
+        while seen.len() < want && Instant::now() < deadline {
+            if let Ok(Some(delivery)) = deliveries.recv_timeout(Duration::from_millis(200))
+                && let Incoming::Record { seq, .. } = delivery.expect("a readable message")
+            {
+                seen.insert(seq);
+            }
+        }
+        (deliveries, seen)
+    })
+    .await
+    .expect("the reader thread")
+}
