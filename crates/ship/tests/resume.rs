@@ -118,3 +118,66 @@ async fn read_records(
     .await
     .expect("the reader thread")
 }
+
+/// NATS restarts without the messages it acknowledged last (here its store is put back as it was before
+/// them, as a machine crash within its sync interval would leave it). The shipper's client reconnects on
+/// its own and its publishes succeed again, so only the reconnection says that the stream may have lost
+/// something: the shipper must send again from what the stream still holds, not go on from what it saw
+/// acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shipper_sends_again_what_a_restarted_server_lost() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let store = dir.path().join("nats");
+    let nats = LocalNats::start(&store).unwrap_or_else(|e| panic!("{e}"));
+    let port = nats.port();
+    let log = Arc::new(SledLog::open(dir.path().join("log"), Durability::None).expect("opens a log"));
+    let append = |ids: std::ops::Range<u64>| {
+        for id in ids {
+            let txn = LoggedTxn::new(TxnId(id), SessionId(1), id);
+            let _ticket = log.append_finished(txn, Outcome::Committed, Some(id)).expect("appends");
+        }
+        log.sync().expect("syncs");
+    };
+    let shipped_below = |shipper: &Shipper, n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Counters::get(&shipper.counters().shipped_below) < n {
+            assert!(Instant::now() < deadline, "the shipper did not ship {n} records in 20 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    append(0..5);
+    let config = ShipConfig { nats: nats.url(), stream: ship::DEFAULT_STREAM.to_owned() };
+    let shipper = Shipper::spawn(log.clone() as Arc<dyn HistoryLog>, COLLECTOR, config);
+    shipped_below(&shipper, 5);
+    let store = nats.kill();
+    let before = dir.path().join("nats-before");
+    copy_dir(&store, &before);
+    let nats = LocalNats::start_on(&store, port).unwrap_or_else(|e| panic!("{e}"));
+    append(5..10);
+    shipped_below(&shipper, 10);
+    // A crash that takes records 5–9 back: the store as it was before them.
+    let store = nats.kill();
+    std::fs::remove_dir_all(&store).expect("removes the store");
+    copy_dir(&before, &store);
+    let nats = LocalNats::start_on(&store, port).unwrap_or_else(|e| panic!("{e}"));
+
+    let (source, deliveries) = Source::spawn(nats.url(), ship::DEFAULT_STREAM.to_owned(), &[]);
+    let (_, seen) = read_records(deliveries, 10, Duration::from_secs(30)).await;
+    source.stop();
+    shipper.finish(Duration::from_secs(5)).await;
+    assert_eq!(seen, (0..10).collect::<BTreeSet<_>>(), "every record is in the stream again");
+}
+
+/// Copies directory `from` to `to`, recursively.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("creates a directory");
+    for entry in std::fs::read_dir(from).expect("reads a directory") {
+        let entry = entry.expect("a directory entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("a file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copies a file");
+        }
+    }
+}
