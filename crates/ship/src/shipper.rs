@@ -197,6 +197,14 @@ async fn ship(
         }
         Counters::set(&counters.shipped_below, shipped);
         Counters::set(&counters.backlog, log.next_seq().saturating_sub(shipped));
+        if statistics.connects.load(Ordering::Relaxed) != connects {
+            // The client reconnected on its own: records in flight may have been lost with the old
+            // connection, or the server may have restarted without messages it had acknowledged. Promise
+            // nothing until the stream says what it holds.
+            return Err(nats(
+                "the connection was lost and made again; resuming from what the stream holds".into(),
+            ));
+        }
         if any || last_beat.elapsed() >= IDLE_HEARTBEAT || stopping {
             let beat = Heartbeat { below: shipped, appended_before_ns: promised_ns, read_at_ns };
             let (headers, payload) = message::heartbeat_message(&beat)?;
@@ -209,13 +217,6 @@ async fn ship(
         }
         if stopping && caught_up {
             return Ok(());
-        }
-        if statistics.connects.load(Ordering::Relaxed) != connects {
-            // The client reconnected on its own: records in flight may have been lost with the old
-            // connection, or the server may have restarted without messages it had acknowledged.
-            return Err(nats(
-                "the connection was lost and made again; resuming from what the stream holds".into(),
-            ));
         }
     }
 }
