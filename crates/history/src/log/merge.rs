@@ -214,8 +214,8 @@ pub struct Merger {
 
 impl Merger {
     /// A merger of `collectors`, whose clocks are as far from true time as `clocks` says. Events wait for
-    /// every one of them: a collector that has not been heard from yet holds the others back. A collector not listed is
-    /// added when its first record or heartbeat arrives.
+    /// every one of them: a collector that has not been heard from yet holds the others back. A collector
+    /// not listed is added when its first record or heartbeat arrives.
     pub fn new(collectors: &[CollectorId], clocks: ClockBounds) -> Self {
         Merger {
             clocks,
