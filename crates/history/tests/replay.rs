@@ -260,3 +260,26 @@ fn a_second_record_for_a_transaction_is_an_error_whatever_order_the_ids_come_in(
         assert!(err.to_string().contains("a second record"), "{err}");
     }
 }
+
+/// After a stretch of the log was skipped ([`Replayer::skip_to`]), a session's next transaction says that its
+/// pending intent ended inside the stretch (a session runs one transaction at a time): the intent finishes
+/// then, as Indeterminate, before the new one. Otherwise it would stay pending until its session ends, and
+/// a reader of its writes would wait for it; an intent of another session stays pending.
+#[test]
+fn after_a_skipped_stretch_a_sessions_next_transaction_finishes_its_orphaned_intent() {
+    let mut replayer = Replayer::new();
+    let first = |r: &mut Replayer, seq: u64, record: LogRecord| -> Vec<String> {
+        r.apply(seq, record).expect("a record replay takes").iter().map(describe).collect()
+    };
+    assert!(first(&mut replayer, 0, intent(writes(1, 1, 0, "a"))).is_empty());
+    assert!(first(&mut replayer, 1, intent(writes(2, 2, 0, "b"))).is_empty());
+    // Records 2 and 3 (T1's outcome, say) never arrive.
+    replayer.skip_to(4);
+    assert_eq!(
+        first(&mut replayer, 4, finished(writes(3, 1, 1, "c"))),
+        ["T1 Indeterminate @0", "T3 Committed @2"]
+    );
+    assert_eq!(replayer.pending().collect::<Vec<_>>(), [TxnId(2)]);
+    assert_eq!(first(&mut replayer, 5, outcome(1, Outcome::Committed)), Vec::<String>::new());
+    assert_eq!(replayer.lost_to_holes(), 1, "the outcome of an intent already finished is dropped");
+}

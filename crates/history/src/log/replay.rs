@@ -217,10 +217,12 @@ impl Replayer {
         let mut finished = Vec::new();
         match record {
             LogRecord::Intent(txn) => {
+                finished.extend(self.orphans_before(&txn));
                 let intent = self.start(seq, txn, Outcome::Indeterminate, None)?;
                 self.pending.insert(intent.txn.id, intent);
             }
             LogRecord::Finished { txn, outcome, commit_ns } => {
+                finished.extend(self.orphans_before(&txn));
                 let txn = self.start(seq, txn, outcome, commit_ns)?;
                 finished.push(Replayed::Transaction(txn));
             }
@@ -360,6 +362,30 @@ impl Replayer {
         let mut rest: Vec<ReplayedTxn> = self.pending.drain().map(|(_, intent)| intent).collect();
         rest.sort_unstable_by_key(|intent| intent.position);
         rest.into_iter().map(Replayed::Transaction).collect()
+    }
+
+    /// After a skipped stretch: the pending intents of `next`'s session that come before it, finished as
+    /// Indeterminate (in session order). A session runs one transaction at a time, so `next` says they
+    /// ended, and their outcomes were in the stretch. Without a stretch, an intent's outcome is never
+    /// missing, and nothing is finished here.
+    fn orphans_before(&mut self, next: &LoggedTxn) -> Vec<Replayed> {
+        if self.holes == 0 {
+            return Vec::new();
+        }
+        let mut orphans: Vec<(u64, TxnId)> = self
+            .pending
+            .values()
+            .filter(|p| p.txn.session == next.session && p.txn.seq < next.seq)
+            .map(|p| (p.txn.seq, p.txn.id))
+            .collect();
+        orphans.sort_unstable();
+        orphans
+            .into_iter()
+            .filter_map(|(_, id)| {
+                self.abandoned.insert(id);
+                self.pending.remove(&id).map(Replayed::Transaction)
+            })
+            .collect()
     }
 
     /// Why a record about `txn` finds no pending intent.
