@@ -204,16 +204,29 @@ async fn report_page(state: &AdminState, id: &str) -> Result<Option<String>, Str
     tokio::task::spawn_blocking(move || reports.page(&id)).await.map_err(|e| e.to_string())?
 }
 
+/// Writes one metric family in the Prometheus text exposition format: its help and type lines, then a
+/// line per sample, `name{labels} value` (labels as `{k="v"}`, or empty).
+pub fn write_family<L: std::fmt::Display, V: std::fmt::Display>(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    samples: &[(L, V)],
+) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        let _ = writeln!(out, "{name}{labels} {value}");
+    }
+}
+
 /// Renders the Prometheus text exposition format.
 pub(crate) fn render_metrics(state: &AdminState) -> String {
     use std::fmt::Write;
     let m = &state.metrics;
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, u64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, v) in samples {
-            let _ = writeln!(out, "{name}{labels} {v}");
-        }
+        write_family(&mut out, name, kind, help, samples);
     };
     let g = Metrics::get;
     metric(
@@ -357,7 +370,7 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
             ),
         ];
         for (name, kind, help, value) in samples {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+            write_family(&mut out, name, kind, help, &[("", value)]);
         }
     }
     if let Some(c) = m.shipping.get() {
@@ -383,7 +396,7 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
                 get(&c.errors),
             ),
         ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+            write_family(&mut out, name, kind, help, &[("", value)]);
         }
     }
     if let Some(t) = &state.tagging {
@@ -403,11 +416,8 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
                 &t.plans.fingerprint_misses,
             ),
         ] {
-            let _ = writeln!(
-                out,
-                "# HELP {name} Statement texts {what}.\n# TYPE {name} counter\n{name} {}",
-                counter.load(std::sync::atomic::Ordering::Relaxed)
-            );
+            let value = counter.load(std::sync::atomic::Ordering::Relaxed);
+            write_family(&mut out, name, "counter", &format!("Statement texts {what}."), &[("", value)]);
         }
         if let Some(horizon) = t.book.horizon() {
             let _ = writeln!(

@@ -45,60 +45,10 @@ fn route<B>(req: &Request<B>, state: &Mutex<serde_json::Value>) -> Response<Full
 
 /// The Prometheus text exposition of a published state (see `serve_many::status_json`).
 fn metrics(state: &serde_json::Value) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, f64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, value) in samples {
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
-    };
-    let v = &state["verifier"];
     let number = |value: &serde_json::Value| value.as_f64().unwrap_or(0.0);
-    for (name, kind, help, field) in [
-        (
-            "krait_verifier_recorded_total",
-            "counter",
-            "Transactions received from every collector.",
-            "recorded",
-        ),
-        ("krait_verifier_verified_total", "counter", "Transactions verified.", "verified"),
-        (
-            "krait_verifier_lag_transactions",
-            "gauge",
-            "Received transactions not verified yet.",
-            "lag_transactions",
-        ),
-        (
-            "krait_verifier_lag_seconds",
-            "gauge",
-            "How long the oldest unverified transaction has waited.",
-            "lag_seconds",
-        ),
-        ("krait_verifier_rounds_total", "counter", "Verification rounds run.", "rounds"),
-        ("krait_verifier_rejects_total", "counter", "Reject reports found.", "rejects"),
-        (
-            "krait_verifier_live_transactions",
-            "gauge",
-            "Transactions held after the last garbage collection.",
-            "live_transactions",
-        ),
-    ] {
-        family(name, kind, help, &[(String::new(), number(&v[field]))]);
-    }
     let flag = |value: &serde_json::Value| if value.is_null() || value == false { 0.0 } else { 1.0 };
-    family(
-        "krait_verifier_stopped",
-        "gauge",
-        "1 once verification has stopped on an error (/healthz says why).",
-        &[(String::new(), flag(&state["stopped"]))],
-    );
-    family(
-        "krait_verifier_gc_stopped",
-        "gauge",
-        "1 once garbage collection has stopped: memory then grows with the history.",
-        &[(String::new(), flag(&state["garbage_collection_stopped"]))],
-    );
+    let one = |value: f64| vec![(String::new(), value)];
+    let v = &state["verifier"];
     let collectors = state["collectors"].as_array().map(Vec::as_slice).unwrap_or_default();
     let per_collector = |read: &dyn Fn(&serde_json::Value) -> f64| -> Vec<(String, f64)> {
         collectors
@@ -107,7 +57,46 @@ fn metrics(state: &serde_json::Value) -> String {
             .collect()
     };
     let holes = |c: &serde_json::Value| c["holes"].as_array().map_or(0, Vec::len) as f64;
-    for (name, kind, help, samples) in [
+    let families = [
+        (
+            "krait_verifier_recorded_total",
+            "counter",
+            "Transactions received from every collector.",
+            one(number(&v["recorded"])),
+        ),
+        ("krait_verifier_verified_total", "counter", "Transactions verified.", one(number(&v["verified"]))),
+        (
+            "krait_verifier_lag_transactions",
+            "gauge",
+            "Received transactions not verified yet.",
+            one(number(&v["lag_transactions"])),
+        ),
+        (
+            "krait_verifier_lag_seconds",
+            "gauge",
+            "How long the oldest unverified transaction has waited.",
+            one(number(&v["lag_seconds"])),
+        ),
+        ("krait_verifier_rounds_total", "counter", "Verification rounds run.", one(number(&v["rounds"]))),
+        ("krait_verifier_rejects_total", "counter", "Reject reports found.", one(number(&v["rejects"]))),
+        (
+            "krait_verifier_live_transactions",
+            "gauge",
+            "Transactions held after the last garbage collection.",
+            one(number(&v["live_transactions"])),
+        ),
+        (
+            "krait_verifier_stopped",
+            "gauge",
+            "1 once verification has stopped on an error (/healthz says why).",
+            one(flag(&state["stopped"])),
+        ),
+        (
+            "krait_verifier_gc_stopped",
+            "gauge",
+            "1 once garbage collection has stopped: memory then grows with the history.",
+            one(flag(&state["garbage_collection_stopped"])),
+        ),
         (
             "krait_collector_records_total",
             "counter",
@@ -150,8 +139,10 @@ fn metrics(state: &serde_json::Value) -> String {
             "Records dropped because they cite what a hole held.",
             per_collector(&|c| number(&c["records_lost_to_holes"])),
         ),
-    ] {
-        family(name, kind, help, &samples);
+    ];
+    let mut out = String::new();
+    for (name, kind, help, samples) in families {
+        proxy::admin::write_family(&mut out, name, kind, help, &samples);
     }
     out
 }
