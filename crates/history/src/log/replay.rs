@@ -169,7 +169,7 @@ impl Replayer {
     /// with a stretch lost in transit): the next record is `seq`. Records after it that refer to what the
     /// stretch held (the outcome or late ops of an intent in it, a statement text it defined) are dropped
     /// and counted ([`Replayer::lost_to_holes`]), where a whole log would make them an error. An intent the
-    /// stretch may have finished stays pending until its session ends.
+    /// stretch may have finished stays pending until its session's next transaction or its end.
     pub fn skip_to(&mut self, seq: u64) {
         self.next_seq = Some(seq);
         self.holes += 1;
@@ -255,19 +255,7 @@ impl Replayer {
             LogRecord::SessionEnded { session, .. } => {
                 // An intent of the session still pending will get no outcome: it finishes first, so that
                 // every transaction of the session comes before its end.
-                let mut orphans: Vec<(u64, TxnId)> = self
-                    .pending
-                    .values()
-                    .filter(|p| p.txn.session == session)
-                    .map(|p| (p.txn.seq, p.txn.id))
-                    .collect();
-                orphans.sort_unstable();
-                for (_, id) in orphans {
-                    if let Some(orphan) = self.pending.remove(&id) {
-                        self.abandoned.insert(id);
-                        finished.push(Replayed::Transaction(orphan));
-                    }
-                }
+                finished.extend(self.abandon(session, None));
                 self.open_sessions.remove(&session);
                 self.levels.remove(&session);
                 finished.push(Replayed::SessionEnded(session));
@@ -372,18 +360,26 @@ impl Replayer {
         if self.holes == 0 {
             return Vec::new();
         }
+        self.abandon(next.session, Some(next.seq))
+    }
+
+    /// Finishes `session`'s pending intents (those at positions before `before`, when given) as
+    /// Indeterminate, in session order: no outcome will come for them. Only a recovery listing may name
+    /// them later.
+    fn abandon(&mut self, session: SessionId, before: Option<u64>) -> Vec<Replayed> {
         let mut orphans: Vec<(u64, TxnId)> = self
             .pending
             .values()
-            .filter(|p| p.txn.session == next.session && p.txn.seq < next.seq)
+            .filter(|p| p.txn.session == session && before.is_none_or(|b| p.txn.seq < b))
             .map(|p| (p.txn.seq, p.txn.id))
             .collect();
         orphans.sort_unstable();
         orphans
             .into_iter()
             .filter_map(|(_, id)| {
+                let orphan = self.pending.remove(&id)?;
                 self.abandoned.insert(id);
-                self.pending.remove(&id).map(Replayed::Transaction)
+                Some(Replayed::Transaction(orphan))
             })
             .collect()
     }
