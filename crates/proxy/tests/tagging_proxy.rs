@@ -545,10 +545,6 @@ fn unqualified_names_follow_the_sessions_search_path() {
 #[test]
 fn a_rolled_back_set_search_path_is_undone_as_the_database_undoes_it() {
     rt().block_on(async {
-        let mut admin = Raw::connect().await;
-        table_in_two_schemas(&mut admin, "ktagr").await;
-        let p = start(0).await;
-        let mut app = Raw::connect_to(&p.addr()).await;
         let update = |v: i32| format!("UPDATE ktagr_sp SET v = {v} WHERE id = 1");
         let steps: Vec<(String, Option<&str>)> = vec![
             // A block that rolls back.
@@ -575,11 +571,7 @@ fn a_rolled_back_set_search_path_is_undone_as_the_database_undoes_it() {
             ("COMMIT".into(), None),
             (update(14), None),
         ];
-        for (sql, code) in &steps {
-            assert_eq!(error_code(&app.simple(sql).await).as_deref(), *code, "{sql}");
-        }
-        drop(app);
-        let h = p.stop_and_replay().await;
+        let (mut admin, h) = in_one_session_over_two_schemas("ktagr", &steps).await;
         let (public, app_v) = {
             let r = rows(&admin.simple("SELECT v FROM ktagr_sp").await);
             let s = rows(&admin.simple("SELECT v FROM ktagr_app.ktagr_sp").await);
@@ -606,10 +598,6 @@ fn a_rolled_back_set_search_path_is_undone_as_the_database_undoes_it() {
 #[test]
 fn set_local_search_path_lasts_until_the_transaction_ends() {
     rt().block_on(async {
-        let mut admin = Raw::connect().await;
-        table_in_two_schemas(&mut admin, "ktagl").await;
-        let p = start(0).await;
-        let mut app = Raw::connect_to(&p.addr()).await;
         let update = |v: i32| format!("UPDATE ktagl_sp SET v = {v} WHERE id = 1");
         let steps: Vec<String> = vec![
             "BEGIN".into(),
@@ -628,11 +616,8 @@ fn set_local_search_path_lasts_until_the_transaction_ends() {
             "COMMIT".into(),
             update(15),
         ];
-        for sql in &steps {
-            assert_eq!(error_code(&app.simple(sql).await), None, "{sql}");
-        }
-        drop(app);
-        let h = p.stop_and_replay().await;
+        let steps: Vec<(String, Option<&str>)> = steps.into_iter().map(|sql| (sql, None)).collect();
+        let (mut admin, h) = in_one_session_over_two_schemas("ktagl", &steps).await;
         admin.simple("DROP SCHEMA ktagl_app CASCADE; DROP TABLE ktagl_sp").await;
         let (app_t, public_t) = ("ktagl_app.ktagl_sp".to_owned(), "ktagl_sp".to_owned());
         assert_eq!(
@@ -643,6 +628,21 @@ fn set_local_search_path_lasts_until_the_transaction_ends() {
         );
         assert!(!h.unchecked.iter().any(|u| u.kind == "ambiguous_table"), "{:?}", h.unchecked);
     });
+}
+
+/// Runs `steps` (each statement with the error code it must end with, if any) in one session through a
+/// proxy, over [`table_in_two_schemas`]`(prefix)`; returns the admin connection (whose caller drops the
+/// tables) and the history the proxy recorded.
+async fn in_one_session_over_two_schemas(prefix: &str, steps: &[(String, Option<&str>)]) -> (Raw, History) {
+    let mut admin = Raw::connect().await;
+    table_in_two_schemas(&mut admin, prefix).await;
+    let p = start(0).await;
+    let mut app = Raw::connect_to(&p.addr()).await;
+    for (sql, code) in steps {
+        assert_eq!(error_code(&app.simple(sql).await).as_deref(), *code, "{sql}");
+    }
+    drop(app);
+    (admin, p.stop_and_replay().await)
 }
 
 /// Creates `<prefix>_app.<prefix>_sp` and `public.<prefix>_sp` (both `id int PRIMARY KEY, v int`, with a row
