@@ -107,6 +107,41 @@ async fn a_session_default_holds_from_its_commit_until_reset() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_level_the_proxy_cannot_follow_is_recorded_as_unknown_not_as_the_last_one() {
+    let p = proxy().await;
+    let c = p.connect().await;
+    c.batch_execute("SET default_transaction_isolation = 'serializable'").await.unwrap();
+    c.batch_execute("select 1").await.unwrap();
+    // The proxy does not evaluate set_config: the session now runs at READ COMMITTED, and a transaction
+    // recorded at the SERIALIZABLE logged before would be held to serializability under `declared`.
+    c.batch_execute("select set_config('default_transaction_isolation', 'read ' || 'committed', false)")
+        .await
+        .unwrap();
+    c.batch_execute("select 2").await.unwrap();
+    c.batch_execute("select 3").await.unwrap();
+    c.batch_execute("SET default_transaction_isolation = 'repeatable read'").await.unwrap();
+    c.batch_execute("select 4").await.unwrap();
+    drop(c);
+
+    // The SETs record nothing; the set_config runs at the level it changes, as the SETs' statements would.
+    let want = vec![Some(S), Some(S), None, None, Some(RR)];
+    assert_eq!(levels(&p, want.len()).await, want);
+    let records: Vec<&'static str> = p
+        .handle
+        .log()
+        .tail(0)
+        .filter_map(|r| match r.expect("a readable record") {
+            (_, LogRecord::Isolation { .. }) => Some("level"),
+            (_, LogRecord::IsolationUnknown { .. }) => Some("unknown"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(records, ["level", "unknown", "level"], "one record per change, unknown included");
+    p.wait_metric("krait_isolation_unknown_total 2").await;
+    p.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_from_the_startup_packet_is_learnt_and_reset_returns_to_it() {
     let p = proxy().await;
     let mut config: tokio_postgres::Config = p.conn_str().parse().expect("a connection string");

@@ -26,6 +26,7 @@ fn kind(record: &LogRecord) -> &'static str {
         LogRecord::Xids { .. } => "Xids",
         LogRecord::Resolved { .. } => "Resolved",
         LogRecord::Isolation { .. } => "Isolation",
+        LogRecord::IsolationUnknown { .. } => "IsolationUnknown",
         LogRecord::Statement { .. } => "Statement",
         LogRecord::Namespace { .. } => "Namespace",
         LogRecord::CompactIntent(_) => "CompactIntent",

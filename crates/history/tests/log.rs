@@ -539,12 +539,15 @@ fn isolation_records_label_the_sessions_later_transactions_until_the_next_one() 
     // Session 1 logs one transaction before any level is known, then changes level; session 2's level does
     // not leak into session 1, and a session's level ends with it.
     finish(1, 1, 0);
-    let _ = log.append_isolation(SessionId(1), IsolationLevel::RepeatableRead).unwrap();
-    let _ = log.append_isolation(SessionId(2), IsolationLevel::Serializable).unwrap();
+    let _ = log.append_isolation(SessionId(1), Some(IsolationLevel::RepeatableRead)).unwrap();
+    let _ = log.append_isolation(SessionId(2), Some(IsolationLevel::Serializable)).unwrap();
     finish(2, 1, 1);
     finish(3, 2, 0);
-    let _ = log.append_isolation(SessionId(1), IsolationLevel::ReadCommitted).unwrap();
+    let _ = log.append_isolation(SessionId(1), Some(IsolationLevel::ReadCommitted)).unwrap();
     finish(4, 1, 2);
+    // A level the proxy could not follow: session 1's next transaction has none, not the last one logged.
+    let _ = log.append_isolation(SessionId(1), None).unwrap();
+    finish(6, 1, 3);
     let _ = log.append_session_ended(SessionId(2), Some(0)).unwrap();
     let _ = log.append_intent(LoggedTxn::new(TxnId(5), SessionId(2), 1)).unwrap();
     let _ = log.append_outcome(TxnId(5), Outcome::Committed, Some(5)).unwrap();
@@ -558,6 +561,7 @@ fn isolation_records_label_the_sessions_later_transactions_until_the_next_one() 
             (2, Some(IsolationLevel::RepeatableRead)),
             (3, Some(IsolationLevel::Serializable)),
             (4, Some(IsolationLevel::ReadCommitted)),
+            (6, None),
             (5, None),
         ]
     );

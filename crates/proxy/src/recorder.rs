@@ -124,15 +124,14 @@ impl SessionRecorder {
     }
 
     /// Logs the isolation level of the transaction whose first record comes next, unless the log already
-    /// says so. An unknown level is counted and logs nothing: the log cannot say "unknown" after a level, so
-    /// a session whose level becomes unknown after one was logged is recorded at that earlier level (a
-    /// session whose level was never known has none).
+    /// says so. An unknown level is counted, and logged as unknown when a level was logged before: the
+    /// transaction must not inherit a level it may not have asked for (a session whose level was never
+    /// known has none in the log already).
     fn isolation(&mut self, level: Option<IsolationLevel>) -> Result<(), LogError> {
-        let Some(level) = level else {
+        if level.is_none() {
             Metrics::inc(&self.rec.metrics.isolation_unknown);
-            return Ok(());
-        };
-        if self.level == Some(level) {
+        }
+        if self.level == level {
             return Ok(());
         }
         let result = self.rec.log.append_isolation(self.id, level);
@@ -141,7 +140,7 @@ impl SessionRecorder {
         }
         // Not waited on: the transaction's own record comes after it and carries the durability.
         drop(result?);
-        self.level = Some(level);
+        self.level = level;
         Ok(())
     }
 

@@ -181,7 +181,8 @@ impl TestProxy {
                 | LogRecord::SessionEnded { .. }
                 | LogRecord::Horizon { .. }
                 | LogRecord::HorizonSnapshot(_)
-                | LogRecord::Isolation { .. } => {}
+                | LogRecord::Isolation { .. }
+                | LogRecord::IsolationUnknown { .. } => {}
                 LogRecord::Statement { .. }
                 | LogRecord::Namespace { .. }
                 | LogRecord::CompactIntent(_)

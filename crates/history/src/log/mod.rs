@@ -343,13 +343,14 @@ pub trait HistoryLog: Send + Sync {
     /// [`LogRecord::Resolved`]).
     fn append_resolved(&self, txn: TxnId, outcome: Outcome) -> Result<DurabilityTicket, LogError>;
 
-    /// Appends the isolation level `session`'s next transactions asked for (see [`LogRecord::Isolation`]).
-    /// Append it before their records. The ticket need not be waited on: the transactions' records come
-    /// after it and carry their durability.
+    /// Appends the isolation level `session`'s next transactions asked for (see [`LogRecord::Isolation`]),
+    /// or with `None` that it is no longer known ([`LogRecord::IsolationUnknown`]). Append it before their
+    /// records. The ticket need not be waited on: the transactions' records come after it and carry their
+    /// durability.
     fn append_isolation(
         &self,
         session: SessionId,
-        level: IsolationLevel,
+        level: Option<IsolationLevel>,
     ) -> Result<DurabilityTicket, LogError>;
 
     /// The records from sequence number `from_seq` on, in append order. Under `group` and `none` it may

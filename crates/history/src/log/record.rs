@@ -397,6 +397,16 @@ pub enum LogRecord {
         /// The ops that arrived after the intent, and the transaction's whole statement list now.
         ops: CompactOps,
     },
+    /// A session's isolation level became one the proxy could not follow (`set_config` with a computed
+    /// value, a level it could not parse): its transactions whose records come after this one have no
+    /// recorded level, until its next [`LogRecord::Isolation`]. Without it they would inherit the level
+    /// last recorded, and `declared` would hold them to a level they may not have asked for: a false
+    /// reject if it was stronger, a false accept if weaker. Appended last to the enum, so logs written
+    /// before it existed still decode.
+    IsolationUnknown {
+        /// The session.
+        session: SessionId,
+    },
 }
 
 /// Why a record value could not be decoded.
@@ -505,6 +515,7 @@ impl LogRecord {
             | LogRecord::Horizon { .. }
             | LogRecord::HorizonSnapshot(_)
             | LogRecord::Isolation { .. }
+            | LogRecord::IsolationUnknown { .. }
             | LogRecord::Statement { .. }
             | LogRecord::Namespace { .. } => None,
         }

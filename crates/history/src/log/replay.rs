@@ -308,6 +308,9 @@ impl Replayer {
             LogRecord::Isolation { session, level } => {
                 self.levels.insert(session, level);
             }
+            LogRecord::IsolationUnknown { session } => {
+                self.levels.remove(&session);
+            }
             // The resolver keeps definitions and expands compact records; none of these gets here.
             LogRecord::Statement { .. }
             | LogRecord::Namespace { .. }

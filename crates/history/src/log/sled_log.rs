@@ -398,9 +398,13 @@ impl HistoryLog for SledLog {
     fn append_isolation(
         &self,
         session: SessionId,
-        level: IsolationLevel,
+        level: Option<IsolationLevel>,
     ) -> Result<DurabilityTicket, LogError> {
-        self.append(&LogRecord::Isolation { session, level }, |_| Ok(()), |_, _| {})
+        let record = match level {
+            Some(level) => LogRecord::Isolation { session, level },
+            None => LogRecord::IsolationUnknown { session },
+        };
+        self.append(&record, |_| Ok(()), |_, _| {})
     }
 
     fn append_resolved(&self, txn: TxnId, outcome: Outcome) -> Result<DurabilityTicket, LogError> {
@@ -602,7 +606,8 @@ fn scan_run(records: &sled::Tree, run_start: u64) -> Result<RunScan, LogError> {
             | LogRecord::DiscoveredWrite { .. }
             | LogRecord::Xids { .. }
             | LogRecord::Resolved { .. }
-            | LogRecord::Isolation { .. } => {}
+            | LogRecord::Isolation { .. }
+            | LogRecord::IsolationUnknown { .. } => {}
             LogRecord::Recovery { indeterminate, .. } => {
                 for txn in indeterminate {
                     pending.remove(&txn);
