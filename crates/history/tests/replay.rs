@@ -283,3 +283,32 @@ fn after_a_skipped_stretch_a_sessions_next_transaction_finishes_its_orphaned_int
     assert_eq!(first(&mut replayer, 5, outcome(1, Outcome::Committed)), Vec::<String>::new());
     assert_eq!(replayer.lost_to_holes(), 1, "the outcome of an intent already finished is dropped");
 }
+
+#[test]
+fn a_tail_passes_on_what_it_says_of_earlier_transactions_and_refuses_anything_else() {
+    use history::log::replay::replay_tail;
+    let numbered =
+        |records: Vec<LogRecord>| records.into_iter().enumerate().map(|(i, r)| Ok((40 + i as u64, r)));
+    // T1–T9 had their records before the tail: its run resolves T3, logs a write of T4 a read discovered,
+    // and runs T10, which a crash leaves pending.
+    let tail = vec![
+        LogRecord::Resolved { txn: TxnId(3), outcome: Outcome::Committed },
+        intent(writes(10, 7, 0, "a")),
+        discovered(4, "b", 44),
+        LogRecord::Xids { txn: TxnId(10), top: Some(900), xids: vec![900] },
+    ];
+    let t = replay_tail(numbered(tail.clone()), TxnId(10)).expect("the tail replays");
+    assert_eq!(t.earlier.resolved, vec![(TxnId(3), Outcome::Committed)]);
+    assert_eq!(t.earlier.discovered, vec![(TxnId(4), key("b"), WriteId(44))]);
+    let ids: Vec<(TxnId, Outcome)> = t.history.transactions.iter().map(|t| (t.id, t.outcome)).collect();
+    assert_eq!(ids, vec![(TxnId(10), Outcome::Indeterminate)]);
+    assert_eq!(t.xids[&TxnId(10)].top, Some(900));
+    // Read as a whole log, the same records name strangers.
+    assert!(replay(numbered(tail.clone())).is_err());
+    // An outcome, late ops or a second record of an earlier transaction cannot come from a later run.
+    for bad in [outcome(3, Outcome::Committed), intent(writes(5, 1, 1, "c")), discovered(12, "b", 1)] {
+        let mut records = tail.clone();
+        records.push(bad.clone());
+        assert!(replay_tail(numbered(records), TxnId(10)).is_err(), "{bad:?}");
+    }
+}

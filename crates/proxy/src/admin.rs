@@ -295,6 +295,18 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
         &[("", g(&m.isolation_unknown))],
     );
     metric(
+        "krait_start_records_replayed",
+        "gauge",
+        "Log records this start replayed to seed the version book.",
+        &[("", g(&m.start_records_replayed))],
+    );
+    metric(
+        "krait_start_from_checkpoint",
+        "gauge",
+        "1 if this start seeded the version book from its checkpoint and the records after it.",
+        &[("", g(&m.start_from_checkpoint))],
+    );
+    metric(
         "krait_cancels_relayed_total",
         "counter",
         "Cancel requests relayed.",

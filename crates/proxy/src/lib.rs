@@ -31,6 +31,7 @@ pub mod tls;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use history::CollectorId;
@@ -229,13 +230,20 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
             // Versions written by earlier runs into this log stay recorded versions, not pre-history; their
             // transactions own their ids again; those a crash left without an outcome are resolved by the
             // first session.
-            let replay_log = log.clone();
-            let replayed = tokio::task::spawn_blocking(move || {
-                history::log::replay::replay_keeping_xids(replay_log.tail(0))
-            })
-            .await;
-            match replayed {
-                Ok(Ok((h, xids))) => t.seed_from(&h, xids),
+            let (seeding, seed_log, started) = (t.clone(), log.clone(), Instant::now());
+            let seeded = tokio::task::spawn_blocking(move || seeding.seed(seed_log.as_ref())).await;
+            match seeded {
+                Ok(Ok(s)) => {
+                    info!(
+                        from_checkpoint = s.from_checkpoint,
+                        records_replayed = s.records_replayed,
+                        versions = s.versions,
+                        ms = started.elapsed().as_millis() as u64,
+                        "version book seeded from the log"
+                    );
+                    metrics.start_records_replayed.store(s.records_replayed, Ordering::Relaxed);
+                    metrics.start_from_checkpoint.store(u64::from(s.from_checkpoint), Ordering::Relaxed);
+                }
                 Ok(Err(e)) => warn!("cannot replay the log to seed the version book: {e}"),
                 Err(e) => warn!("cannot replay the log to seed the version book: {e}"),
             }

@@ -34,6 +34,11 @@ pub struct Metrics {
     pub isolation_unknown: AtomicU64,
     /// CancelRequests relayed to the database.
     pub cancels_relayed: AtomicU64,
+    /// Log records this start replayed to seed the version book (see `interpret::versions::seed`).
+    pub start_records_replayed: AtomicU64,
+    /// 1 when this start seeded the version book from a checkpoint and the records after it, 0 when it
+    /// replayed the whole log.
+    pub start_from_checkpoint: AtomicU64,
     /// Bytes the live sessions' read and send buffers hold, summed (a gauge; see `session::buffers`).
     pub session_buffer_bytes: AtomicU64,
     /// The co-located verifier's progress, when one runs (`krait serve`).

@@ -108,8 +108,11 @@ use thiserror::Error;
 pub use compact::{CompactOp, CompactOps, CompactTxn, Resolver, resolved};
 pub use group_commit::{DurabilityTicket, DurableFuture, FSYNC_BUCKETS_US, LogStats};
 pub use reader::LogReader;
-pub use record::{BadStatementIndex, FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError};
-pub use replay::{IdMap, Replayed, ReplayedTxn, Replayer, TxnXids};
+pub use record::{
+    BadStatementIndex, FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError, decode_framed,
+    encode_framed,
+};
+pub use replay::{Earlier, IdMap, Replayed, ReplayedTail, ReplayedTxn, Replayer, TxnXids};
 pub use sled_log::SledLog;
 
 /// The bytes of every file under a log directory (0 for what cannot be read): what the log costs on disk,
@@ -387,6 +390,14 @@ pub trait HistoryLog: Send + Sync {
     /// error). It is final for this open, as [`LogError::FsyncFailed`] says; opening the log again (a
     /// restart of the proxy, once the cause is fixed) runs crash recovery and appends resume.
     fn failure(&self) -> Option<String>;
+
+    /// The checkpoint stored under `name` ([`HistoryLog::store_checkpoint`]), if any.
+    fn checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, LogError>;
+
+    /// Stores `bytes` under `name` in place of any earlier checkpoint of that name, durably: what a reader
+    /// derived from the records below some sequence number, so that next time it reads only the records
+    /// after it ([`record::encode_framed`] frames it with a checksum). The log never interprets it.
+    fn store_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), LogError>;
 
     /// Makes everything durable and marks the log cleanly closed, so the next open records no crash.
     /// Later appends fail with [`LogError::Closed`]. Idempotent.

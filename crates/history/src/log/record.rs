@@ -470,33 +470,43 @@ pub fn frame(version: u8, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Serializes `value` as a record is, with the header: for what the log stores beside its records
+/// ([`super::HistoryLog::store_checkpoint`]).
+pub fn encode_framed<T: Serialize>(value: &T) -> Result<Vec<u8>, RecordError> {
+    let payload = postcard::to_allocvec(value).map_err(|e| RecordError::Encode { reason: e.to_string() })?;
+    Ok(frame(FORMAT_VERSION, &payload))
+}
+
+/// Decodes what [`encode_framed`] wrote, checking the header. Never panics, whatever the bytes.
+pub fn decode_framed<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, RecordError> {
+    let (header, payload) =
+        bytes.split_at_checked(HEADER_LEN).ok_or(RecordError::Truncated { len: bytes.len() })?;
+    let version = header[0];
+    let stored = u32::from_le_bytes([header[1], header[2], header[3], header[4]]);
+    let computed = checksum(version, payload);
+    if stored != computed {
+        return Err(RecordError::Checksum { stored, computed });
+    }
+    if version != FORMAT_VERSION {
+        return Err(RecordError::Version { found: version });
+    }
+    let (value, rest) = postcard::take_from_bytes::<T>(payload)
+        .map_err(|e| RecordError::Malformed { reason: e.to_string() })?;
+    if !rest.is_empty() {
+        return Err(RecordError::Trailing { count: rest.len() });
+    }
+    Ok(value)
+}
+
 impl LogRecord {
     /// Serializes the record with its header (see the module doc).
     pub fn encode(&self) -> Result<Vec<u8>, RecordError> {
-        let payload =
-            postcard::to_allocvec(self).map_err(|e| RecordError::Encode { reason: e.to_string() })?;
-        Ok(frame(FORMAT_VERSION, &payload))
+        encode_framed(self)
     }
 
     /// Decodes a record value. Never panics, whatever the bytes.
     pub fn decode(bytes: &[u8]) -> Result<LogRecord, RecordError> {
-        let (header, payload) =
-            bytes.split_at_checked(HEADER_LEN).ok_or(RecordError::Truncated { len: bytes.len() })?;
-        let version = header[0];
-        let stored = u32::from_le_bytes([header[1], header[2], header[3], header[4]]);
-        let computed = checksum(version, payload);
-        if stored != computed {
-            return Err(RecordError::Checksum { stored, computed });
-        }
-        if version != FORMAT_VERSION {
-            return Err(RecordError::Version { found: version });
-        }
-        let (record, rest) = postcard::take_from_bytes::<LogRecord>(payload)
-            .map_err(|e| RecordError::Malformed { reason: e.to_string() })?;
-        if !rest.is_empty() {
-            return Err(RecordError::Trailing { count: rest.len() });
-        }
-        Ok(record)
+        decode_framed(bytes)
     }
 
     /// The transaction this record is about, if it is about one.

@@ -122,6 +122,8 @@ pub struct Replayer {
     levels: HashMap<SessionId, IsolationLevel>,
     /// Stretches of records skipped with [`Replayer::skip_to`].
     holes: u32,
+    /// Set by [`Replayer::after`]: transactions below it had their records before the first one fed.
+    earlier: Option<TxnId>,
     /// Records after a hole that refer to what it held (an outcome of an intent in it, a text it defined),
     /// dropped.
     lost_to_holes: u64,
@@ -137,6 +139,22 @@ impl Replayer {
     pub fn keeping_xids(mut self) -> Self {
         self.xids = Some(HashMap::new());
         self
+    }
+
+    /// A replayer for the records from a run's start on (the first record a run of the proxy appended,
+    /// or a Recovery record), when transactions below `earlier` had all their records before it: what a
+    /// restarting proxy reads after its checkpoint. A later run refers to them only to resolve a crash
+    /// window ([`LogRecord::Resolved`]), to log a write a read discovered ([`LogRecord::DiscoveredWrite`]),
+    /// or in a Recovery record; those records pass on as [`Replayed`] events (the one-shot
+    /// [`replay_tail`] collects them in [`ReplayedTail::earlier`]). Any other record about one is still an error.
+    pub fn after(mut self, earlier: TxnId) -> Self {
+        self.earlier = Some(earlier);
+        self
+    }
+
+    /// Whether `txn` had its records before the first record fed ([`Replayer::after`]).
+    fn before_first(&self, txn: TxnId) -> bool {
+        self.earlier.is_some_and(|e| txn < e) && !self.seen.contains(txn)
     }
 
     /// The key names interned so far; the keys of every replayed transaction refer to this table.
@@ -268,7 +286,7 @@ impl Replayer {
                     if !intent.txn.ops.contains(&op) {
                         intent.txn.ops.push(op);
                     }
-                } else if self.seen.contains(txn) {
+                } else if self.seen.contains(txn) || self.before_first(txn) {
                     finished.push(Replayed::DiscoveredWrite { txn, key, write });
                 } else {
                     self.missing(seq, format!("a discovered write of {txn}, which has no record"))?;
@@ -293,7 +311,7 @@ impl Replayer {
                 if let Some(mut intent) = self.pending.remove(&txn) {
                     intent.txn.outcome = outcome;
                     finished.push(Replayed::Transaction(intent));
-                } else if self.seen.contains(txn) {
+                } else if self.seen.contains(txn) || self.before_first(txn) {
                     finished.push(Replayed::Resolved { txn, outcome });
                 } else {
                     self.missing(seq, format!("a resolution of {txn}, which has no record"))?;
@@ -324,7 +342,7 @@ impl Replayer {
                     // Already Indeterminate; the record promises that no outcome will come.
                     match self.pending.remove(&txn) {
                         Some(intent) => finished.push(Replayed::Transaction(intent)),
-                        None if self.abandoned.contains(&txn) => {}
+                        None if self.abandoned.contains(&txn) || self.before_first(txn) => {}
                         None => {
                             let why =
                                 format!("recovery lists {txn} as pending, but it has no pending intent");
@@ -406,7 +424,7 @@ impl Replayer {
         outcome: Outcome,
         commit_ns: Option<u64>,
     ) -> Result<ReplayedTxn, LogError> {
-        if !self.seen.insert(logged.id) {
+        if self.before_first(logged.id) || !self.seen.insert(logged.id) {
             return Err(inconsistent(seq, format!("a second record for {}", logged.id)));
         }
         let (mut txn, unchecked) = self.convert(seq, logged, outcome, commit_ns)?;
@@ -531,20 +549,52 @@ impl IdRanges {
 pub fn replay(
     records: impl IntoIterator<Item = Result<(u64, LogRecord), LogError>>,
 ) -> Result<History, LogError> {
-    replay_with(records, Replayer::new()).map(|(h, _)| h)
+    replay_with(records, Replayer::new()).map(|t| t.history)
 }
 
 /// [`replay`], and the database ids of each transaction: what a restarting proxy needs.
 pub fn replay_keeping_xids(
     records: impl IntoIterator<Item = Result<(u64, LogRecord), LogError>>,
 ) -> Result<(History, HashMap<TxnId, TxnXids>), LogError> {
-    replay_with(records, Replayer::new().keeping_xids())
+    replay_with(records, Replayer::new().keeping_xids()).map(|t| (t.history, t.xids))
+}
+
+/// A log's records from a run's start on, replayed ([`replay_tail`]).
+#[derive(Clone, Debug, Default)]
+pub struct ReplayedTail {
+    /// The transactions that had their first record in the tail, as [`replay`] gives them.
+    pub history: History,
+    /// Their database ids.
+    pub xids: HashMap<TxnId, TxnXids>,
+    /// What the tail says about transactions before it.
+    pub earlier: Earlier,
+}
+
+/// What a log's tail says about transactions that had their records before it (see [`Replayer::after`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Earlier {
+    /// Outcomes the database gave for them after a restart, in log order.
+    pub resolved: Vec<(TxnId, Outcome)>,
+    /// Their writes that reads discovered, with their keys, in log order.
+    pub discovered: Vec<(TxnId, crate::KeyName, WriteId)>,
+}
+
+/// Replays the records from a run's start on, where transactions below `earlier` had all their records
+/// before them: [`replay_keeping_xids`] for the tail alone, with what it says about those transactions
+/// (see [`Replayer::after`]).
+pub fn replay_tail(
+    records: impl IntoIterator<Item = Result<(u64, LogRecord), LogError>>,
+    earlier: TxnId,
+) -> Result<ReplayedTail, LogError> {
+    replay_with(records, Replayer::new().keeping_xids().after(earlier))
 }
 
 fn replay_with(
     records: impl IntoIterator<Item = Result<(u64, LogRecord), LogError>>,
     mut replayer: Replayer,
-) -> Result<(History, HashMap<TxnId, TxnXids>), LogError> {
+) -> Result<ReplayedTail, LogError> {
+    let mut earlier = Earlier::default();
+    let mut discovered_keys = Vec::new();
     let mut slots: Vec<Option<ReplayedTxn>> = Vec::new();
     let mut gaps = Vec::new();
     let mut slot_of: HashMap<TxnId, usize> = HashMap::new();
@@ -557,20 +607,18 @@ fn replay_with(
             slot_of.insert(t.txn.id, at);
             slots[at] = Some(t);
         }
-        Replayed::Resolved { txn, outcome } => {
+        Replayed::Resolved { txn, outcome } => match slot_of.get(&txn).and_then(|&at| slots[at].as_mut()) {
             // Only a transaction no outcome had reached; a crash window, now closed.
-            if let Some(t) = slot_of.get(&txn).and_then(|&at| slots[at].as_mut())
-                && t.txn.outcome == Outcome::Indeterminate
-            {
-                t.txn.outcome = outcome;
-            }
-        }
+            Some(t) if t.txn.outcome == Outcome::Indeterminate => t.txn.outcome = outcome,
+            Some(_) => {}
+            None => earlier.resolved.push((txn, outcome)),
+        },
         Replayed::DiscoveredWrite { txn, key, write } => {
             let op = Op::Write { key, write, stmt: None };
-            if let Some(t) = slot_of.get(&txn).and_then(|&at| slots[at].as_mut())
-                && !t.txn.ops.contains(&op)
-            {
-                t.txn.ops.push(op);
+            match slot_of.get(&txn).and_then(|&at| slots[at].as_mut()) {
+                Some(t) if !t.txn.ops.contains(&op) => t.txn.ops.push(op),
+                Some(_) => {}
+                None => discovered_keys.push((txn, key, write)),
             }
         }
         Replayed::SessionEnded(_) => {}
@@ -590,7 +638,12 @@ fn replay_with(
         history.unchecked.extend(t.unchecked);
     }
     resolve_foreign(&mut history);
-    Ok((history, xids))
+    for (txn, key, write) in discovered_keys {
+        if let Some(name) = history.keys.name(key) {
+            earlier.discovered.push((txn, name.clone(), write));
+        }
+    }
+    Ok(ReplayedTail { history, xids, earlier })
 }
 
 /// Turns each [`Observed::Foreign`] read whose tag some transaction wrote to the same key into a read of

@@ -21,6 +21,11 @@ const FORMAT_TAG: &[u8] = b"krait-history-log 1";
 const STATE_KEY: &str = "state";
 const RUN_START_KEY: &str = "run_start";
 const TXN_FLOOR_KEY: &str = "txn_floor";
+
+/// The meta key of the checkpoint named `name` ([`HistoryLog::store_checkpoint`]).
+fn checkpoint_key(name: &str) -> String {
+    format!("checkpoint/{name}")
+}
 const CLEAN: &[u8] = b"clean";
 const RUNNING_PREFIX: &str = "running ";
 
@@ -431,6 +436,16 @@ impl HistoryLog for SledLog {
 
     fn next_seq(&self) -> u64 {
         self.lock().next_seq
+    }
+
+    fn checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, LogError> {
+        Ok(self.meta.get(checkpoint_key(name))?.map(|v| v.to_vec()))
+    }
+
+    fn store_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), LogError> {
+        self.meta.insert(checkpoint_key(name), bytes)?;
+        self.meta.flush()?;
+        Ok(())
     }
 
     fn durable_below(&self) -> u64 {

@@ -1,16 +1,13 @@
 //! What every session's tagging shares: the catalog cache, the version book, the fence row, the recording
 //! horizon's state and the `/metrics` counters.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-
-use history::log::TxnXids;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::catalog::Catalog;
 use super::plan::OpaqueKind;
 use super::plan_cache::PlanCache;
-use super::versions::VersionBook;
+use super::versions::{VersionBook, seed};
 
 /// Counters for `/metrics`, shared by all sessions.
 #[derive(Debug, Default)]
@@ -115,25 +112,15 @@ impl TaggingShared {
         s
     }
 
-    /// Seeds this run's state from the log that earlier runs wrote: their versions, the ids their
-    /// transactions own (oldest first, so the book keeps the newest), and the transactions they left
-    /// without an outcome whose top-level id is known.
-    pub fn seed_from(&self, h: &history::History, mut xids: HashMap<history::TxnId, TxnXids>) {
-        self.book.seed_from(h);
-        let mut owned: Vec<(&history::TxnId, &TxnXids)> = xids.iter().collect();
-        owned.sort_unstable_by_key(|(id, _)| **id);
-        for (id, x) in owned {
-            self.book.own(&x.xids, *id);
-        }
-        let unresolved = h
-            .transactions
-            .iter()
-            .filter(|t| t.outcome == history::Outcome::Indeterminate)
-            .filter_map(|t| Some((t.id, xids.remove(&t.id)?.top?)))
-            .collect();
+    /// Seeds this run's state from the log that earlier runs wrote (see [`super::versions::seed`]): their
+    /// versions, the ids their transactions own, and the transactions they left without an outcome whose
+    /// top-level id is known. Call before any session of this run appends.
+    pub fn seed(&self, log: &dyn history::log::HistoryLog) -> Result<seed::Seeded, history::LogError> {
+        let (unresolved, seeded) = seed::seed(&self.book, log)?;
         if let Ok(mut w) = self.crash_window.lock() {
             *w = unresolved;
         }
+        Ok(seeded)
     }
 
     /// The current catalog.

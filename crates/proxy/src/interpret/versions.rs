@@ -56,7 +56,8 @@
 //!   whose ids it cannot learn: a statement it cannot map that may write, or a session it lost track of.
 //!   Ids forgotten from the book (beyond [`MAX_OWNED_XIDS`]) stay unverifiable too.
 //! - The book lives in memory. After a restart, the proxy seeds it from the log's write ops
-//!   ([`VersionBook::seed_from`]), so versions written by an earlier run stay `Version`, not pre-history.
+//!   ([`VersionBook::seed_from`]), so versions written by an earlier run stay `Version`, not pre-history:
+//!   from the checkpoint the previous start stored and the records after it ([`seed`]).
 //!
 //! # Limits of `xmin`
 //!
@@ -83,6 +84,8 @@ use history::log::LoggedOp;
 use history::{KeyName, Observed, RecordingHorizon, TxnId, WriteId};
 
 use super::plan::{PkValue, RowKind, RowPlan};
+
+pub mod seed;
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
@@ -272,24 +275,6 @@ impl VersionBook {
     /// Whether the book is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// Adds every write of a replayed history (a restart's earlier runs), the keys it saw and its recording
-    /// horizon.
-    pub fn seed_from(&self, h: &history::History) {
-        if let Some(horizon) = &h.horizon {
-            self.set_horizon(horizon.clone());
-        }
-        for t in &h.transactions {
-            for op in &t.ops {
-                if let history::Op::Write { write, .. } = op {
-                    self.insert(*write);
-                }
-                if let Some(name) = h.keys.name(op.key()) {
-                    self.saw(name);
-                }
-            }
-        }
     }
 
     /// Notes that `key`'s newest recorded version is the tombstone `w` (`Some`) or a live one (`None`).

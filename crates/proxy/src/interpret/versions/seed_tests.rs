@@ -1,0 +1,175 @@
+use history::log::{Durability, HistoryLog, LoggedOp, LoggedTxn, SledLog};
+use history::{KeyName, Observed, Outcome, RecordingHorizon, SessionId, TxnId, WriteId};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+
+fn key(k: u32) -> KeyName {
+    KeyName { namespace: "t".into(), bytes: k.to_string().into_bytes() }
+}
+
+/// What one run of a proxy appends: random transactions in a few sessions (finished, or an intent with
+/// its outcome, or, if the run crashes, an intent left without one), their database ids, writes a read
+/// discovered of this run's or an earlier run's transactions, and resolutions of the crash window it
+/// inherited.
+fn run(log: &SledLog, rng: &mut StdRng, window: &[(TxnId, u32)], earlier: &mut Vec<TxnId>, crashes: bool) {
+    let base = log.txn_id_floor().0;
+    if base == 0 {
+        let _ = log.append_horizon(&RecordingHorizon::from_xmin(100)).unwrap();
+    }
+    for (txn, _) in window {
+        if rng.gen_bool(0.7) {
+            let _ = log.append_resolved(*txn, Outcome::Committed).unwrap();
+        }
+    }
+    let sessions = rng.gen_range(1..4u64);
+    let mut next = base;
+    for s in 0..sessions {
+        let session = SessionId(base * 10 + s + 1);
+        for seq in 0..rng.gen_range(1..6u64) {
+            let id = TxnId(next);
+            next += 1;
+            let mut txn = LoggedTxn::new(id, session, seq);
+            for _ in 0..rng.gen_range(0..4) {
+                let k = key(rng.gen_range(0..20));
+                txn.ops.push(match rng.gen_bool(0.5) {
+                    true => LoggedOp::Write { key: k, write: WriteId(rng.r#gen()), stmt: None },
+                    false => LoggedOp::Read { key: k, observed: Observed::PreHistory(1), stmt: None },
+                });
+            }
+            let xid = 1000 + id.0 as u32;
+            let last_of_a_crashing_run = crashes && s + 1 == sessions;
+            match rng.gen_range(0..3) {
+                0 if !last_of_a_crashing_run => {
+                    let outcome = if rng.gen_bool(0.8) { Outcome::Committed } else { Outcome::Aborted };
+                    let _ = log.append_finished(txn, outcome, Some(id.0)).unwrap();
+                    let _ = log.append_xids(id, Some(xid), vec![xid]).unwrap();
+                }
+                _ => {
+                    let _ = log.append_intent(txn).unwrap();
+                    let _ = log.append_xids(id, Some(xid), vec![xid, xid + 500]).unwrap();
+                    if !last_of_a_crashing_run {
+                        let _ = log.append_outcome(id, Outcome::Committed, Some(id.0)).unwrap();
+                    }
+                }
+            }
+            earlier.push(id);
+            if rng.gen_bool(0.3) {
+                let writer = earlier[rng.gen_range(0..earlier.len())];
+                let _ = log.append_discovered_write(writer, key(rng.gen_range(0..20)), WriteId(rng.r#gen()));
+            }
+            if last_of_a_crashing_run {
+                break;
+            }
+        }
+        if !(crashes && s + 1 == sessions) {
+            let _ = log.append_session_ended(session, None).unwrap();
+        }
+    }
+}
+
+/// The checkpoint of `log` as a replay of all of it gives, into a fresh book: the oracle, written as the
+/// proxy seeded its book before checkpoints (one replay of the whole log, nothing from `advance`).
+fn from_the_whole_log(log: &SledLog) -> BookCheckpoint {
+    let (h, mut xids) = history::log::replay::replay_keeping_xids(log.tail(0)).unwrap();
+    let book = VersionBook::new();
+    book.seed_from(&h);
+    let mut owned: Vec<_> = xids.iter().map(|(id, x)| (*id, x.xids.clone())).collect();
+    owned.sort_unstable_by_key(|(id, _)| *id);
+    for (id, x) in owned {
+        book.own(&x, id);
+    }
+    let crash_window = h
+        .transactions
+        .iter()
+        .filter(|t| t.outcome == Outcome::Indeterminate)
+        .filter_map(|t| Some((t.id, xids.remove(&t.id)?.top?)))
+        .collect();
+    let mut c = BookCheckpoint {
+        covers: log.next_seq(),
+        txns_below: log.txn_id_floor().0,
+        crash_window,
+        ..BookCheckpoint::default()
+    };
+    book.save(&mut c);
+    c
+}
+
+fn stored(log: &SledLog) -> BookCheckpoint {
+    decode_framed(&log.checkpoint(CHECKPOINT_NAME).unwrap().expect("a stored checkpoint")).unwrap()
+}
+
+#[test]
+fn a_checkpoint_advanced_by_the_tail_equals_one_from_the_whole_log() {
+    // How many starts inherited a crash window, so the test is known to cover resolutions.
+    let mut windows = 0;
+    for case in 0..40u64 {
+        let mut rng = StdRng::seed_from_u64(case);
+        let dir = tempfile::tempdir().unwrap();
+        let mut earlier = Vec::new();
+        let runs = rng.gen_range(2..6);
+        for r in 0..runs {
+            let log = SledLog::open(dir.path(), Durability::None).unwrap();
+            // Each start seeds a fresh book, as the proxy does, which stores the checkpoint.
+            let book = VersionBook::new();
+            let (w, seeded) = seed(&book, &log).unwrap();
+            assert_eq!(seeded.from_checkpoint, r > 0, "case {case}, run {r}");
+            assert_eq!(stored(&log), from_the_whole_log(&log), "case {case}, run {r}: the stored checkpoint");
+            assert_eq!(w, from_the_whole_log(&log).crash_window, "case {case}, run {r}: the crash window");
+            let window = w;
+            windows += usize::from(!window.is_empty());
+            let crashes = rng.gen_bool(0.4);
+            run(&log, &mut rng, &window, &mut earlier, crashes);
+            if crashes {
+                log.drop_as_if_crashed();
+            } else {
+                log.close().unwrap();
+            }
+        }
+        let log = SledLog::open(dir.path(), Durability::None).unwrap();
+        let before = stored(&log);
+        let book = VersionBook::new();
+        let (_, seeded) = seed(&book, &log).unwrap();
+        let whole = from_the_whole_log(&log);
+        assert!(seeded.from_checkpoint);
+        assert_eq!(
+            seeded.records_replayed,
+            log.next_seq() - before.covers,
+            "case {case}: only the tail is read"
+        );
+        assert_eq!(stored(&log), whole, "case {case}");
+        assert!(!whole.written.is_empty() && !whole.owned.is_empty(), "case {case}: {whole:?}");
+        // The book itself holds what the checkpoint says.
+        let mut live =
+            BookCheckpoint { covers: whole.covers, txns_below: whole.txns_below, ..Default::default() };
+        book.save(&mut live);
+        live.crash_window = whole.crash_window.clone();
+        assert_eq!(live, whole, "case {case}: the seeded book");
+    }
+    assert!(windows >= 10, "{windows} starts with a crash window");
+}
+
+#[test]
+fn a_checkpoint_that_does_not_serve_is_dropped_for_the_whole_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(9);
+    let log = SledLog::open(dir.path(), Durability::None).unwrap();
+    run(&log, &mut rng, &[], &mut Vec::new(), false);
+    let whole = from_the_whole_log(&log);
+    for bad in [
+        b"not a checkpoint".to_vec(),
+        // Ahead of the log.
+        encode_framed(&BookCheckpoint { covers: log.next_seq() + 5, ..whole.clone() }).unwrap(),
+        // A tail that does not replay on it: it starts in the middle of a transaction's records.
+        encode_framed(&BookCheckpoint { covers: 2, txns_below: 0, ..BookCheckpoint::default() }).unwrap(),
+    ] {
+        log.store_checkpoint(CHECKPOINT_NAME, &bad).unwrap();
+        let book = VersionBook::new();
+        let (_, seeded) = seed(&book, &log).unwrap();
+        assert!(!seeded.from_checkpoint);
+        assert_eq!(seeded.records_replayed, log.next_seq());
+        assert_eq!(stored(&log), whole);
+    }
+    log.close().unwrap();
+}
