@@ -339,3 +339,50 @@ fn the_status_page_links_to_reports_and_serves_them_in_a_browser() {
     let page = render(dir.path(), "served", &format!("http://{admin}/reports/{id}"));
     assert_report_page(&page, &report, "/reports/ID");
 }
+
+/// `krait serve --verify-only`'s status server serves the same pages: a status page that names the stream
+/// and links to the stored reports, and each report drawn.
+#[test]
+fn the_verify_only_status_page_links_to_reports_and_serves_them_in_a_browser() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let data = dir.path().join("data");
+    let (report, id) = stored_write_skew_report(dir.path(), &data);
+    let nats = ship::local::LocalNats::start(&dir.path().join("nats")).unwrap_or_else(|e| panic!("{e}"));
+    let admin = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_krait"))
+        .args(["serve", "--verify-only", "--source", &nats.url(), "--admin", &admin])
+        .args(["--data-dir", data.to_str().expect("utf-8 path")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts krait serve --verify-only");
+    let _serve = Serve(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if std::net::TcpStream::connect(&admin).is_ok() {
+            let (code, body) = http_get(&admin, "/api/status");
+            if code == 200 && body.contains("\"verifier\"") {
+                assert!(body.contains(&format!("\"source\":\"{}\"", nats.url())), "{body}");
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the verify-only status server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for bad in ["/reports/../../etc/passwd", "/reports/r000001.json", "/reports/r999999"] {
+        assert_eq!(http_get(&admin, bad).0, 404, "{bad}");
+    }
+
+    let status = render(dir.path(), "verify-only-status", &format!("http://{admin}/"));
+    assert!(status.console.is_empty(), "status page: console errors:\n{}", status.console.join("\n"));
+    assert!(status.dom.contains("<title>Krait status</title>"), "{}", status.dom);
+    assert!(status.dom.contains(&format!("ship to <code>{}</code>", nats.url())), "{}", status.dom);
+    assert!(status.dom.contains("transactions verified"), "the verifier's numbers:\n{}", status.dom);
+    assert!(status.dom.contains("<h2>Collectors</h2>"), "{}", status.dom);
+    assert!(status.dom.contains(&format!("href=\"/reports/{id}\"")), "{}", status.dom);
+    let (inked, _) = ink(&status.png);
+    assert!(inked > 5_000, "the status page's screenshot is (nearly) blank: {inked} non-white pixels");
+
+    let page = render(dir.path(), "verify-only-report", &format!("http://{admin}/reports/{id}"));
+    assert_report_page(&page, &report, "verify-only /reports/ID");
+}

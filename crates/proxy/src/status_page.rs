@@ -1,6 +1,7 @@
 //! The admin server's HTML pages: `GET /`, a status page for a person (what `/api/status` reports, the
 //! throughput, and links to the reject reports) that reloads itself every few seconds, and `GET /reports/ID`,
-//! one report's page.
+//! one report's page. `krait serve --verify-only`'s status server serves the same pages from its own
+//! `/api/status`, which names the stream it reads and lists each collector instead of a listen address.
 //!
 //! The proxy does not know what a report is: whoever starts it (`krait serve`) hands it a [`ReportPages`]
 //! that lists reports and renders one as HTML. A proxy started without one (`krait proxy`) says on its
@@ -74,14 +75,14 @@ pub trait ReportPages: Send + Sync {
 /// Whether `id` could name a report at all: a short run of ASCII letters and digits. Anything else (a
 /// slash, a dot, a percent sign of an encoded slash) is refused before the store sees it, which also checks
 /// its own form.
-pub(crate) fn plausible_id(id: &str) -> bool {
+pub fn plausible_id(id: &str) -> bool {
     (1..=32).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
 /// The committed-transaction counter as the status page saw it over the last minute, for a throughput
 /// that follows the load rather than averaging it over the whole uptime.
 #[derive(Debug, Default)]
-pub(crate) struct Throughput {
+pub struct Throughput {
     samples: Mutex<VecDeque<(Instant, u64)>>,
 }
 
@@ -91,7 +92,7 @@ const THROUGHPUT_WINDOW: Duration = Duration::from_secs(60);
 impl Throughput {
     /// Records `committed` at `now` and returns the transactions per second since the oldest sample of the
     /// last minute, or `None` when there is no sample at least a second old.
-    pub(crate) fn rate(&self, now: Instant, committed: u64) -> Option<f64> {
+    pub fn rate(&self, now: Instant, committed: u64) -> Option<f64> {
         let Ok(mut samples) = self.samples.lock() else { return None };
         while samples.front().is_some_and(|(at, _)| now.saturating_duration_since(*at) > THROUGHPUT_WINDOW) {
             samples.pop_front();
@@ -113,15 +114,24 @@ td,th{border:1px solid #ddd;padding:.2em .6em;text-align:left}td.n{font-family:u
 li{margin:.2em 0}";
 
 /// What the status page shows beyond `/api/status`: the throughput and the reports.
-pub(crate) struct PageExtras {
+pub struct PageExtras {
     /// Committed transactions per second over the last minute of page views, if known.
-    pub(crate) recent_rate: Option<f64>,
+    pub recent_rate: Option<f64>,
     /// `None` when the server has no report store.
-    pub(crate) reports: Option<Result<ReportList, String>>,
+    pub reports: Option<Result<ReportList, String>>,
+}
+
+/// The committed transactions a status document counts: the proxy's, or else (a verifier fed by shipped
+/// logs) the verifier's.
+pub fn committed(status: &serde_json::Value) -> u64 {
+    status["transactions"]["committed"]
+        .as_u64()
+        .or_else(|| status["verifier"]["committed"].as_u64())
+        .unwrap_or(0)
 }
 
 /// The status page, from `/api/status`'s document and the extras.
-pub(crate) fn render(status: &serde_json::Value, extras: &PageExtras) -> String {
+pub fn render(status: &serde_json::Value, extras: &PageExtras) -> String {
     let mut out = String::with_capacity(8 * 1024);
     let _ = write!(
         out,
@@ -132,17 +142,27 @@ pub(crate) fn render(status: &serde_json::Value, extras: &PageExtras) -> String 
          <title>Krait status</title><style>{STYLE}</style></head><body>\n<h1>Krait {}</h1>\n",
         escape(status["version"].as_str().unwrap_or(""))
     );
+    let serving = match status["source"].as_str() {
+        Some(source) => format!(
+            "This verifier reads the logs the proxies ship to <code>{}</code> (stream <code>{}</code>)",
+            escape(source),
+            escape(status["stream"].as_str().unwrap_or(""))
+        ),
+        None => format!(
+            "Clients connect to <code>{}</code>; the database is at <code>{}</code>",
+            escape(status["listen"].as_str().unwrap_or("")),
+            escape(status["upstream"].as_str().unwrap_or(""))
+        ),
+    };
     let _ = writeln!(
         out,
-        "<p>Clients connect to <code>{}</code>; the database is at <code>{}</code>; up {} s. This page \
-         reloads every {REFRESH_SECONDS} s; <a href=\"/api/status\">/api/status</a> and \
-         <a href=\"/metrics\">/metrics</a> have the same numbers for machines.</p>",
-        escape(status["listen"].as_str().unwrap_or("")),
-        escape(status["upstream"].as_str().unwrap_or("")),
+        "<p>{serving}; up {} s. This page reloads every {REFRESH_SECONDS} s; <a href=\"/api/status\">\
+         /api/status</a> and <a href=\"/metrics\">/metrics</a> have the same numbers for machines.</p>",
         status["uptime_s"]
     );
     write_tiles(&mut out, status, extras);
     write_reports(&mut out, extras);
+    write_collectors(&mut out, status);
     out.push_str("<h2>Details</h2>\n");
     if let Some(sections) = status.as_object() {
         for (name, value) in sections {
@@ -176,7 +196,7 @@ fn write_tiles(out: &mut String, status: &serde_json::Value, extras: &PageExtras
     let mut tile = |label: &str, value: String, class: &str| {
         let _ = write!(tiles, "<div class=\"tile {class}\"><b>{}</b>{}</div>", escape(&value), escape(label));
     };
-    let committed = status["transactions"]["committed"].as_u64().unwrap_or(0);
+    let committed = committed(status);
     let uptime = status["uptime_s"].as_u64().unwrap_or(0).max(1);
     tile("transactions committed", committed.to_string(), "");
     match extras.recent_rate {
@@ -200,6 +220,34 @@ fn write_tiles(out: &mut String, status: &serde_json::Value, extras: &PageExtras
         tile("verifier", "not attached".to_owned(), "");
     }
     let _ = writeln!(out, "<div class=\"tiles\">{tiles}</div>");
+}
+
+/// One row per collector whose log the verifier reads (`/api/status`'s `collectors`), if it lists any.
+fn write_collectors(out: &mut String, status: &serde_json::Value) {
+    let Some(collectors) = status["collectors"].as_array() else { return };
+    out.push_str("<h2>Collectors</h2>\n");
+    let Some(first) = collectors.first().and_then(|c| c.as_object()) else {
+        out.push_str("<p>No collector has shipped yet.</p>\n");
+        return;
+    };
+    out.push_str("<table class=\"collectors\"><tr>");
+    for field in first.keys() {
+        let _ = write!(out, "<th>{}</th>", escape(&field.replace('_', " ")));
+    }
+    out.push_str("</tr>\n");
+    for c in collectors {
+        out.push_str("<tr>");
+        for field in first.keys() {
+            let shown = match &c[field] {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            let _ = write!(out, "<td class=\"n\">{}</td>", escape(&shown));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
 }
 
 /// The links to the newest reports.
@@ -267,6 +315,35 @@ mod tests {
         assert!(!html.contains("<script") && html.contains("&#39;&lt;script&gt;"), "{html}");
         assert!(html.contains("db&lt;1&gt;") && html.contains("http-equiv=\"refresh\""), "{html}");
         assert!(html.contains("<b>2.0</b>committed per second (since start)"), "{html}");
+        assert!(!html.contains("<h2>Collectors"), "a proxy lists no collectors:\n{html}");
+    }
+
+    #[test]
+    fn a_verifier_of_shipped_logs_shows_its_stream_and_each_collector() {
+        let status = serde_json::json!({
+            "version": "0.1.0", "source": "nats://127.0.0.1:4222", "stream": "KRAIT", "uptime_s": 2,
+            "verifier": {"committed": 8, "verified": 8, "rounds": 1, "rejects": 0},
+            "collectors": [
+                {"collector": 1, "records": 30, "holes": [], "silent_s": 0.5},
+                {"collector": 2, "records": 12, "holes": [{"from": 4, "to": 9}], "silent_s": null},
+            ],
+        });
+        let html =
+            render(&status, &PageExtras { recent_rate: None, reports: Some(Ok(ReportList::default())) });
+        assert!(
+            html.contains("ship to <code>nats://127.0.0.1:4222</code> (stream <code>KRAIT</code>)"),
+            "{html}"
+        );
+        assert!(html.contains("<b>8</b>transactions committed"), "{html}");
+        // Fields in the document's order (serde_json's maps are sorted by name).
+        assert!(html.contains("<th>collector</th><th>holes</th><th>records</th><th>silent s</th>"), "{html}");
+        let hole = "[{&quot;from&quot;:4,&quot;to&quot;:9}]";
+        assert!(
+            html.contains(&format!(
+                "<td class=\"n\">2</td><td class=\"n\">{hole}</td><td class=\"n\">12</td>"
+            )),
+            "{html}"
+        );
     }
 
     #[test]

@@ -66,8 +66,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .block_on(tokio::net::TcpListener::bind(address))
             .with_context(|| format!("cannot listen on {address} for the status server"))?;
         let address = listener.local_addr().unwrap_or(address);
-        eprintln!("krait serve: the verifier's state is at http://{address}/api/status");
-        runtime.spawn(crate::cmd::status_server::serve(listener, status.clone(), admin_shutdown));
+        eprintln!("krait serve: the verifier's status page is at http://{address}/ (JSON at /api/status)");
+        let reports = ReportStore::open(&data_dir)
+            .with_context(|| format!("cannot open the reports directory in {}", data_dir.display()))?;
+        let served = crate::cmd::status_server::Served {
+            source: url.clone(),
+            stream: args.stream.clone(),
+            reports: Arc::new(crate::cmd::report::StoredReports(reports)),
+        };
+        runtime.spawn(crate::cmd::status_server::serve(listener, status.clone(), served, admin_shutdown));
     }
     let stop = Arc::new(AtomicBool::new(false));
     let mut verifier = {

@@ -1,35 +1,75 @@
-//! The status server of `krait serve --verify-only` (`--admin ADDR`): `/api/status` (the JSON the verifier
-//! thread last published), `/metrics` (the same, for Prometheus: the verifier's figures under the names a
-//! proxy's `/metrics` gives them, and each collector's) and `/healthz` (200 while verifying, 503 once
-//! verification stopped on an error).
+//! The status server of `krait serve --verify-only` (`--admin ADDR`): `/` (the status page a proxy's admin
+//! server shows, [`proxy::status_page`], with the stream and each collector), `/reports/ID` (a stored reject
+//! report as HTML), `/api/status` (the JSON the verifier thread last published, with what this server
+//! knows: the stream, the version, the uptime), `/metrics` (the same, for Prometheus: the verifier's figures
+//! under the names a proxy's `/metrics` gives them, and each collector's) and `/healthz` (200 while
+//! verifying, 503 once verification stopped on an error).
 //! It runs on the proxy's admin server loop ([`proxy::admin::serve_http`]), with its timeouts and connection
 //! cap; a verifier without a proxy has no other admin server.
 
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
+use proxy::status_page::{self, PageExtras, ReportPages, Throughput};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+
+/// What the status server shows beside the verifier's published state.
+pub struct Served {
+    /// The NATS server the logs are read from.
+    pub source: String,
+    /// The JetStream stream.
+    pub stream: String,
+    /// The stored reject reports.
+    pub reports: Arc<dyn ReportPages>,
+}
+
+/// The server's state: the published document, what it adds, and the status page's throughput samples.
+struct Server {
+    state: Arc<Mutex<serde_json::Value>>,
+    served: Served,
+    started: Instant,
+    throughput: Throughput,
+}
 
 /// Serves `state` on `listener` until `shutdown` changes, within the `[admin]` section's default limits.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<Mutex<serde_json::Value>>,
+    served: Served,
     shutdown: watch::Receiver<bool>,
 ) {
     let limits = proxy::admin::Limits::from_config(&proxy::config::AdminConfig::default());
+    let server =
+        Arc::new(Server { state, served, started: Instant::now(), throughput: Throughput::default() });
     proxy::admin::serve_http(listener, limits, shutdown, move |req| {
-        let response = route(&req, &state);
-        async move { response }
+        let server = server.clone();
+        async move { route(&req, &server).await }
     })
     .await
 }
 
-fn route<B>(req: &Request<B>, state: &Mutex<serde_json::Value>) -> Response<Full<Bytes>> {
-    let shown = state.lock().map(|s| s.clone()).unwrap_or(serde_json::Value::Null);
+async fn route<B>(req: &Request<B>, server: &Server) -> Response<Full<Bytes>> {
+    let mut shown = server.state.lock().map(|s| s.clone()).unwrap_or(serde_json::Value::Null);
+    if let Some(fields) = shown.as_object_mut() {
+        fields.insert("version".into(), env!("CARGO_PKG_VERSION").into());
+        fields.insert("source".into(), server.served.source.clone().into());
+        fields.insert("stream".into(), server.served.stream.clone().into());
+        fields.insert("uptime_s".into(), server.started.elapsed().as_secs().into());
+    }
+    let html = "text/html; charset=utf-8";
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/") => (StatusCode::OK, html, status_page(server, &shown).await),
+        (&Method::GET, path) if path.starts_with("/reports/") => {
+            match report_page(server, &path["/reports/".len()..]).await {
+                Ok(Some(page)) => (StatusCode::OK, html, page),
+                Ok(None) => (StatusCode::NOT_FOUND, "text/plain", "no such report\n".to_owned()),
+                Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("{e}\n")),
+            }
+        }
         (&Method::GET, "/api/status") => (StatusCode::OK, "application/json", shown.to_string()),
         (&Method::GET, "/metrics") => (StatusCode::OK, "text/plain; version=0.0.4", metrics(&shown)),
         (&Method::GET, "/healthz") => match shown.get("stopped").and_then(|s| s.as_str()) {
@@ -41,6 +81,27 @@ fn route<B>(req: &Request<B>, state: &Mutex<serde_json::Value>) -> Response<Full
         _ => (StatusCode::NOT_FOUND, "text/plain", "not found\n".to_owned()),
     };
     proxy::admin::respond(status, content_type, body)
+}
+
+/// The status page: the published state, the recent throughput, and the newest reports (listed off the
+/// event loop: it reads files).
+async fn status_page(server: &Server, shown: &serde_json::Value) -> String {
+    let recent_rate = server.throughput.rate(Instant::now(), status_page::committed(shown));
+    let reports = server.served.reports.clone();
+    let reports = tokio::task::spawn_blocking(move || reports.newest(status_page::REPORTS_LISTED))
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+    status_page::render(shown, &PageExtras { recent_rate, reports: Some(reports) })
+}
+
+/// Report `id`'s page; `None` (404) for an id that cannot be one or is not stored.
+async fn report_page(server: &Server, id: &str) -> Result<Option<String>, String> {
+    // The id comes straight from the request line: nothing but letters and digits may reach the store.
+    if !status_page::plausible_id(id) {
+        return Ok(None);
+    }
+    let (reports, id) = (server.served.reports.clone(), id.to_owned());
+    tokio::task::spawn_blocking(move || reports.page(&id)).await.map_err(|e| e.to_string())?
 }
 
 /// The Prometheus text exposition of a published state (see `serve_many::status_json`).
