@@ -281,6 +281,17 @@ impl Drop for Serve {
     }
 }
 
+/// What a status page must be in the browser: silent, titled, with the verifier's numbers, a link to
+/// report `id`, and ink on its screenshot.
+fn assert_status_page(status: &Rendered, id: &str) {
+    assert!(status.console.is_empty(), "status page: console errors:\n{}", status.console.join("\n"));
+    assert!(status.dom.contains("<title>Krait status</title>"), "{}", status.dom);
+    assert!(status.dom.contains("transactions verified"), "the verifier's numbers:\n{}", status.dom);
+    assert!(status.dom.contains(&format!("href=\"/reports/{id}\"")), "{}", status.dom);
+    let (inked, _) = ink(&status.png);
+    assert!(inked > 5_000, "the status page's screenshot is (nearly) blank: {inked} non-white pixels");
+}
+
 #[test]
 fn the_status_page_links_to_reports_and_serves_them_in_a_browser() {
     let dir = tempfile::tempdir().expect("a temp dir");
@@ -328,13 +339,7 @@ fn the_status_page_links_to_reports_and_serves_them_in_a_browser() {
     }
     assert_eq!(http_get(&admin, "/reports/r999999").0, 404);
 
-    let status = render(dir.path(), "status", &format!("http://{admin}/"));
-    assert!(status.console.is_empty(), "status page: console errors:\n{}", status.console.join("\n"));
-    assert!(status.dom.contains("<title>Krait status</title>"), "{}", status.dom);
-    assert!(status.dom.contains("transactions verified"), "the verifier's numbers:\n{}", status.dom);
-    assert!(status.dom.contains(&format!("href=\"/reports/{id}\"")), "{}", status.dom);
-    let (inked, _) = ink(&status.png);
-    assert!(inked > 5_000, "the status page's screenshot is (nearly) blank: {inked} non-white pixels");
+    assert_status_page(&render(dir.path(), "status", &format!("http://{admin}/")), &id);
 
     let page = render(dir.path(), "served", &format!("http://{admin}/reports/{id}"));
     assert_report_page(&page, &report, "/reports/ID");
@@ -374,14 +379,9 @@ fn the_verify_only_status_page_links_to_reports_and_serves_them_in_a_browser() {
     }
 
     let status = render(dir.path(), "verify-only-status", &format!("http://{admin}/"));
-    assert!(status.console.is_empty(), "status page: console errors:\n{}", status.console.join("\n"));
-    assert!(status.dom.contains("<title>Krait status</title>"), "{}", status.dom);
+    assert_status_page(&status, &id);
     assert!(status.dom.contains(&format!("ship to <code>{}</code>", nats.url())), "{}", status.dom);
-    assert!(status.dom.contains("transactions verified"), "the verifier's numbers:\n{}", status.dom);
     assert!(status.dom.contains("<h2>Collectors</h2>"), "{}", status.dom);
-    assert!(status.dom.contains(&format!("href=\"/reports/{id}\"")), "{}", status.dom);
-    let (inked, _) = ink(&status.png);
-    assert!(inked > 5_000, "the status page's screenshot is (nearly) blank: {inked} non-white pixels");
 
     let page = render(dir.path(), "verify-only-report", &format!("http://{admin}/reports/{id}"));
     assert_report_page(&page, &report, "verify-only /reports/ID");
