@@ -284,7 +284,7 @@ pub(crate) fn plan(
     let pairs: Vec<(u32, u32)> = p.g.edges.iter().map(|e| (e.from, e.to)).collect();
     let graph = Graph::from_edges(n as u32, &pairs).map_err(VerifyError::Reachability)?;
     let reach = reachability(&graph, Some(&p.g.sessions), options.reachability)?;
-    let mut by_key: HashMap<Key, Vec<u32>> = HashMap::new();
+    let mut by_key: crate::FastMap<Key, Vec<u32>> = crate::FastMap::default();
     for (i, ver) in norm.versions.iter().enumerate() {
         by_key.entry(ver.key).or_default().push(i as u32);
     }

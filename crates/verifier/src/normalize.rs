@@ -9,8 +9,7 @@
 //! of the transaction's own later write), internal reads (a read after an own write that returns something
 //! else), non-repeatable reads, and reads of two different initial versions of one key.
 
-use std::collections::HashMap;
-
+use crate::{FastMap, FastSet};
 use history::{History, Key, Observed, Op, Outcome, WriteId};
 
 use crate::report::{AnomalyClass, OpRef, UnverifiableCause};
@@ -118,10 +117,10 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
 
     // Index every write, and find duplicate write ids. Two writes of one key in one transaction may share
     // an id (an `xmin` cannot tell them apart); that is one version, not a duplicate.
-    let mut sites: HashMap<WriteId, WriteSite> = HashMap::new();
+    let mut sites: FastMap<WriteId, WriteSite> = FastMap::default();
     let mut duplicates: Vec<(WriteId, usize, usize, usize, usize)> = Vec::new();
     for (ti, t) in txns.iter().enumerate() {
-        let last_write: HashMap<Key, usize> = t
+        let last_write: FastMap<Key, usize> = t
             .ops
             .iter()
             .enumerate()
@@ -146,7 +145,7 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
 
     // A read of a write id that is written more than once cannot be resolved; the duplicate is reported
     // (below) and such reads are left unjudged.
-    let ambiguous: std::collections::HashSet<WriteId> = duplicates.iter().map(|d| d.0).collect();
+    let ambiguous: FastSet<WriteId> = duplicates.iter().map(|d| d.0).collect();
 
     // Included: committed transactions, and indeterminate ones an included transaction read from (a read
     // from one proves it committed). The rest of the indeterminate ones are dropped (DESIGN.md §3).
@@ -193,10 +192,10 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
 
     // Versions: the last write of each key by each included transaction (whatever its id, so that a
     // duplicated id never hides a write), then initial versions as reads find them.
-    let mut version_of: HashMap<WriteId, u32> = HashMap::new();
+    let mut version_of: FastMap<WriteId, u32> = FastMap::default();
     for (v, nt) in out.txns.iter_mut().enumerate() {
         let ops = &txns[nt.hist].ops;
-        let last_write: HashMap<Key, usize> = ops
+        let last_write: FastMap<Key, usize> = ops
             .iter()
             .enumerate()
             .filter(|(_, op)| matches!(op, Op::Write { .. }))
@@ -220,15 +219,15 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
         }
     }
     let gap_start = h.gaps.iter().map(|g| g.after_txns).min();
-    let mut initial_of: HashMap<(Key, Observed), u32> = HashMap::new();
+    let mut initial_of: FastMap<(Key, Observed), u32> = FastMap::default();
     for vertex in 0..out.txns.len() {
         let ti = out.txns[vertex].hist;
         let t = &txns[ti];
         let repeatable = repeatable(ti);
         let after_gap = gap_start.is_some_and(|g| ti as u64 >= g);
         // Per key: the own write seen so far, and the first external read.
-        let mut own: HashMap<Key, (WriteId, usize)> = HashMap::new();
-        let mut external: HashMap<Key, (Observed, usize)> = HashMap::new();
+        let mut own: FastMap<Key, (WriteId, usize)> = FastMap::default();
+        let mut external: FastMap<Key, (Observed, usize)> = FastMap::default();
         let mut reads = Vec::new();
         let mut ordered = Vec::new();
         for (oi, op) in t.ops.iter().enumerate() {
@@ -456,7 +455,7 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
 
     // Initial versions all precede every recorded write, so two different initial versions of one key
     // cannot both be read: whichever came first was overwritten before recording began.
-    let mut first_initial: HashMap<Key, u32> = HashMap::new();
+    let mut first_initial: FastMap<Key, u32> = FastMap::default();
     for (i, v) in out.versions.iter().enumerate() {
         if !matches!(v.label, Label::Initial(_)) {
             continue;
@@ -499,7 +498,7 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
 /// Each session's included vertices in session order (by `seq`), sessions in id order: session order
 /// over the transactions the check includes.
 pub(crate) fn session_paths(h: &History, norm: &Normalized) -> Vec<Vec<u32>> {
-    let mut sessions: HashMap<u64, Vec<(u64, u32)>> = HashMap::new();
+    let mut sessions: FastMap<u64, Vec<(u64, u32)>> = FastMap::default();
     for (v, nt) in norm.txns.iter().enumerate() {
         let t = &h.transactions[nt.hist];
         sessions.entry(t.session.0).or_default().push((t.seq, v as u32));

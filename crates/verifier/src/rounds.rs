@@ -73,6 +73,7 @@ use crate::options::Options;
 use crate::pipeline::{self, Polygraph};
 use crate::report::NotChecked;
 use crate::report_store::{ReportStore, ReportStoreError};
+use crate::{FastMap, FastSet};
 use crate::{Report, Verdict, verify};
 
 mod admission;
@@ -213,8 +214,8 @@ pub struct OnlineVerifier {
     waiting_count: usize,
     /// Sessions that ended but still have waiting transactions.
     ending: HashSet<SessionId>,
-    known: HashMap<WriteId, Known>,
-    base: HashMap<Key, WriteId>,
+    known: FastMap<WriteId, Known>,
+    base: FastMap<Key, WriteId>,
     epochs: Epochs,
     rounds: Vec<RoundStats>,
     rejects: Vec<Report>,
@@ -256,8 +257,8 @@ impl OnlineVerifier {
             waiting: BTreeMap::new(),
             waiting_count: 0,
             ending: HashSet::new(),
-            known: HashMap::new(),
-            base: HashMap::new(),
+            known: FastMap::default(),
+            base: FastMap::default(),
             epochs: Epochs::default(),
             rounds: Vec::new(),
             rejects: Vec::new(),
@@ -654,7 +655,7 @@ impl OnlineVerifier {
         for &(w, _, i) in &plan.aborted {
             self.known.insert(w, Known::Aborted { writer: id(i) });
         }
-        let mut promoted = HashSet::new();
+        let mut promoted = FastSet::default();
         for &(key, w, i) in &plan.promote {
             if let Some(old) = self.base.insert(key, w)
                 && let Some(Known::Base { writer }) = self.known.get(&old).copied()
@@ -664,7 +665,7 @@ impl OnlineVerifier {
             self.known.insert(w, Known::Base { writer: id(i) });
             promoted.insert(w);
         }
-        let doomed: HashSet<usize> = plan.delete.iter().copied().collect();
+        let doomed: FastSet<usize> = plan.delete.iter().copied().collect();
         let ids: Vec<TxnId> = plan.delete.iter().map(|&i| id(i)).collect();
         let mut i = 0;
         self.work.transactions.retain(|_| {
