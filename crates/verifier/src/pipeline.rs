@@ -15,7 +15,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
-use history::{ClockBounds, History, Outcome};
+use history::{ClockBounds, History, Outcome, TxnId};
 use kernels::Backend;
 
 use crate::certificate::{Certifier, txn_report};
@@ -205,7 +205,11 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
         return Ok(verify_by_saturation(h, options, report, start));
     }
     if matches!(options.level, Level::SnapshotIsolation | Level::Declared) {
-        return verify_snapshot_isolation(h, options, report, start);
+        let mut report = verify_snapshot_isolation(h, options, report, start)?;
+        if options.level == Level::Declared {
+            note_unrecorded_levels(h, &mut report);
+        }
+        return Ok(report);
     }
 
     // Stages 1–5.
@@ -343,6 +347,46 @@ fn stage_one_counts(h: &History, norm: &Normalized) -> Counts {
         vertices: norm.txns.len() as u64,
         versions: norm.versions.len() as u64,
         ..Counts::default()
+    }
+}
+
+/// Under `declared`, says in each anomaly that rests on anti-dependencies which of its transactions have no
+/// recorded isolation level. `declared` holds them to serializability, the strongest, so that nothing the
+/// history cannot show is taken as allowed; if one ran at a weaker level (a session whose level the proxy
+/// could not follow), the anomaly may be one that level allows, and the reader must know the verdict rests
+/// on that. Anomalies every level forbids (G0, G1, reads of versions nobody wrote) need no such word.
+fn note_unrecorded_levels(h: &History, report: &mut Report) {
+    use report::AnomalyClass::*;
+    if !h.transactions.iter().any(|t| t.isolation.is_none()) {
+        return;
+    }
+    let unrecorded: HashSet<TxnId> =
+        h.transactions.iter().filter(|t| t.isolation.is_none()).map(|t| t.id).collect();
+    for a in &mut report.anomalies {
+        if matches!(
+            a.class,
+            G0 | G1a | G1b | G1c | GarbageRead | DuplicateWrite | FutureRead | InternalRead | UnownedVersion
+        ) {
+            continue;
+        }
+        let mut involved: Vec<TxnId> =
+            a.cycle.iter().flat_map(|e| [e.from, e.to]).chain(a.ops.iter().map(|o| o.txn)).collect();
+        involved.sort_unstable();
+        involved.dedup();
+        let without: Vec<String> =
+            involved.iter().filter(|t| unrecorded.contains(t)).map(|t| format!("T{}", t.0)).collect();
+        if without.is_empty() {
+            continue;
+        }
+        let (subject, verb) = match without.len() {
+            1 => (without[0].clone(), "has"),
+            _ => (without.join(", "), "have"),
+        };
+        a.summary.push_str(&format!(
+            " {subject} {verb} no recorded isolation level and {} held to serializability: at a weaker level \
+             this may be allowed.",
+            if without.len() == 1 { "was" } else { "were" }
+        ));
     }
 }
 

@@ -327,3 +327,26 @@ fn the_report_lists_the_declared_levels() {
     let json = r.to_json();
     assert!(json.contains("\"level\": \"declared\""), "{json}");
 }
+
+/// A reject that rests on a transaction without a recorded level (held to serializability) says so in the
+/// anomaly, naming that transaction; one every level forbids, and one among recorded levels, do not.
+#[test]
+fn an_anomaly_names_the_transactions_it_held_to_serializability_for_want_of_a_level() {
+    use IsolationLevel::Serializable as S;
+    let note = "no recorded isolation level";
+    let r = verify(&with_levels(write_skew(S, S), |i| [Some(S), None][i]), &declared()).unwrap();
+    assert_eq!(r.verdict, Verdict::Reject, "{}", r.render_text());
+    let summary = &r.anomalies[0].summary;
+    assert!(summary.contains(&format!("T2 has {note} and was held to serializability")), "{summary}");
+    assert!(!summary.contains("T1 has"), "{summary}");
+    let r = verify(&with_levels(write_skew(S, S), |_| None), &declared()).unwrap();
+    assert!(r.anomalies[0].summary.contains(&format!("T1, T2 have {note}")), "{}", r.anomalies[0].summary);
+    // Recorded levels only: nothing to say.
+    let r = verify(&write_skew(S, S), &declared()).unwrap();
+    assert!(!r.anomalies[0].summary.contains(note), "{}", r.anomalies[0].summary);
+    // A read of an aborted write is a violation at every level.
+    let h = HistoryBuilder::new().aborted(1, |t| t.write("x", 1)).txn(2, |t| t.read("x", 1)).build();
+    let r = verify(&with_levels(h, |_| None), &declared()).unwrap();
+    assert_eq!(r.anomalies[0].class, AnomalyClass::G1a, "{}", r.render_text());
+    assert!(!r.anomalies[0].summary.contains(note), "{}", r.anomalies[0].summary);
+}
