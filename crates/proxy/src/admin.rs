@@ -183,12 +183,7 @@ async fn render_status_page(state: &AdminState) -> String {
     let recent_rate = state.throughput.rate(Instant::now(), committed);
     let reports = match state.reports.clone() {
         None => None,
-        // Listing reads files: off the event loop, which the other admin clients share.
-        Some(r) => Some(
-            tokio::task::spawn_blocking(move || r.newest(status_page::REPORTS_LISTED))
-                .await
-                .unwrap_or_else(|e| Err(e.to_string())),
-        ),
+        Some(r) => Some(status_page::newest_reports(r).await),
     };
     status_page::render(&status, &PageExtras { recent_rate, reports })
 }
@@ -196,12 +191,7 @@ async fn render_status_page(state: &AdminState) -> String {
 /// Report `id`'s page; `None` (404) for an id that cannot be one, or when this server keeps no reports.
 async fn report_page(state: &AdminState, id: &str) -> Result<Option<String>, String> {
     let Some(reports) = state.reports.clone() else { return Ok(None) };
-    // The id comes straight from the request line: nothing but letters and digits may reach the store.
-    if !status_page::plausible_id(id) {
-        return Ok(None);
-    }
-    let id = id.to_owned();
-    tokio::task::spawn_blocking(move || reports.page(&id)).await.map_err(|e| e.to_string())?
+    status_page::report_page(reports, id).await
 }
 
 /// Writes one metric family in the Prometheus text exposition format: its help and type lines, then a

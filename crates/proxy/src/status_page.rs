@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use history::html::escape;
@@ -72,10 +72,29 @@ pub trait ReportPages: Send + Sync {
     fn page(&self, id: &str) -> Result<Option<String>, String>;
 }
 
+/// The newest reports, listed off the event loop: listing reads files, and every client of an admin server
+/// shares its loop.
+pub async fn newest_reports(reports: Arc<dyn ReportPages>) -> Result<ReportList, String> {
+    tokio::task::spawn_blocking(move || reports.newest(REPORTS_LISTED))
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()))
+}
+
+/// Report `id`'s page, read off the event loop; `Ok(None)` (404) for an id that cannot name a report or is
+/// not stored.
+pub async fn report_page(reports: Arc<dyn ReportPages>, id: &str) -> Result<Option<String>, String> {
+    // The id comes straight from the request line: nothing but letters and digits may reach the store.
+    if !plausible_id(id) {
+        return Ok(None);
+    }
+    let id = id.to_owned();
+    tokio::task::spawn_blocking(move || reports.page(&id)).await.map_err(|e| e.to_string())?
+}
+
 /// Whether `id` could name a report at all: a short run of ASCII letters and digits. Anything else (a
 /// slash, a dot, a percent sign of an encoded slash) is refused before the store sees it, which also checks
 /// its own form.
-pub fn plausible_id(id: &str) -> bool {
+pub(crate) fn plausible_id(id: &str) -> bool {
     (1..=32).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 

@@ -64,7 +64,7 @@ async fn route<B>(req: &Request<B>, server: &Server) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
         (&Method::GET, "/") => (StatusCode::OK, html, status_page(server, &shown).await),
         (&Method::GET, path) if path.starts_with("/reports/") => {
-            match report_page(server, &path["/reports/".len()..]).await {
+            match status_page::report_page(server.served.reports.clone(), &path["/reports/".len()..]).await {
                 Ok(Some(page)) => (StatusCode::OK, html, page),
                 Ok(None) => (StatusCode::NOT_FOUND, "text/plain", "no such report\n".to_owned()),
                 Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("{e}\n")),
@@ -87,21 +87,8 @@ async fn route<B>(req: &Request<B>, server: &Server) -> Response<Full<Bytes>> {
 /// event loop: it reads files).
 async fn status_page(server: &Server, shown: &serde_json::Value) -> String {
     let recent_rate = server.throughput.rate(Instant::now(), status_page::committed(shown));
-    let reports = server.served.reports.clone();
-    let reports = tokio::task::spawn_blocking(move || reports.newest(status_page::REPORTS_LISTED))
-        .await
-        .unwrap_or_else(|e| Err(e.to_string()));
+    let reports = status_page::newest_reports(server.served.reports.clone()).await;
     status_page::render(shown, &PageExtras { recent_rate, reports: Some(reports) })
-}
-
-/// Report `id`'s page; `None` (404) for an id that cannot be one or is not stored.
-async fn report_page(server: &Server, id: &str) -> Result<Option<String>, String> {
-    // The id comes straight from the request line: nothing but letters and digits may reach the store.
-    if !status_page::plausible_id(id) {
-        return Ok(None);
-    }
-    let (reports, id) = (server.served.reports.clone(), id.to_owned());
-    tokio::task::spawn_blocking(move || reports.page(&id)).await.map_err(|e| e.to_string())?
 }
 
 /// The Prometheus text exposition of a published state (see `serve_many::status_json`).
