@@ -160,15 +160,22 @@ pub fn seed(book: &VersionBook, log: &dyn HistoryLog) -> Result<(Vec<(TxnId, u32
         }
     };
     next.txns_below = txns_below.0;
-    let stored = encode_framed(&next)
-        .map_err(|e| LogError::Storage(format!("the version book's checkpoint: {e}")))
-        .and_then(|bytes| log.store_checkpoint(CHECKPOINT_NAME, &bytes));
+    // Nothing appended since the stored checkpoint: it is the one this start would store.
+    let unchanged = from_checkpoint && records_replayed == 0;
+    let stored = if unchanged { Ok(()) } else { store(log, &next) };
     if let Err(e) = stored {
         // The book is seeded either way; the next start replays more.
         tracing::warn!("cannot store the version book's checkpoint: {e}");
     }
     let seeded = Seeded { from_checkpoint, records_replayed, versions: book.len() };
     Ok((next.crash_window, seeded))
+}
+
+/// Stores `c` as the log's version-book checkpoint.
+fn store(log: &dyn HistoryLog, c: &BookCheckpoint) -> Result<(), LogError> {
+    encode_framed(c)
+        .map_err(|e| LogError::Storage(format!("the version book's checkpoint: {e}")))
+        .and_then(|bytes| log.store_checkpoint(CHECKPOINT_NAME, &bytes))
 }
 
 /// Restores `c` into `book`, replays the records from `c.covers` up to `covers` on it, and returns the
