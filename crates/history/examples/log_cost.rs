@@ -3,13 +3,14 @@
 //!
 //! Prints the record bytes (header and payload, as stored: what the proxy appended) per record kind, the
 //! part of transaction records spent on statement texts, the log directory's size on disk, and the native
-//! encoding of the replayed history, each per 1k transactions.
+//! encoding of the replayed history, each per 1k transactions; and what recorded values (issue 18) take of
+//! the transaction records, before compression, with how many rows cite an earlier record's.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use history::log::{LogReader, LogRecord};
+use history::log::{CompactOp, LogReader, LogRecord};
 use history::{HistoryLog, codec::native};
 
 fn kind(record: &LogRecord) -> &'static str {
@@ -32,6 +33,8 @@ fn kind(record: &LogRecord) -> &'static str {
         LogRecord::CompactIntent(_) => "CompactIntent",
         LogRecord::CompactFinished { .. } => "CompactFinished",
         LogRecord::CompactLateOps { .. } => "CompactLateOps",
+        LogRecord::RowsForgotten => "RowsForgotten",
+        LogRecord::Columns { .. } => "Columns",
     }
 }
 
@@ -43,6 +46,26 @@ fn inline_text_bytes(record: &LogRecord) -> usize {
         _ => &[],
     };
     texts.iter().map(|t| t.len() + 1).sum()
+}
+
+/// The plain (uncompressed) bytes of a record's value ops (runs and rows), and how many of its rows cite
+/// an earlier record's.
+fn value_bytes(record: &LogRecord) -> (u64, u64) {
+    let ops = match record {
+        LogRecord::CompactIntent(txn) | LogRecord::CompactFinished { txn, .. } => &txn.ops.ops,
+        LogRecord::CompactLateOps { ops, .. } => &ops.ops,
+        _ => return (0, 0),
+    };
+    let (mut bytes, mut cited) = (0, 0);
+    for op in ops {
+        match op {
+            CompactOp::Read { .. } | CompactOp::Write { .. } | CompactOp::Opaque { .. } => continue,
+            CompactOp::CitedRow { .. } => cited += 1,
+            CompactOp::Run { .. } | CompactOp::RunCitingColumns { .. } | CompactOp::Row { .. } => {}
+        }
+        bytes += postcard::to_allocvec(op).map_or(0, |b| b.len() as u64);
+    }
+    (bytes, cited)
 }
 
 fn main() -> ExitCode {
@@ -59,7 +82,7 @@ fn main() -> ExitCode {
         }
     };
     let mut by_kind: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    let (mut total, mut texts) = (0u64, 0u64);
+    let (mut total, mut texts, mut values, mut cited) = (0u64, 0u64, 0u64, 0u64);
     for item in reader.log().tail(0) {
         let record = match item {
             Ok((_, r)) => r,
@@ -74,6 +97,9 @@ fn main() -> ExitCode {
         entry.1 += bytes;
         total += bytes;
         texts += inline_text_bytes(&record) as u64;
+        let (v, c) = value_bytes(&record);
+        values += v;
+        cited += c;
     }
     let history = match reader.log().replay() {
         Ok(h) => h,
@@ -98,6 +124,7 @@ fn main() -> ExitCode {
     }
     println!("{:<16} {:>9} {total:>12} {:>12.1}", "all records", "", per_1k(total));
     println!("{:<16} {:>9} {texts:>12} {:>12.1}", "  inline texts", "", per_1k(texts));
+    println!("{:<16} {cited:>9} {values:>12} {:>12.1}", "  values, plain", per_1k(values));
     println!("{:<16} {:>9} {disk:>12} {:>12.1}", "log dir on disk", "", per_1k(disk));
     println!("{:<16} {:>9} {native_bytes:>12} {:>12.1}", "native history", "", per_1k(native_bytes));
     println!(

@@ -3,7 +3,7 @@
 //! arbitrary bytes.
 
 use history::log::record::{HEADER_LEN, frame};
-use history::log::{FORMAT_VERSION, RecordError};
+use history::log::{FORMAT_VERSION, LZ4_FORMAT_VERSION, RecordError};
 use history::{
     Durability, HistoryLog, KeyName, LogError, LogRecord, LoggedOp, LoggedTxn, Observed, Outcome, SessionId,
     SledLog, TxnId, WriteId,
@@ -109,10 +109,10 @@ fn a_truncated_record_is_reported_not_skipped() {
 #[test]
 fn a_record_from_a_newer_format_is_a_version_error() {
     let dir = log_with_damaged_record(|v| {
-        // A well-formed header for version 2: the checksum covers the new version byte.
-        frame(FORMAT_VERSION + 1, &v[5..])
+        // A well-formed header for the next version: the checksum covers the new version byte.
+        frame(LZ4_FORMAT_VERSION + 1, &v[5..])
     });
-    assert_eq!(expect_corrupt_at_2(&dir), RecordError::Version { found: FORMAT_VERSION + 1 });
+    assert_eq!(expect_corrupt_at_2(&dir), RecordError::Version { found: LZ4_FORMAT_VERSION + 1 });
 }
 
 #[test]
@@ -185,6 +185,30 @@ fn encode_then_decode_is_the_identity_for_every_record_kind() {
     }
 }
 
+/// A large record with text in it is stored compressed and reads back the same; a compressed payload that
+/// states a length it does not expand to, or an absurd one, is malformed, not a panic or a huge allocation.
+#[test]
+fn a_large_record_is_stored_compressed_and_a_lying_length_is_malformed() {
+    let mut txn = sample_txn(7);
+    txn.statements =
+        vec!["SELECT body FROM tweets WHERE id = $1 -- and again, and again, and again".repeat(4)];
+    let text = txn.statements[0].len();
+    let record = LogRecord::Intent(txn);
+    let bytes = record.encode().unwrap();
+    assert_eq!(bytes[0], LZ4_FORMAT_VERSION);
+    assert!(bytes.len() < text, "{} bytes stored for a record holding {text} bytes of text", bytes.len());
+    assert_eq!(LogRecord::decode(&bytes).unwrap(), record);
+
+    let mut lying = bytes[5..].to_vec();
+    lying[0] = lying[0].wrapping_add(1);
+    let err = LogRecord::decode(&frame(LZ4_FORMAT_VERSION, &lying)).unwrap_err();
+    assert!(matches!(&err, RecordError::Malformed { reason } if reason.contains("expands")), "{err}");
+    let mut absurd = bytes[5..].to_vec();
+    absurd[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    let err = LogRecord::decode(&frame(LZ4_FORMAT_VERSION, &absurd)).unwrap_err();
+    assert!(matches!(&err, RecordError::Malformed { reason } if reason.contains("above")), "{err}");
+}
+
 #[test]
 fn trailing_payload_bytes_with_a_valid_checksum_are_rejected() {
     let bytes =
@@ -203,6 +227,10 @@ proptest! {
         // rejecting them.
         if let Ok(record) = LogRecord::decode(&frame(FORMAT_VERSION, &bytes)) {
             // Whatever decodes must round-trip.
+            prop_assert_eq!(LogRecord::decode(&record.encode().unwrap()), Ok(record));
+        }
+        // And behind a compressed record's header, where the decompressor sees them first.
+        if let Ok(record) = LogRecord::decode(&frame(LZ4_FORMAT_VERSION, &bytes)) {
             prop_assert_eq!(LogRecord::decode(&record.encode().unwrap()), Ok(record));
         }
     }

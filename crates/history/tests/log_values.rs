@@ -85,3 +85,62 @@ fn a_transaction_without_values_carries_none() {
     let h = log.replay().unwrap();
     assert_eq!(h.transactions[0].values, None);
 }
+
+/// A row read again and a statement's columns are written once (the rows cited, the columns defined), and
+/// replay gives every transaction its own rows back, across a reopen of the log, whose writer starts a new
+/// table of rows and never cites the last run's.
+#[test]
+fn repeated_rows_and_columns_are_stored_once_and_replay_in_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = text("a tweet body long enough to be worth citing, 140 bytes or so in the workload");
+    let reading = |id: u64, session: u64| {
+        let mut t = LoggedTxn::new(TxnId(id), SessionId(session), id);
+        t.statements = vec!["SELECT id, body FROM tweets WHERE id = $1".into()];
+        t.ops = vec![
+            LoggedOp::Run {
+                stmt: Some(0),
+                params: vec![text("1")],
+                columns: vec!["id".into(), "body".into()],
+            },
+            LoggedOp::Read { key: key("tweets", "1"), observed: Observed::PreHistory(0), stmt: Some(0) },
+            LoggedOp::Row { ops: 1, values: vec![text("1"), body.clone()] },
+        ];
+        t
+    };
+    let stored = |log: &SledLog| -> Vec<history::LogRecord> { log.tail(0).map(|r| r.unwrap().1).collect() };
+    {
+        let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+        for id in 1..=3 {
+            drop(log.append_finished(reading(id, id), Outcome::Committed, Some(id)).unwrap());
+        }
+        let records = stored(&log);
+        let count = |f: fn(&history::LogRecord) -> bool| records.iter().filter(|r| f(r)).count();
+        assert_eq!(count(|r| matches!(r, history::LogRecord::Columns { .. })), 1, "{records:?}");
+        assert_eq!(count(|r| matches!(r, history::LogRecord::RowsForgotten)), 1);
+        let cited = records
+            .iter()
+            .filter_map(|r| match r {
+                history::LogRecord::CompactFinished { txn, .. } => Some(&txn.ops.ops),
+                _ => None,
+            })
+            .filter(|ops| ops.iter().any(|op| matches!(op, history::log::CompactOp::CitedRow { .. })))
+            .count();
+        assert_eq!(cited, 2, "the second and third reads cite the first one's row");
+    }
+    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    drop(log.append_finished(reading(4, 4), Outcome::Committed, Some(4)).unwrap());
+    let records = stored(&log);
+    assert!(
+        matches!(records.last(), Some(history::LogRecord::CompactFinished { txn, .. })
+            if txn.ops.ops.iter().any(|op| matches!(op, history::log::CompactOp::Row { .. }))),
+        "a new run writes the row inline again: {:?}",
+        records.last()
+    );
+    let h = log.replay().unwrap();
+    assert_eq!(h.transactions.len(), 4);
+    for txn in &h.transactions {
+        let values = txn.values.as_deref().expect("values recorded");
+        assert_eq!(values.runs[0].columns, ["id", "body"]);
+        assert_eq!(values.rows[0].values, [text("1"), body.clone()], "{}", txn.id);
+    }
+}

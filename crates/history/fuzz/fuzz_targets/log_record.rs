@@ -12,9 +12,12 @@ fuzz_target!(|data: &[u8]| {
     }
     // The checksum rejects nearly all random input, so also try the bytes as a payload behind a valid
     // header; that is where the postcard decoder sees them.
-    let framed = history::log::record::frame(history::log::FORMAT_VERSION, data);
-    if let Ok(record) = LogRecord::decode(&framed) {
-        let bytes = record.encode().expect("a decoded record encodes");
-        assert_eq!(LogRecord::decode(&bytes).ok(), Some(record));
+    // Behind a compressed record's header, the LZ4 decompressor sees them first.
+    for version in [history::log::FORMAT_VERSION, history::log::LZ4_FORMAT_VERSION] {
+        let framed = history::log::record::frame(version, data);
+        if let Ok(record) = LogRecord::decode(&framed) {
+            let bytes = record.encode().expect("a decoded record encodes");
+            assert_eq!(LogRecord::decode(&bytes).ok(), Some(record));
+        }
     }
 });

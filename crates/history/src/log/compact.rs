@@ -25,6 +25,23 @@
 //!   text) as an inconsistency, never guessing. Reading a log from the middle, or a copy of some of its
 //!   records, therefore fails loudly instead of attributing a text to the wrong statement.
 //!
+//! # Rows written once
+//!
+//! With values recorded (issue 18), a row read again and again (the same version, by the same statement)
+//! carried its values every time. The writer remembers each row it wrote inline (large enough to be worth
+//! it, [`MIN_CITED_ROW_BYTES`]) by **the sequence number of its record and its place among that record's
+//! inline rows**, and a later equal row cites that place ([`CompactOp::CitedRow`]) instead of repeating the
+//! values. Rows are compared by their values alone, which is all a citation stands for: two versions with
+//! equal recorded values read the same. Why it stays sound and bounded:
+//! - a row is remembered only once the record holding it is in the engine, and cited only by records
+//!   appended after it, so (as for texts) a record that survives a crash has the rows it cites;
+//! - the reader remembers exactly the rows the writer does, by the same rule (every inline row of a compact
+//!   record large enough to be worth citing), in the same order;
+//! - the writer's table of rows is bounded ([`ROW_TABLE_BYTES`] of values). Whenever it starts a table (at
+//!   each open of the log, and when the table fills), it appends [`LogRecord::RowsForgotten`] before the
+//!   first record that adds to it: nothing after that record cites a row before it, so the reader forgets
+//!   its rows there and holds at most one table's worth too.
+//!
 //! Expanding a compact record gives back exactly the record the proxy handed to the log
 //! ([`Resolver::resolve`]): the same ops, the same statement list in the same order. So everything after
 //! the resolver (replay, tests reading records) sees the records as before.
@@ -40,6 +57,31 @@ use crate::{CollectorId, KeyName, Observed, SessionId, TxnId, WriteId};
 
 /// Roughly how many bytes of text the writer's table of defined texts holds before it starts over.
 pub const TEXT_TABLE_BYTES: usize = 4 << 20;
+
+/// Roughly how many bytes of values the writer's (and the reader's) table of rows holds before it starts
+/// over.
+pub const ROW_TABLE_BYTES: usize = 8 << 20;
+
+/// The smallest row ([`row_bytes`]) worth remembering: a citation takes about 8 bytes, so citing a smaller
+/// row saves little, and remembering it costs memory on both sides.
+pub const MIN_CITED_ROW_BYTES: usize = 16;
+
+/// About what `values` take in a record: each value's bytes and a little for its kind and length.
+pub fn row_bytes(values: &[Value]) -> usize {
+    values
+        .iter()
+        .map(|v| match v {
+            Value::Null => 1,
+            Value::Text(t) | Value::Redacted(t) => t.len() + 2,
+            Value::Truncated { prefix, .. } => prefix.len() + 4,
+        })
+        .sum()
+}
+
+/// Whether the writer remembers an inline row with `values` (and so the reader does too).
+fn worth_citing(values: &[Value]) -> bool {
+    row_bytes(values) >= MIN_CITED_ROW_BYTES
+}
 
 /// One op in the compact encoding: a [`LoggedOp`] whose key names its namespace by an index into
 /// [`CompactOps::namespaces`]. Statement indices are as in [`LoggedOp`], into [`CompactOps::statements`].
@@ -91,6 +133,26 @@ pub enum CompactOp {
         /// One value per column.
         values: Vec<Value>,
     },
+    /// The row behind the ops just before it, as [`LoggedOp::Row`], whose values an earlier record holds
+    /// inline (see the module docs, "Rows written once"). Appended last.
+    CitedRow {
+        /// How many of the reads and writes just before it the row is behind.
+        ops: u32,
+        /// The sequence number of the record holding the values.
+        record: u64,
+        /// Which of that record's inline rows ([`CompactOp::Row`]) it is, counting from 0.
+        row: u32,
+    },
+    /// A statement run's values, as [`LoggedOp::Run`], whose column names a [`LogRecord::Columns`] record
+    /// holds: a statement's columns are the same run after run. Appended last.
+    RunCitingColumns {
+        /// Index into [`CompactOps::statements`].
+        stmt: Option<u32>,
+        /// Its parameters.
+        params: Vec<Value>,
+        /// The sequence number of the [`LogRecord::Columns`] record naming its rows' columns.
+        columns: u64,
+    },
 }
 
 /// Ops with the tables their indices refer to.
@@ -131,6 +193,10 @@ pub enum NewText {
     Statement(String),
     /// A namespace name.
     Namespace(String),
+    /// Not a text: the mark that the writer starts a new table of rows ([`LogRecord::RowsForgotten`]).
+    ForgetRows,
+    /// The column names of a statement run's rows.
+    Columns(Vec<String>),
 }
 
 impl NewText {
@@ -139,16 +205,29 @@ impl NewText {
         match self {
             NewText::Statement(text) => LogRecord::Statement { text },
             NewText::Namespace(name) => LogRecord::Namespace { name },
+            NewText::ForgetRows => LogRecord::RowsForgotten,
+            NewText::Columns(names) => LogRecord::Columns { names },
         }
     }
 }
 
-/// The writer's side: which texts this open of the log has defined, and at which sequence number.
+/// The writer's side: which texts this open of the log has defined, and at which sequence number; which
+/// rows it can cite, and where they are.
 #[derive(Debug, Default)]
 pub struct TextTable {
     statements: HashMap<String, u64>,
     namespaces: HashMap<String, u64>,
+    columns: HashMap<Vec<String>, u64>,
     bytes: usize,
+    /// Rows written inline since the last [`LogRecord::RowsForgotten`]: the record and the place in it.
+    rows: HashMap<Vec<Value>, (u64, u32)>,
+    /// What `rows` holds, by [`row_bytes`].
+    row_bytes: usize,
+    /// Whether this table's [`LogRecord::RowsForgotten`] is in the log: rows are remembered only after it.
+    rows_started: bool,
+    /// The rows the record being appended holds inline and worth citing, with their places: remembered
+    /// once it is in the engine ([`TextTable::appended`]).
+    unappended_rows: Vec<(Vec<Value>, u32)>,
 }
 
 impl TextTable {
@@ -167,6 +246,12 @@ impl TextTable {
             // the reader keeps the old definitions, so earlier citations still resolve.
             *self = TextTable::default();
         }
+        if self.row_bytes > ROW_TABLE_BYTES {
+            self.rows.clear();
+            self.row_bytes = 0;
+            self.rows_started = false;
+        }
+        self.unappended_rows.clear();
         let seq_of = |text: String, is_statement: bool, new: &mut Vec<NewText>| {
             let table = if is_statement { &self.statements } else { &self.namespaces };
             if let Some(&seq) = table.get(&text) {
@@ -176,6 +261,7 @@ impl TextTable {
             let earlier = new.iter().position(|n| match n {
                 NewText::Statement(t) => is_statement && *t == text,
                 NewText::Namespace(t) => !is_statement && *t == text,
+                NewText::ForgetRows | NewText::Columns(_) => false,
             });
             match earlier {
                 Some(i) => next_seq + i as u64,
@@ -197,6 +283,19 @@ impl TextTable {
                 }
             }
         };
+        let columns_seq = |columns: Vec<String>, new: &mut Vec<NewText>| {
+            if let Some(&seq) = self.columns.get(&columns) {
+                return seq;
+            }
+            match new.iter().position(|n| matches!(n, NewText::Columns(c) if *c == columns)) {
+                Some(i) => next_seq + i as u64,
+                None => {
+                    new.push(NewText::Columns(columns));
+                    next_seq + new.len() as u64 - 1
+                }
+            }
+        };
+        let mut inline_rows = 0u32;
         let ops = ops
             .into_iter()
             .map(|op| match op {
@@ -207,11 +306,37 @@ impl TextTable {
                     CompactOp::Write { ns: ns_index(key.namespace, new), key: key.bytes, write, stmt }
                 }
                 LoggedOp::Opaque { kind, stmt } => CompactOp::Opaque { kind, stmt },
-                LoggedOp::Run { stmt, params, columns } => CompactOp::Run { stmt, params, columns },
-                LoggedOp::Row { ops, values } => CompactOp::Row { ops, values },
+                LoggedOp::Run { stmt, params, columns } if columns.is_empty() => {
+                    CompactOp::Run { stmt, params, columns }
+                }
+                LoggedOp::Run { stmt, params, columns } => {
+                    CompactOp::RunCitingColumns { stmt, params, columns: columns_seq(columns, new) }
+                }
+                LoggedOp::Row { ops, values } => {
+                    if let Some(&(record, row)) = self.rows.get(&values) {
+                        return CompactOp::CitedRow { ops, record, row };
+                    }
+                    if worth_citing(&values) {
+                        if !self.rows_started && !new.contains(&NewText::ForgetRows) {
+                            new.push(NewText::ForgetRows);
+                        }
+                        self.unappended_rows.push((values.clone(), inline_rows));
+                    }
+                    inline_rows += 1;
+                    CompactOp::Row { ops, values }
+                }
             })
             .collect();
         CompactOps { ops, statements, namespaces }
+    }
+
+    /// Notes that the record last encoded went in as record `seq`: its inline rows can be cited from now
+    /// on.
+    pub fn appended(&mut self, seq: u64) {
+        for (values, row) in self.unappended_rows.drain(..) {
+            self.row_bytes += row_bytes(&values);
+            self.rows.insert(values, (seq, row));
+        }
     }
 
     /// Notes that the definition of `text` was appended as record `seq`.
@@ -225,6 +350,11 @@ impl TextTable {
                 self.bytes += t.len();
                 self.namespaces.insert(t.clone(), seq);
             }
+            NewText::ForgetRows => self.rows_started = true,
+            NewText::Columns(names) => {
+                self.bytes += names.iter().map(|n| n.len() + 1).sum::<usize>();
+                self.columns.insert(names.clone(), seq);
+            }
         }
     }
 }
@@ -235,6 +365,9 @@ impl TextTable {
 pub struct Resolver {
     statements: HashMap<u64, String>,
     namespaces: HashMap<u64, String>,
+    columns: HashMap<u64, Vec<String>>,
+    /// The rows the writer can cite: by record and place among its inline rows.
+    rows: HashMap<(u64, u32), Vec<Value>>,
 }
 
 impl Resolver {
@@ -257,6 +390,14 @@ impl Resolver {
                 self.namespaces.insert(seq, name);
                 return Ok(None);
             }
+            LogRecord::RowsForgotten => {
+                self.rows.clear();
+                return Ok(None);
+            }
+            LogRecord::Columns { names } => {
+                self.columns.insert(seq, names);
+                return Ok(None);
+            }
             LogRecord::CompactIntent(txn) => LogRecord::Intent(self.txn(seq, txn)?),
             LogRecord::CompactFinished { txn, outcome, commit_ns } => {
                 LogRecord::Finished { txn: self.txn(seq, txn)?, outcome, commit_ns }
@@ -269,7 +410,7 @@ impl Resolver {
         }))
     }
 
-    fn txn(&self, seq: u64, txn: CompactTxn) -> Result<LoggedTxn, LogError> {
+    fn txn(&mut self, seq: u64, txn: CompactTxn) -> Result<LoggedTxn, LogError> {
         let (ops, statements) = self.ops(seq, txn.ops)?;
         Ok(LoggedTxn {
             id: txn.id,
@@ -283,7 +424,7 @@ impl Resolver {
         })
     }
 
-    fn ops(&self, seq: u64, compact: CompactOps) -> Result<(Vec<LoggedOp>, Vec<String>), LogError> {
+    fn ops(&mut self, seq: u64, compact: CompactOps) -> Result<(Vec<LoggedOp>, Vec<String>), LogError> {
         let lookup = |table: &HashMap<u64, String>, cited: u64, what: &str| {
             table.get(&cited).cloned().ok_or_else(|| LogError::Inconsistent {
                 seq,
@@ -308,6 +449,8 @@ impl Resolver {
                 reason: format!("an op cites namespace {ns}, but the record lists {}", namespaces.len()),
             })
         };
+        let mut inline_rows = 0u32;
+        let (rows, columns) = (&mut self.rows, &self.columns);
         let ops = compact
             .ops
             .into_iter()
@@ -325,7 +468,36 @@ impl Resolver {
                     },
                     CompactOp::Opaque { kind, stmt } => LoggedOp::Opaque { kind, stmt },
                     CompactOp::Run { stmt, params, columns } => LoggedOp::Run { stmt, params, columns },
-                    CompactOp::Row { ops, values } => LoggedOp::Row { ops, values },
+                    CompactOp::RunCitingColumns { stmt, params, columns: cited } => {
+                        let columns = columns.get(&cited).cloned().ok_or_else(|| LogError::Inconsistent {
+                            seq,
+                            reason: format!(
+                                "cites record {cited} as a column list, but no column list was defined \
+                                 there earlier in the log"
+                            ),
+                        })?;
+                        LoggedOp::Run { stmt, params, columns }
+                    }
+                    CompactOp::Row { ops, values } => {
+                        // Remembered by the same rule as the writer's (see `TextTable::encode`).
+                        if worth_citing(&values) {
+                            rows.insert((seq, inline_rows), values.clone());
+                        }
+                        inline_rows += 1;
+                        LoggedOp::Row { ops, values }
+                    }
+                    CompactOp::CitedRow { ops, record, row } => match rows.get(&(record, row)) {
+                        Some(values) => LoggedOp::Row { ops, values: values.clone() },
+                        None => {
+                            return Err(LogError::Inconsistent {
+                                seq,
+                                reason: format!(
+                                    "cites row {row} of record {record}, which no record since the last \
+                                     RowsForgotten held"
+                                ),
+                            });
+                        }
+                    },
                 })
             })
             .collect::<Result<Vec<_>, LogError>>()?;
@@ -389,5 +561,86 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    /// Appends (here: numbers) a late-ops record of `rows` as the log does: new definitions first, then
+    /// the record, then its rows remembered. Returns the record's sequence number and ops.
+    fn append_rows(
+        table: &mut TextTable,
+        rows: &[Vec<Value>],
+        next_seq: &mut u64,
+        log: &mut Vec<(u64, LogRecord)>,
+    ) -> (u64, Vec<CompactOp>) {
+        let ops = rows.iter().map(|values| LoggedOp::Row { ops: 1, values: values.clone() }).collect();
+        let mut new = Vec::new();
+        let compact = table.encode(ops, Vec::new(), *next_seq, &mut new);
+        for n in new {
+            table.defined(&n, *next_seq);
+            log.push((*next_seq, n.record()));
+            *next_seq += 1;
+        }
+        let seq = *next_seq;
+        *next_seq += 1;
+        table.appended(seq);
+        log.push((seq, LogRecord::CompactLateOps { txn: TxnId(1), ops: compact.clone() }));
+        (seq, compact.ops)
+    }
+
+    fn row(text: &str) -> Vec<Value> {
+        vec![Value::Text(text.to_owned()), Value::Null]
+    }
+
+    /// A row seen again is cited, not repeated, and reads back as the same row; a small row is always
+    /// written inline.
+    #[test]
+    fn a_row_seen_again_cites_the_record_that_holds_it() {
+        let (mut table, mut seq, mut log) = (TextTable::default(), 0, Vec::new());
+        let (big, small) = (row("a row worth citing, long enough"), row("7"));
+        let (first, ops) = append_rows(&mut table, &[small.clone(), big.clone()], &mut seq, &mut log);
+        assert!(matches!(ops[..], [CompactOp::Row { .. }, CompactOp::Row { .. }]), "{ops:?}");
+        assert_eq!(log[0].1, LogRecord::RowsForgotten, "a new table of rows is marked first");
+        let (_, ops) = append_rows(&mut table, &[big.clone(), small.clone()], &mut seq, &mut log);
+        assert_eq!(ops[0], CompactOp::CitedRow { ops: 1, record: first, row: 1 });
+        assert!(matches!(&ops[1], CompactOp::Row { values, .. } if *values == small));
+        assert_eq!(log.iter().filter(|(_, r)| *r == LogRecord::RowsForgotten).count(), 1);
+
+        let resolved: Vec<_> = resolved(log.into_iter().map(Ok)).collect::<Result<_, _>>().unwrap();
+        let rows = |r: &LogRecord| match r {
+            LogRecord::LateOps { ops, .. } => ops.clone(),
+            other => panic!("{other:?}"),
+        };
+        let expect = |a: &Vec<Value>, b: &Vec<Value>| {
+            vec![LoggedOp::Row { ops: 1, values: a.clone() }, LoggedOp::Row { ops: 1, values: b.clone() }]
+        };
+        assert_eq!(rows(&resolved[0].1), expect(&small, &big));
+        assert_eq!(rows(&resolved[1].1), expect(&big, &small));
+    }
+
+    /// The table of rows is bounded on both sides: once full, the writer marks a new table and writes rows
+    /// inline again, and the reader forgets the old ones, so a citation across the mark is refused.
+    #[test]
+    fn a_full_row_table_starts_over_on_both_sides() {
+        let (mut table, mut seq, mut log) = (TextTable::default(), 0, Vec::new());
+        let a = row("the first row, to be cited later");
+        let (first, _) = append_rows(&mut table, std::slice::from_ref(&a), &mut seq, &mut log);
+        let filler: Vec<_> = (0..ROW_TABLE_BYTES / 1000 + 1).map(|i| row(&format!("{i:01000}"))).collect();
+        append_rows(&mut table, &filler, &mut seq, &mut log);
+        assert!(table.row_bytes > ROW_TABLE_BYTES);
+        let (_, ops) = append_rows(&mut table, std::slice::from_ref(&a), &mut seq, &mut log);
+        assert!(matches!(&ops[0], CompactOp::Row { values, .. } if *values == a), "written inline again");
+        assert_eq!(log.iter().filter(|(_, r)| *r == LogRecord::RowsForgotten).count(), 2);
+        assert!(table.row_bytes < 100, "the writer's table started over");
+
+        let mut resolver = Resolver::new();
+        for (s, r) in log {
+            resolver.resolve(s, r).unwrap();
+        }
+        assert_eq!(resolver.rows.len(), 1, "the reader forgot the rows before the mark");
+        let stale = CompactOps {
+            ops: vec![CompactOp::CitedRow { ops: 1, record: first, row: 0 }],
+            ..CompactOps::default()
+        };
+        let err = resolver.resolve(seq, LogRecord::CompactLateOps { txn: TxnId(1), ops: stale }).unwrap_err();
+        assert!(err.to_string().contains(&format!("row 0 of record {first}")), "{err}");
     }
 }

@@ -109,8 +109,8 @@ pub use compact::{CompactOp, CompactOps, CompactTxn, Resolver, resolved};
 pub use group_commit::{DurabilityTicket, DurableFuture, FSYNC_BUCKETS_US, LogStats};
 pub use reader::LogReader;
 pub use record::{
-    BadStatementIndex, FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError, decode_framed,
-    encode_framed,
+    BadStatementIndex, FORMAT_VERSION, LZ4_FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError,
+    decode_framed, encode_framed,
 };
 pub use replay::{Earlier, IdMap, Replayed, ReplayedTail, ReplayedTxn, Replayer, TxnXids};
 pub use sled_log::SledLog;

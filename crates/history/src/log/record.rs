@@ -14,7 +14,11 @@
 //!        └──────┴────────────────┴──────────────────────────────┘
 //! ```
 //!
-//! - `ver` is [`FORMAT_VERSION`]. The header layout (one version byte, then a CRC-32 over the version byte
+//! - `ver` is [`FORMAT_VERSION`] for a plain payload, or [`LZ4_FORMAT_VERSION`] for one compressed with LZ4
+//!   (the block format, its uncompressed length first as a little-endian `u32`). A record is compressed when
+//!   it is at least [`COMPRESS_FROM`] bytes and compression makes it smaller: recorded values (issue 18)
+//!   are text, which LZ4 shortens by about a third, while small records (outcomes, ids) would only grow.
+//!   A version-1 reader meets version 2 as "written by a newer Krait", never as corruption. The header layout (one version byte, then a CRC-32 over the version byte
 //!   and the payload) is frozen for every future version, so an old reader can always tell "corrupt" from
 //!   "written by a newer Krait".
 //! - The checksum is checked before the version, so a flipped version byte is reported as corruption.
@@ -36,8 +40,18 @@ use crate::{
     StmtRef, Transaction, TxnId, UncheckedStatement, WriteId,
 };
 
-/// The version byte written at the start of every record value.
+/// The version byte of a record value whose payload is plain postcard.
 pub const FORMAT_VERSION: u8 = 1;
+
+/// The version byte of a record value whose payload is postcard compressed with LZ4.
+pub const LZ4_FORMAT_VERSION: u8 = 2;
+
+/// The smallest payload worth compressing: below it LZ4 seldom finds anything to shorten.
+pub const COMPRESS_FROM: usize = 128;
+
+/// The largest payload a compressed record may expand to. No record comes near it (a record is one
+/// transaction's ops); the bound keeps a forged length from allocating without limit.
+pub const MAX_PAYLOAD_BYTES: usize = 256 << 20;
 
 /// Bytes before the payload: the version byte and the CRC-32.
 pub const HEADER_LEN: usize = 5;
@@ -407,6 +421,17 @@ pub enum LogRecord {
         /// The session.
         session: SessionId,
     },
+    /// The writer forgot the rows it could cite (see [`super::compact`]): no record after this one cites a
+    /// row written before it, so the reader forgets them too and its memory stays bounded. Appended last to
+    /// the enum, so logs written before it existed still decode.
+    RowsForgotten,
+    /// The column names of statement runs' rows, written once as [`LogRecord::Statement`] is and cited
+    /// by this record's sequence number (see [`super::compact`]). Appended last to the enum, so logs
+    /// written before it existed still decode.
+    Columns {
+        /// The names, in column order.
+        names: Vec<String>,
+    },
 }
 
 /// Why a record value could not be decoded.
@@ -427,7 +452,10 @@ pub enum RecordError {
         computed: u32,
     },
     /// The record was written in a format this build does not read.
-    #[error("record format version {found} is not supported (this build reads version {FORMAT_VERSION})")]
+    #[error(
+        "record format version {found} is not supported (this build reads versions {FORMAT_VERSION} and \
+         {LZ4_FORMAT_VERSION})"
+    )]
     Version {
         /// The version byte found.
         found: u8,
@@ -474,7 +502,35 @@ pub fn frame(version: u8, payload: &[u8]) -> Vec<u8> {
 /// ([`super::HistoryLog::store_checkpoint`]).
 pub fn encode_framed<T: Serialize>(value: &T) -> Result<Vec<u8>, RecordError> {
     let payload = postcard::to_allocvec(value).map_err(|e| RecordError::Encode { reason: e.to_string() })?;
+    if payload.len() >= COMPRESS_FROM {
+        let compressed = lz4_flex::block::compress_prepend_size(&payload);
+        if compressed.len() < payload.len() {
+            return Ok(frame(LZ4_FORMAT_VERSION, &compressed));
+        }
+    }
     Ok(frame(FORMAT_VERSION, &payload))
+}
+
+/// The postcard payload of an [`LZ4_FORMAT_VERSION`] record: its stated length checked against
+/// [`MAX_PAYLOAD_BYTES`] before anything is allocated, and against what the block really expands to.
+fn decompress(compressed: &[u8]) -> Result<Vec<u8>, RecordError> {
+    let malformed = |reason: String| RecordError::Malformed { reason };
+    let (len, block) = compressed
+        .split_first_chunk::<4>()
+        .ok_or_else(|| malformed("a compressed payload without its length".into()))?;
+    let len = u32::from_le_bytes(*len) as usize;
+    if len > MAX_PAYLOAD_BYTES {
+        return Err(malformed(format!(
+            "a compressed payload states {len} bytes, above the {MAX_PAYLOAD_BYTES} a record may take"
+        )));
+    }
+    let mut payload = vec![0; len];
+    let written = lz4_flex::block::decompress_into(block, &mut payload)
+        .map_err(|e| malformed(format!("a compressed payload does not expand: {e}")))?;
+    if written != len {
+        return Err(malformed(format!("a compressed payload states {len} bytes but expands to {written}")));
+    }
+    Ok(payload)
 }
 
 /// Decodes what [`encode_framed`] wrote, checking the header. Never panics, whatever the bytes.
@@ -487,9 +543,15 @@ pub fn decode_framed<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, 
     if stored != computed {
         return Err(RecordError::Checksum { stored, computed });
     }
-    if version != FORMAT_VERSION {
-        return Err(RecordError::Version { found: version });
-    }
+    let expanded;
+    let payload = match version {
+        FORMAT_VERSION => payload,
+        LZ4_FORMAT_VERSION => {
+            expanded = decompress(payload)?;
+            &expanded[..]
+        }
+        _ => return Err(RecordError::Version { found: version }),
+    };
     let (value, rest) = postcard::take_from_bytes::<T>(payload)
         .map_err(|e| RecordError::Malformed { reason: e.to_string() })?;
     if !rest.is_empty() {
@@ -527,7 +589,9 @@ impl LogRecord {
             | LogRecord::Isolation { .. }
             | LogRecord::IsolationUnknown { .. }
             | LogRecord::Statement { .. }
-            | LogRecord::Namespace { .. } => None,
+            | LogRecord::Namespace { .. }
+            | LogRecord::RowsForgotten
+            | LogRecord::Columns { .. } => None,
         }
     }
 }

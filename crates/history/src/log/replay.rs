@@ -332,6 +332,8 @@ impl Replayer {
             // The resolver keeps definitions and expands compact records; none of these gets here.
             LogRecord::Statement { .. }
             | LogRecord::Namespace { .. }
+            | LogRecord::RowsForgotten
+            | LogRecord::Columns { .. }
             | LogRecord::CompactIntent(_)
             | LogRecord::CompactFinished { .. }
             | LogRecord::CompactLateOps { .. } => {

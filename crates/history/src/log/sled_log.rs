@@ -260,6 +260,7 @@ impl SledLog {
             let _ticket = self.gc.appended(seq);
         }
         let seq = self.insert(&mut inner, bytes)?;
+        inner.texts.appended(seq);
         let ticket = self.gc.appended(seq);
         after(&mut inner, seq);
         Ok(ticket)
@@ -616,6 +617,8 @@ fn scan_run(records: &sled::Tree, run_start: u64) -> Result<RunScan, LogError> {
             | LogRecord::CompactLateOps { .. }
             | LogRecord::Statement { .. }
             | LogRecord::Namespace { .. }
+            | LogRecord::RowsForgotten
+            | LogRecord::Columns { .. }
             | LogRecord::Horizon { .. }
             | LogRecord::HorizonSnapshot(_)
             | LogRecord::DiscoveredWrite { .. }
