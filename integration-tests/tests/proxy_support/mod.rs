@@ -185,6 +185,8 @@ impl TestProxy {
                 | LogRecord::IsolationUnknown { .. } => {}
                 LogRecord::Statement { .. }
                 | LogRecord::Namespace { .. }
+                | LogRecord::Columns { .. }
+                | LogRecord::RowsForgotten
                 | LogRecord::CompactIntent(_)
                 | LogRecord::CompactFinished { .. }
                 | LogRecord::CompactLateOps { .. } => unreachable!("resolved records are expanded"),
