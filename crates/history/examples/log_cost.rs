@@ -61,7 +61,10 @@ fn value_bytes(record: &LogRecord) -> (u64, u64) {
         match op {
             CompactOp::Read { .. } | CompactOp::Write { .. } | CompactOp::Opaque { .. } => continue,
             CompactOp::CitedRow { .. } => cited += 1,
-            CompactOp::Run { .. } | CompactOp::RunCitingColumns { .. } | CompactOp::Row { .. } => {}
+            CompactOp::Run { .. }
+            | CompactOp::RunCitingColumns { .. }
+            | CompactOp::Row { .. }
+            | CompactOp::RowCitingParams { .. } => {}
         }
         bytes += postcard::to_allocvec(op).map_or(0, |b| b.len() as u64);
     }

@@ -42,6 +42,11 @@
 //!   first record that adds to it: nothing after that record cites a row before it, so the reader forgets
 //!   its rows there and holds at most one table's worth too.
 //!
+//! A row that is not cited may still repeat its run's parameters (`UPDATE kv SET v = $2 WHERE k = $1
+//! RETURNING k, v`, or the key a `SELECT … WHERE k = $1` returns): such a value is written as the index of
+//! the parameter ([`RowValue::Param`], in [`CompactOp::RowCitingParams`]). The parameters are those of the
+//! last run before the row in the same record, the run the row belongs to ([`LoggedOp::Row`]).
+//!
 //! Expanding a compact record gives back exactly the record the proxy handed to the log
 //! ([`Resolver::resolve`]): the same ops, the same statement list in the same order. So everything after
 //! the resolver (replay, tests reading records) sees the records as before.
@@ -78,9 +83,39 @@ pub fn row_bytes(values: &[Value]) -> usize {
         .sum()
 }
 
+/// One value of a row in [`CompactOp::RowCitingParams`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RowValue {
+    /// The value itself.
+    Own(Value),
+    /// The same value as this parameter (counting from 0) of the run the row belongs to.
+    Param(u32),
+}
+
 /// Whether the writer remembers an inline row with `values` (and so the reader does too).
 fn worth_citing(values: &[Value]) -> bool {
     row_bytes(values) >= MIN_CITED_ROW_BYTES
+}
+
+/// An inline row: [`CompactOp::RowCitingParams`] when some of its values are among `params` (and longer
+/// than a citation of one), [`CompactOp::Row`] otherwise.
+fn citing_params(ops: u32, values: Vec<Value>, params: &[Value]) -> CompactOp {
+    let param_of = |v: &Value| match v {
+        Value::Null => None,
+        Value::Text(t) | Value::Redacted(t) if t.len() < 2 => None,
+        _ => params.iter().position(|p| p == v),
+    };
+    if !values.iter().any(|v| param_of(v).is_some()) {
+        return CompactOp::Row { ops, values };
+    }
+    let values = values
+        .into_iter()
+        .map(|v| match param_of(&v) {
+            Some(i) => RowValue::Param(i as u32),
+            None => RowValue::Own(v),
+        })
+        .collect();
+    CompactOp::RowCitingParams { ops, values }
 }
 
 /// One op in the compact encoding: a [`LoggedOp`] whose key names its namespace by an index into
@@ -152,6 +187,14 @@ pub enum CompactOp {
         params: Vec<Value>,
         /// The sequence number of the [`LogRecord::Columns`] record naming its rows' columns.
         columns: u64,
+    },
+    /// The row behind the ops just before it, as [`LoggedOp::Row`], some of whose values are parameters of
+    /// the run it belongs to (see the module docs). An inline row, like [`CompactOp::Row`]. Appended last.
+    RowCitingParams {
+        /// How many of the reads and writes just before it the row is behind.
+        ops: u32,
+        /// One value per column.
+        values: Vec<RowValue>,
     },
 }
 
@@ -296,6 +339,7 @@ impl TextTable {
             }
         };
         let mut inline_rows = 0u32;
+        let mut last_params: Vec<Value> = Vec::new();
         let ops = ops
             .into_iter()
             .map(|op| match op {
@@ -306,11 +350,14 @@ impl TextTable {
                     CompactOp::Write { ns: ns_index(key.namespace, new), key: key.bytes, write, stmt }
                 }
                 LoggedOp::Opaque { kind, stmt } => CompactOp::Opaque { kind, stmt },
-                LoggedOp::Run { stmt, params, columns } if columns.is_empty() => {
-                    CompactOp::Run { stmt, params, columns }
-                }
                 LoggedOp::Run { stmt, params, columns } => {
-                    CompactOp::RunCitingColumns { stmt, params, columns: columns_seq(columns, new) }
+                    last_params.clone_from(&params);
+                    match columns.is_empty() {
+                        true => CompactOp::Run { stmt, params, columns },
+                        false => {
+                            CompactOp::RunCitingColumns { stmt, params, columns: columns_seq(columns, new) }
+                        }
+                    }
                 }
                 LoggedOp::Row { ops, values } => {
                     if let Some(&(record, row)) = self.rows.get(&values) {
@@ -323,7 +370,7 @@ impl TextTable {
                         self.unappended_rows.push((values.clone(), inline_rows));
                     }
                     inline_rows += 1;
-                    CompactOp::Row { ops, values }
+                    citing_params(ops, values, &last_params)
                 }
             })
             .collect();
@@ -450,57 +497,82 @@ impl Resolver {
             })
         };
         let mut inline_rows = 0u32;
-        let (rows, columns) = (&mut self.rows, &self.columns);
-        let ops = compact
-            .ops
-            .into_iter()
-            .map(|op| {
-                Ok(match op {
-                    CompactOp::Read { ns, key, observed, stmt } => LoggedOp::Read {
-                        key: KeyName { namespace: namespace(ns)?, bytes: key },
-                        observed,
-                        stmt,
-                    },
-                    CompactOp::Write { ns, key, write, stmt } => LoggedOp::Write {
-                        key: KeyName { namespace: namespace(ns)?, bytes: key },
-                        write,
-                        stmt,
-                    },
-                    CompactOp::Opaque { kind, stmt } => LoggedOp::Opaque { kind, stmt },
-                    CompactOp::Run { stmt, params, columns } => LoggedOp::Run { stmt, params, columns },
-                    CompactOp::RunCitingColumns { stmt, params, columns: cited } => {
-                        let columns = columns.get(&cited).cloned().ok_or_else(|| LogError::Inconsistent {
+        let mut last_params: Vec<Value> = Vec::new();
+        let mut ops = Vec::with_capacity(compact.ops.len());
+        for op in compact.ops {
+            let inline = match op {
+                CompactOp::Read { ns, key, observed, stmt } => {
+                    let key = KeyName { namespace: namespace(ns)?, bytes: key };
+                    ops.push(LoggedOp::Read { key, observed, stmt });
+                    continue;
+                }
+                CompactOp::Write { ns, key, write, stmt } => {
+                    let key = KeyName { namespace: namespace(ns)?, bytes: key };
+                    ops.push(LoggedOp::Write { key, write, stmt });
+                    continue;
+                }
+                CompactOp::Opaque { kind, stmt } => {
+                    ops.push(LoggedOp::Opaque { kind, stmt });
+                    continue;
+                }
+                CompactOp::Run { stmt, params, columns } => {
+                    last_params.clone_from(&params);
+                    ops.push(LoggedOp::Run { stmt, params, columns });
+                    continue;
+                }
+                CompactOp::RunCitingColumns { stmt, params, columns: cited } => {
+                    let columns =
+                        self.columns.get(&cited).cloned().ok_or_else(|| LogError::Inconsistent {
                             seq,
                             reason: format!(
-                                "cites record {cited} as a column list, but no column list was defined \
-                                 there earlier in the log"
+                                "cites record {cited} as a column list, but no column list was defined there \
+                             earlier in the log"
                             ),
                         })?;
-                        LoggedOp::Run { stmt, params, columns }
-                    }
-                    CompactOp::Row { ops, values } => {
-                        // Remembered by the same rule as the writer's (see `TextTable::encode`).
-                        if worth_citing(&values) {
-                            rows.insert((seq, inline_rows), values.clone());
-                        }
-                        inline_rows += 1;
-                        LoggedOp::Row { ops, values }
-                    }
-                    CompactOp::CitedRow { ops, record, row } => match rows.get(&(record, row)) {
-                        Some(values) => LoggedOp::Row { ops, values: values.clone() },
-                        None => {
-                            return Err(LogError::Inconsistent {
-                                seq,
-                                reason: format!(
-                                    "cites row {row} of record {record}, which no record since the last \
-                                     RowsForgotten held"
-                                ),
-                            });
-                        }
-                    },
-                })
-            })
-            .collect::<Result<Vec<_>, LogError>>()?;
+                    last_params.clone_from(&params);
+                    ops.push(LoggedOp::Run { stmt, params, columns });
+                    continue;
+                }
+                CompactOp::CitedRow { ops: n, record, row } => {
+                    let values = self.rows.get(&(record, row)).cloned().ok_or_else(|| LogError::Inconsistent {
+                        seq,
+                        reason: format!(
+                            "cites row {row} of record {record}, which no record since the last RowsForgotten \
+                             held"
+                        ),
+                    })?;
+                    ops.push(LoggedOp::Row { ops: n, values });
+                    continue;
+                }
+                CompactOp::Row { ops: n, values } => (n, values),
+                CompactOp::RowCitingParams { ops: n, values } => {
+                    let param = |i: u32| {
+                        last_params.get(i as usize).cloned().ok_or_else(|| LogError::Inconsistent {
+                            seq,
+                            reason: format!(
+                                "a row cites parameter {i} of its run, which has {}",
+                                last_params.len()
+                            ),
+                        })
+                    };
+                    let values = values
+                        .into_iter()
+                        .map(|v| match v {
+                            RowValue::Own(v) => Ok(v),
+                            RowValue::Param(i) => param(i),
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    (n, values)
+                }
+            };
+            // An inline row, remembered by the same rule as the writer's (see `TextTable::encode`).
+            let (n, values) = inline;
+            if worth_citing(&values) {
+                self.rows.insert((seq, inline_rows), values.clone());
+            }
+            inline_rows += 1;
+            ops.push(LoggedOp::Row { ops: n, values });
+        }
         Ok((ops, statements))
     }
 }
@@ -519,128 +591,5 @@ pub fn resolved<'a>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Encodes one statement `text` with `table`, appending (here: numbering) any new definition; returns
-    /// the cited sequence number and the definitions appended.
-    fn cite(table: &mut TextTable, text: &str, next_seq: &mut u64, log: &mut Vec<(u64, LogRecord)>) -> u64 {
-        let mut new = Vec::new();
-        let ops = table.encode(Vec::new(), vec![text.to_owned()], *next_seq, &mut new);
-        for n in new {
-            table.defined(&n, *next_seq);
-            log.push((*next_seq, n.record()));
-            *next_seq += 1;
-        }
-        ops.statements[0]
-    }
-
-    /// The writer's table is bounded: once full it starts over and defines texts again at their next use,
-    /// while citations of the earlier definitions still resolve.
-    #[test]
-    fn a_full_text_table_starts_over_and_old_citations_still_resolve() {
-        let (mut table, mut seq, mut log) = (TextTable::default(), 0, Vec::new());
-        let a = cite(&mut table, "SELECT 1", &mut seq, &mut log);
-        assert_eq!(cite(&mut table, "SELECT 1", &mut seq, &mut log), a, "a known text is not defined again");
-        let big = "x".repeat(TEXT_TABLE_BYTES / 2 + 1);
-        cite(&mut table, &format!("{big}1"), &mut seq, &mut log);
-        cite(&mut table, &format!("{big}2"), &mut seq, &mut log);
-        let again = cite(&mut table, "SELECT 1", &mut seq, &mut log);
-        assert_ne!(again, a, "after the table filled, the text is defined anew");
-        assert!(table.bytes <= "SELECT 1".len(), "the table started over");
-
-        let mut resolver = Resolver::new();
-        for (s, r) in log {
-            assert_eq!(resolver.resolve(s, r).unwrap(), None);
-        }
-        for cited in [a, again] {
-            let ops = CompactOps { ops: Vec::new(), statements: vec![cited], namespaces: Vec::new() };
-            let late = LogRecord::CompactLateOps { txn: TxnId(1), ops };
-            match resolver.resolve(seq, late).unwrap() {
-                Some(LogRecord::LateOps { statements, .. }) => assert_eq!(statements, vec!["SELECT 1"]),
-                other => panic!("{other:?}"),
-            }
-        }
-    }
-
-    /// Appends (here: numbers) a late-ops record of `rows` as the log does: new definitions first, then
-    /// the record, then its rows remembered. Returns the record's sequence number and ops.
-    fn append_rows(
-        table: &mut TextTable,
-        rows: &[Vec<Value>],
-        next_seq: &mut u64,
-        log: &mut Vec<(u64, LogRecord)>,
-    ) -> (u64, Vec<CompactOp>) {
-        let ops = rows.iter().map(|values| LoggedOp::Row { ops: 1, values: values.clone() }).collect();
-        let mut new = Vec::new();
-        let compact = table.encode(ops, Vec::new(), *next_seq, &mut new);
-        for n in new {
-            table.defined(&n, *next_seq);
-            log.push((*next_seq, n.record()));
-            *next_seq += 1;
-        }
-        let seq = *next_seq;
-        *next_seq += 1;
-        table.appended(seq);
-        log.push((seq, LogRecord::CompactLateOps { txn: TxnId(1), ops: compact.clone() }));
-        (seq, compact.ops)
-    }
-
-    fn row(text: &str) -> Vec<Value> {
-        vec![Value::Text(text.to_owned()), Value::Null]
-    }
-
-    /// A row seen again is cited, not repeated, and reads back as the same row; a small row is always
-    /// written inline.
-    #[test]
-    fn a_row_seen_again_cites_the_record_that_holds_it() {
-        let (mut table, mut seq, mut log) = (TextTable::default(), 0, Vec::new());
-        let (big, small) = (row("a row worth citing, long enough"), row("7"));
-        let (first, ops) = append_rows(&mut table, &[small.clone(), big.clone()], &mut seq, &mut log);
-        assert!(matches!(ops[..], [CompactOp::Row { .. }, CompactOp::Row { .. }]), "{ops:?}");
-        assert_eq!(log[0].1, LogRecord::RowsForgotten, "a new table of rows is marked first");
-        let (_, ops) = append_rows(&mut table, &[big.clone(), small.clone()], &mut seq, &mut log);
-        assert_eq!(ops[0], CompactOp::CitedRow { ops: 1, record: first, row: 1 });
-        assert!(matches!(&ops[1], CompactOp::Row { values, .. } if *values == small));
-        assert_eq!(log.iter().filter(|(_, r)| *r == LogRecord::RowsForgotten).count(), 1);
-
-        let resolved: Vec<_> = resolved(log.into_iter().map(Ok)).collect::<Result<_, _>>().unwrap();
-        let rows = |r: &LogRecord| match r {
-            LogRecord::LateOps { ops, .. } => ops.clone(),
-            other => panic!("{other:?}"),
-        };
-        let expect = |a: &Vec<Value>, b: &Vec<Value>| {
-            vec![LoggedOp::Row { ops: 1, values: a.clone() }, LoggedOp::Row { ops: 1, values: b.clone() }]
-        };
-        assert_eq!(rows(&resolved[0].1), expect(&small, &big));
-        assert_eq!(rows(&resolved[1].1), expect(&big, &small));
-    }
-
-    /// The table of rows is bounded on both sides: once full, the writer marks a new table and writes rows
-    /// inline again, and the reader forgets the old ones, so a citation across the mark is refused.
-    #[test]
-    fn a_full_row_table_starts_over_on_both_sides() {
-        let (mut table, mut seq, mut log) = (TextTable::default(), 0, Vec::new());
-        let a = row("the first row, to be cited later");
-        let (first, _) = append_rows(&mut table, std::slice::from_ref(&a), &mut seq, &mut log);
-        let filler: Vec<_> = (0..ROW_TABLE_BYTES / 1000 + 1).map(|i| row(&format!("{i:01000}"))).collect();
-        append_rows(&mut table, &filler, &mut seq, &mut log);
-        assert!(table.row_bytes > ROW_TABLE_BYTES);
-        let (_, ops) = append_rows(&mut table, std::slice::from_ref(&a), &mut seq, &mut log);
-        assert!(matches!(&ops[0], CompactOp::Row { values, .. } if *values == a), "written inline again");
-        assert_eq!(log.iter().filter(|(_, r)| *r == LogRecord::RowsForgotten).count(), 2);
-        assert!(table.row_bytes < 100, "the writer's table started over");
-
-        let mut resolver = Resolver::new();
-        for (s, r) in log {
-            resolver.resolve(s, r).unwrap();
-        }
-        assert_eq!(resolver.rows.len(), 1, "the reader forgot the rows before the mark");
-        let stale = CompactOps {
-            ops: vec![CompactOp::CitedRow { ops: 1, record: first, row: 0 }],
-            ..CompactOps::default()
-        };
-        let err = resolver.resolve(seq, LogRecord::CompactLateOps { txn: TxnId(1), ops: stale }).unwrap_err();
-        assert!(err.to_string().contains(&format!("row 0 of record {first}")), "{err}");
-    }
-}
+#[path = "compact_tests.rs"]
+mod tests;

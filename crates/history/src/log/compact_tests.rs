@@ -1,0 +1,177 @@
+//! Tests of the compact encoding: texts, columns, cited rows and parameters, and the bounded tables.
+
+use super::*;
+
+/// Encodes one statement `text` with `table`, appending (here: numbering) any new definition; returns
+/// the cited sequence number and the definitions appended.
+fn cite(table: &mut TextTable, text: &str, next_seq: &mut u64, log: &mut Vec<(u64, LogRecord)>) -> u64 {
+    let mut new = Vec::new();
+    let ops = table.encode(Vec::new(), vec![text.to_owned()], *next_seq, &mut new);
+    for n in new {
+        table.defined(&n, *next_seq);
+        log.push((*next_seq, n.record()));
+        *next_seq += 1;
+    }
+    ops.statements[0]
+}
+
+/// The writer's table is bounded: once full it starts over and defines texts again at their next use,
+/// while citations of the earlier definitions still resolve.
+#[test]
+fn a_full_text_table_starts_over_and_old_citations_still_resolve() {
+    let (mut table, mut seq, mut log) = (TextTable::default(), 0, Vec::new());
+    let a = cite(&mut table, "SELECT 1", &mut seq, &mut log);
+    assert_eq!(cite(&mut table, "SELECT 1", &mut seq, &mut log), a, "a known text is not defined again");
+    let big = "x".repeat(TEXT_TABLE_BYTES / 2 + 1);
+    cite(&mut table, &format!("{big}1"), &mut seq, &mut log);
+    cite(&mut table, &format!("{big}2"), &mut seq, &mut log);
+    let again = cite(&mut table, "SELECT 1", &mut seq, &mut log);
+    assert_ne!(again, a, "after the table filled, the text is defined anew");
+    assert!(table.bytes <= "SELECT 1".len(), "the table started over");
+
+    let mut resolver = Resolver::new();
+    for (s, r) in log {
+        assert_eq!(resolver.resolve(s, r).unwrap(), None);
+    }
+    for cited in [a, again] {
+        let ops = CompactOps { ops: Vec::new(), statements: vec![cited], namespaces: Vec::new() };
+        let late = LogRecord::CompactLateOps { txn: TxnId(1), ops };
+        match resolver.resolve(seq, late).unwrap() {
+            Some(LogRecord::LateOps { statements, .. }) => assert_eq!(statements, vec!["SELECT 1"]),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// Appends (here: numbers) a late-ops record of `rows` as the log does: new definitions first, then
+/// the record, then its rows remembered. Returns the record's sequence number and ops.
+fn append_rows(
+    table: &mut TextTable,
+    rows: &[Vec<Value>],
+    next_seq: &mut u64,
+    log: &mut Vec<(u64, LogRecord)>,
+) -> (u64, Vec<CompactOp>) {
+    let ops = rows.iter().map(|values| LoggedOp::Row { ops: 1, values: values.clone() }).collect();
+    let mut new = Vec::new();
+    let compact = table.encode(ops, Vec::new(), *next_seq, &mut new);
+    for n in new {
+        table.defined(&n, *next_seq);
+        log.push((*next_seq, n.record()));
+        *next_seq += 1;
+    }
+    let seq = *next_seq;
+    *next_seq += 1;
+    table.appended(seq);
+    log.push((seq, LogRecord::CompactLateOps { txn: TxnId(1), ops: compact.clone() }));
+    (seq, compact.ops)
+}
+
+fn row(text: &str) -> Vec<Value> {
+    vec![Value::Text(text.to_owned()), Value::Null]
+}
+
+/// A row seen again is cited, not repeated, and reads back as the same row; a small row is always
+/// written inline.
+#[test]
+fn a_row_seen_again_cites_the_record_that_holds_it() {
+    let (mut table, mut seq, mut log) = (TextTable::default(), 0, Vec::new());
+    let (big, small) = (row("a row worth citing, long enough"), row("7"));
+    let (first, ops) = append_rows(&mut table, &[small.clone(), big.clone()], &mut seq, &mut log);
+    assert!(matches!(ops[..], [CompactOp::Row { .. }, CompactOp::Row { .. }]), "{ops:?}");
+    assert_eq!(log[0].1, LogRecord::RowsForgotten, "a new table of rows is marked first");
+    let (_, ops) = append_rows(&mut table, &[big.clone(), small.clone()], &mut seq, &mut log);
+    assert_eq!(ops[0], CompactOp::CitedRow { ops: 1, record: first, row: 1 });
+    assert!(matches!(&ops[1], CompactOp::Row { values, .. } if *values == small));
+    assert_eq!(log.iter().filter(|(_, r)| *r == LogRecord::RowsForgotten).count(), 1);
+
+    let resolved: Vec<_> = resolved(log.into_iter().map(Ok)).collect::<Result<_, _>>().unwrap();
+    let rows = |r: &LogRecord| match r {
+        LogRecord::LateOps { ops, .. } => ops.clone(),
+        other => panic!("{other:?}"),
+    };
+    let expect = |a: &Vec<Value>, b: &Vec<Value>| {
+        vec![LoggedOp::Row { ops: 1, values: a.clone() }, LoggedOp::Row { ops: 1, values: b.clone() }]
+    };
+    assert_eq!(rows(&resolved[0].1), expect(&small, &big));
+    assert_eq!(rows(&resolved[1].1), expect(&big, &small));
+}
+
+/// The table of rows is bounded on both sides: once full, the writer marks a new table and writes rows
+/// inline again, and the reader forgets the old ones, so a citation across the mark is refused.
+#[test]
+fn a_full_row_table_starts_over_on_both_sides() {
+    let (mut table, mut seq, mut log) = (TextTable::default(), 0, Vec::new());
+    let a = row("the first row, to be cited later");
+    let (first, _) = append_rows(&mut table, std::slice::from_ref(&a), &mut seq, &mut log);
+    let filler: Vec<_> = (0..ROW_TABLE_BYTES / 1000 + 1).map(|i| row(&format!("{i:01000}"))).collect();
+    append_rows(&mut table, &filler, &mut seq, &mut log);
+    assert!(table.row_bytes > ROW_TABLE_BYTES);
+    let (_, ops) = append_rows(&mut table, std::slice::from_ref(&a), &mut seq, &mut log);
+    assert!(matches!(&ops[0], CompactOp::Row { values, .. } if *values == a), "written inline again");
+    assert_eq!(log.iter().filter(|(_, r)| *r == LogRecord::RowsForgotten).count(), 2);
+    assert!(table.row_bytes < 100, "the writer's table started over");
+
+    let mut resolver = Resolver::new();
+    for (s, r) in log {
+        resolver.resolve(s, r).unwrap();
+    }
+    assert_eq!(resolver.rows.len(), 1, "the reader forgot the rows before the mark");
+    let stale = CompactOps {
+        ops: vec![CompactOp::CitedRow { ops: 1, record: first, row: 0 }],
+        ..CompactOps::default()
+    };
+    let err = resolver.resolve(seq, LogRecord::CompactLateOps { txn: TxnId(1), ops: stale }).unwrap_err();
+    assert!(err.to_string().contains(&format!("row 0 of record {first}")), "{err}");
+}
+
+/// A row's values that repeat its run's parameters are written as their indices, read back as the
+/// values, and the row can still be cited later; a citation of a parameter the run lacks is refused.
+#[test]
+fn a_row_repeating_its_runs_parameters_cites_them() {
+    let (mut table, mut seq, mut log) = (TextTable::default(), 0, Vec::new());
+    let params = vec![Value::Text("12345".into()), Value::Text("a value set by the statement".into())];
+    let run = |params: &Vec<Value>| LoggedOp::Run { stmt: None, params: params.clone(), columns: vec![] };
+    let row = vec![params[1].clone(), params[0].clone(), Value::Text("own".into()), Value::Null];
+    let logged = vec![run(&params), LoggedOp::Row { ops: 0, values: row.clone() }];
+    let mut new = Vec::new();
+    let compact = table.encode(logged.clone(), Vec::new(), seq, &mut new);
+    let expect = CompactOp::RowCitingParams {
+        ops: 0,
+        values: vec![
+            RowValue::Param(1),
+            RowValue::Param(0),
+            RowValue::Own(Value::Text("own".into())),
+            RowValue::Own(Value::Null),
+        ],
+    };
+    assert_eq!(compact.ops[1], expect);
+    for n in new {
+        table.defined(&n, seq);
+        log.push((seq, n.record()));
+        seq += 1;
+    }
+    table.appended(seq);
+    log.push((seq, LogRecord::CompactLateOps { txn: TxnId(1), ops: compact }));
+    seq += 1;
+    // The same row under another run is cited whole.
+    let (_, ops) = append_rows(&mut table, std::slice::from_ref(&row), &mut seq, &mut log);
+    assert_eq!(ops[0], CompactOp::CitedRow { ops: 1, record: seq - 2, row: 0 });
+
+    let mut resolver = Resolver::new();
+    let mut back = Vec::new();
+    for (s, r) in log {
+        back.extend(resolver.resolve(s, r).unwrap());
+    }
+    assert!(matches!(&back[0], LogRecord::LateOps { ops, .. } if *ops == logged), "{back:?}");
+    assert!(matches!(&back[1], LogRecord::LateOps { ops, .. }
+        if *ops == [LoggedOp::Row { ops: 1, values: row.clone() }]));
+    let beyond = CompactOps {
+        ops: vec![
+            CompactOp::Run { stmt: None, params: params[..1].to_vec(), columns: vec![] },
+            CompactOp::RowCitingParams { ops: 0, values: vec![RowValue::Param(1)] },
+        ],
+        ..CompactOps::default()
+    };
+    let err = resolver.resolve(seq, LogRecord::CompactLateOps { txn: TxnId(2), ops: beyond }).unwrap_err();
+    assert!(err.to_string().contains("parameter 1 of its run, which has 1"), "{err}");
+}
