@@ -64,7 +64,7 @@ fn value_bytes(record: &LogRecord) -> (u64, u64) {
             CompactOp::Run { .. }
             | CompactOp::RunCitingColumns { .. }
             | CompactOp::Row { .. }
-            | CompactOp::RowCitingParams { .. } => {}
+            | CompactOp::PackedRow { .. } => {}
         }
         bytes += postcard::to_allocvec(op).map_or(0, |b| b.len() as u64);
     }

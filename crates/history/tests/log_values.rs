@@ -132,7 +132,8 @@ fn repeated_rows_and_columns_are_stored_once_and_replay_in_full() {
     let records = stored(&log);
     assert!(
         matches!(records.last(), Some(history::LogRecord::CompactFinished { txn, .. })
-            if txn.ops.ops.iter().any(|op| matches!(op, history::log::CompactOp::Row { .. }))),
+            if txn.ops.ops.iter().any(|op| matches!(op,
+                history::log::CompactOp::Row { .. } | history::log::CompactOp::PackedRow { .. }))),
         "a new run writes the row inline again: {:?}",
         records.last()
     );

@@ -42,10 +42,13 @@
 //!   first record that adds to it: nothing after that record cites a row before it, so the reader forgets
 //!   its rows there and holds at most one table's worth too.
 //!
-//! A row that is not cited may still repeat its run's parameters (`UPDATE kv SET v = $2 WHERE k = $1
-//! RETURNING k, v`, or the key a `SELECT … WHERE k = $1` returns): such a value is written as the index of
-//! the parameter ([`RowValue::Param`], in [`CompactOp::RowCitingParams`]). The parameters are those of the
-//! last run before the row in the same record, the run the row belongs to ([`LoggedOp::Row`]).
+//! A row that is not cited is packed ([`CompactOp::PackedRow`]) where that saves bytes:
+//! - a value that repeats one of its run's parameters (`UPDATE kv SET v = $2 WHERE k = $1 RETURNING k, v`,
+//!   or the key a `SELECT … WHERE k = $1` returns) is written as the parameter's index
+//!   ([`RowValue::Param`]); the parameters are those of the last run before the row in the same record,
+//!   the run the row belongs to ([`LoggedOp::Row`]);
+//! - a value whose text is an integer exactly as PostgreSQL prints one is written as that integer
+//!   ([`RowValue::Int`], a varint: a 14-digit counter takes 7 bytes instead of 16).
 //!
 //! Expanding a compact record gives back exactly the record the proxy handed to the log
 //! ([`Resolver::resolve`]): the same ops, the same statement list in the same order. So everything after
@@ -83,13 +86,37 @@ pub fn row_bytes(values: &[Value]) -> usize {
         .sum()
 }
 
-/// One value of a row in [`CompactOp::RowCitingParams`].
+/// One value of a row in [`CompactOp::PackedRow`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RowValue {
     /// The value itself.
     Own(Value),
     /// The same value as this parameter (counting from 0) of the run the row belongs to.
     Param(u32),
+    /// A [`Value::Text`] holding this integer as PostgreSQL prints it (no sign for positives, no leading
+    /// zeros), so that it reads back as exactly that text.
+    Int(i64),
+}
+
+impl RowValue {
+    /// The packed form of `v`, given the parameters of its run.
+    fn pack(v: Value, params: &[Value]) -> RowValue {
+        let long = match &v {
+            Value::Null => false,
+            Value::Text(t) | Value::Redacted(t) => t.len() >= 2,
+            Value::Truncated { .. } => true,
+        };
+        if let Some(i) = params.iter().position(|p| *p == v).filter(|_| long) {
+            return RowValue::Param(i as u32);
+        }
+        match v {
+            Value::Text(t) => match t.parse::<i64>() {
+                Ok(n) if n.to_string() == t => RowValue::Int(n),
+                _ => RowValue::Own(Value::Text(t)),
+            },
+            other => RowValue::Own(other),
+        }
+    }
 }
 
 /// Whether the writer remembers an inline row with `values` (and so the reader does too).
@@ -97,25 +124,14 @@ fn worth_citing(values: &[Value]) -> bool {
     row_bytes(values) >= MIN_CITED_ROW_BYTES
 }
 
-/// An inline row: [`CompactOp::RowCitingParams`] when some of its values are among `params` (and longer
-/// than a citation of one), [`CompactOp::Row`] otherwise.
-fn citing_params(ops: u32, values: Vec<Value>, params: &[Value]) -> CompactOp {
-    let param_of = |v: &Value| match v {
-        Value::Null => None,
-        Value::Text(t) | Value::Redacted(t) if t.len() < 2 => None,
-        _ => params.iter().position(|p| p == v),
-    };
-    if !values.iter().any(|v| param_of(v).is_some()) {
-        return CompactOp::Row { ops, values };
+/// An inline row: [`CompactOp::PackedRow`] when some of its values pack (see [`RowValue::pack`]),
+/// [`CompactOp::Row`] otherwise.
+fn packed_row(ops: u32, values: Vec<Value>, params: &[Value]) -> CompactOp {
+    let packed: Vec<RowValue> = values.iter().map(|v| RowValue::pack(v.clone(), params)).collect();
+    match packed.iter().all(|v| matches!(v, RowValue::Own(_))) {
+        true => CompactOp::Row { ops, values },
+        false => CompactOp::PackedRow { ops, values: packed },
     }
-    let values = values
-        .into_iter()
-        .map(|v| match param_of(&v) {
-            Some(i) => RowValue::Param(i as u32),
-            None => RowValue::Own(v),
-        })
-        .collect();
-    CompactOp::RowCitingParams { ops, values }
 }
 
 /// One op in the compact encoding: a [`LoggedOp`] whose key names its namespace by an index into
@@ -188,9 +204,10 @@ pub enum CompactOp {
         /// The sequence number of the [`LogRecord::Columns`] record naming its rows' columns.
         columns: u64,
     },
-    /// The row behind the ops just before it, as [`LoggedOp::Row`], some of whose values are parameters of
-    /// the run it belongs to (see the module docs). An inline row, like [`CompactOp::Row`]. Appended last.
-    RowCitingParams {
+    /// The row behind the ops just before it, as [`LoggedOp::Row`], with some of its values packed: as
+    /// parameters of the run it belongs to, or as integers (see the module docs). An inline row, like
+    /// [`CompactOp::Row`]. Appended last.
+    PackedRow {
         /// How many of the reads and writes just before it the row is behind.
         ops: u32,
         /// One value per column.
@@ -370,7 +387,7 @@ impl TextTable {
                         self.unappended_rows.push((values.clone(), inline_rows));
                     }
                     inline_rows += 1;
-                    citing_params(ops, values, &last_params)
+                    packed_row(ops, values, &last_params)
                 }
             })
             .collect();
@@ -545,7 +562,7 @@ impl Resolver {
                     continue;
                 }
                 CompactOp::Row { ops: n, values } => (n, values),
-                CompactOp::RowCitingParams { ops: n, values } => {
+                CompactOp::PackedRow { ops: n, values } => {
                     let param = |i: u32| {
                         last_params.get(i as usize).cloned().ok_or_else(|| LogError::Inconsistent {
                             seq,
@@ -560,6 +577,7 @@ impl Resolver {
                         .map(|v| match v {
                             RowValue::Own(v) => Ok(v),
                             RowValue::Param(i) => param(i),
+                            RowValue::Int(n) => Ok(Value::Text(n.to_string())),
                         })
                         .collect::<Result<Vec<_>, _>>()?;
                     (n, values)

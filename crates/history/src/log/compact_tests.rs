@@ -75,7 +75,7 @@ fn row(text: &str) -> Vec<Value> {
 #[test]
 fn a_row_seen_again_cites_the_record_that_holds_it() {
     let (mut table, mut seq, mut log) = (TextTable::default(), 0, Vec::new());
-    let (big, small) = (row("a row worth citing, long enough"), row("7"));
+    let (big, small) = (row("a row worth citing, long enough"), row("x"));
     let (first, ops) = append_rows(&mut table, &[small.clone(), big.clone()], &mut seq, &mut log);
     assert!(matches!(ops[..], [CompactOp::Row { .. }, CompactOp::Row { .. }]), "{ops:?}");
     assert_eq!(log[0].1, LogRecord::RowsForgotten, "a new table of rows is marked first");
@@ -127,7 +127,7 @@ fn a_full_row_table_starts_over_on_both_sides() {
 /// A row's values that repeat its run's parameters are written as their indices, read back as the
 /// values, and the row can still be cited later; a citation of a parameter the run lacks is refused.
 #[test]
-fn a_row_repeating_its_runs_parameters_cites_them() {
+fn a_row_packs_its_runs_parameters_and_its_integers() {
     let (mut table, mut seq, mut log) = (TextTable::default(), 0, Vec::new());
     let params = vec![Value::Text("12345".into()), Value::Text("a value set by the statement".into())];
     let run = |params: &Vec<Value>| LoggedOp::Run { stmt: None, params: params.clone(), columns: vec![] };
@@ -135,7 +135,7 @@ fn a_row_repeating_its_runs_parameters_cites_them() {
     let logged = vec![run(&params), LoggedOp::Row { ops: 0, values: row.clone() }];
     let mut new = Vec::new();
     let compact = table.encode(logged.clone(), Vec::new(), seq, &mut new);
-    let expect = CompactOp::RowCitingParams {
+    let expect = CompactOp::PackedRow {
         ops: 0,
         values: vec![
             RowValue::Param(1),
@@ -168,7 +168,7 @@ fn a_row_repeating_its_runs_parameters_cites_them() {
     let beyond = CompactOps {
         ops: vec![
             CompactOp::Run { stmt: None, params: params[..1].to_vec(), columns: vec![] },
-            CompactOp::RowCitingParams { ops: 0, values: vec![RowValue::Param(1)] },
+            CompactOp::PackedRow { ops: 0, values: vec![RowValue::Param(1)] },
         ],
         ..CompactOps::default()
     };
