@@ -1,12 +1,15 @@
 //! Durable log throughput: commits (intent + outcome, waiting as the durability setting requires) per
 //! second for each durability setting and number of concurrent sessions, with the fsyncs group commit
-//! needed. Prints a table; asserts nothing.
+//! needed; then what recorded values (issue 18) cost an append, without and with values side by side in
+//! one run (durability `none`, one session: the encoding's CPU, not the disk's). Prints two tables; asserts
+//! nothing.
 //!
 //! `cargo bench -p history --bench log` (set `KRAIT_BENCH_COMMITS` to change the commits per session).
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use history::values::Value;
 use history::{
     Durability, HistoryLog, KeyName, LoggedOp, LoggedTxn, Observed, Outcome, SessionId, SledLog, TxnId,
     WriteId,
@@ -26,6 +29,57 @@ fn txn(id: u64, session: u64, i: u64) -> LoggedTxn {
     ];
     t.start_ns = Some(id);
     t
+}
+
+/// A C-Twitter-like read-only transaction: four reads of tweets by key, each with its run (parameters and
+/// columns) and its row (a 140-byte body) when `values` is set; one read in four sees a tweet seen before.
+fn reading(id: u64, values: bool) -> LoggedTxn {
+    let mut t = LoggedTxn::new(TxnId(id), SessionId(id % 24), id);
+    t.statements = vec!["SELECT t_uid, t_seq, body FROM tweets WHERE t_uid = $1 AND t_seq = $2".into()];
+    for r in 0..4u64 {
+        let tweet = if r == 0 { id / 4 } else { id * 4 + r };
+        let key = KeyName { namespace: "tweets".into(), bytes: tweet.to_be_bytes().to_vec() };
+        let (uid, seq) = ((tweet % 1000).to_string(), (tweet / 1000).to_string());
+        if values {
+            let params = vec![Value::Text(uid.clone()), Value::Text(seq.clone())];
+            let columns = vec!["t_uid".into(), "t_seq".into(), "body".into()];
+            t.ops.push(LoggedOp::Run { stmt: Some(0), params, columns });
+        }
+        t.ops.push(LoggedOp::Read { key, observed: Observed::PreHistory(tweet), stmt: Some(0) });
+        if values {
+            let words = ["chain", "epoch", "serial", "fence", "order", "krait", "graph", "cobra"];
+            let body: Vec<&str> = (0..24).map(|w| words[((tweet >> (w % 16)) as usize + w) % 8]).collect();
+            let row = vec![Value::Text(uid), Value::Text(seq), Value::Text(body.join(" "))];
+            t.ops.push(LoggedOp::Row { ops: 1, values: row });
+        }
+    }
+    t.start_ns = Some(id);
+    t
+}
+
+/// Appends `count` finished reading transactions to a fresh log: (appends per second, bytes on disk per
+/// transaction after closing).
+fn append_readings(count: u64, values: bool) -> (f64, f64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = SledLog::open(dir.path(), Durability::None).expect("open");
+    let started = Instant::now();
+    for id in 1..=count {
+        drop(log.append_finished(reading(id, values), Outcome::Committed, Some(id)).expect("append"));
+    }
+    let took = started.elapsed();
+    log.close().expect("close");
+    let bytes = history::log::disk_bytes(dir.path());
+    (count as f64 / took.as_secs_f64(), bytes as f64 / count as f64)
+}
+
+fn values_table(count: u64) {
+    println!();
+    println!("{:<10} {:>9} {:>12} {:>14}", "values", "txns", "appends/s", "disk bytes/txn");
+    // Alternated, twice each, so that a noisy neighbour weighs on both.
+    for values in [false, true, false, true] {
+        let (rate, bytes) = append_readings(count, values);
+        println!("{:<10} {count:>9} {rate:>12.0} {bytes:>14.0}", if values { "on" } else { "off" });
+    }
 }
 
 fn main() {
@@ -86,4 +140,5 @@ fn main() {
             log.close().expect("close");
         }
     }
+    values_table(per_session * 40);
 }

@@ -99,25 +99,26 @@ pub enum RowValue {
 }
 
 impl RowValue {
-    /// The packed form of `v`, given the parameters of its run.
-    fn pack(v: Value, params: &[Value]) -> RowValue {
-        let long = match &v {
+    /// The packed form of `v` given the parameters of its run, if it has one shorter than itself.
+    fn packed(v: &Value, params: &[Value]) -> Option<RowValue> {
+        let long = match v {
             Value::Null => false,
             Value::Text(t) | Value::Redacted(t) => t.len() >= 2,
             Value::Truncated { .. } => true,
         };
-        if let Some(i) = params.iter().position(|p| *p == v).filter(|_| long) {
-            return RowValue::Param(i as u32);
+        if let Some(i) = params.iter().position(|p| p == v).filter(|_| long) {
+            return Some(RowValue::Param(i as u32));
         }
         match v {
-            Value::Text(t) => match t.parse::<i64>() {
-                Ok(n) if n.to_string() == t => RowValue::Int(n),
-                _ => RowValue::Own(Value::Text(t)),
-            },
-            other => RowValue::Own(other),
+            Value::Text(t) => t.parse::<i64>().ok().filter(|n| n.to_string() == *t).map(RowValue::Int),
+            _ => None,
         }
     }
 }
+
+/// A table of rows: hashed with foldhash, since the writer hashes every row it appends (SipHash cost a
+/// fifth of an append of a row-heavy transaction); seeded per process, so rows cannot be chosen to collide.
+type RowTable<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Whether the writer remembers an inline row with `values` (and so the reader does too).
 fn worth_citing(values: &[Value]) -> bool {
@@ -127,11 +128,12 @@ fn worth_citing(values: &[Value]) -> bool {
 /// An inline row: [`CompactOp::PackedRow`] when some of its values pack (see [`RowValue::pack`]),
 /// [`CompactOp::Row`] otherwise.
 fn packed_row(ops: u32, values: Vec<Value>, params: &[Value]) -> CompactOp {
-    let packed: Vec<RowValue> = values.iter().map(|v| RowValue::pack(v.clone(), params)).collect();
-    match packed.iter().all(|v| matches!(v, RowValue::Own(_))) {
-        true => CompactOp::Row { ops, values },
-        false => CompactOp::PackedRow { ops, values: packed },
+    if values.iter().all(|v| RowValue::packed(v, params).is_none()) {
+        return CompactOp::Row { ops, values };
     }
+    let values =
+        values.into_iter().map(|v| RowValue::packed(&v, params).unwrap_or(RowValue::Own(v))).collect();
+    CompactOp::PackedRow { ops, values }
 }
 
 /// One op in the compact encoding: a [`LoggedOp`] whose key names its namespace by an index into
@@ -280,7 +282,7 @@ pub struct TextTable {
     columns: HashMap<Vec<String>, u64>,
     bytes: usize,
     /// Rows written inline since the last [`LogRecord::RowsForgotten`]: the record and the place in it.
-    rows: HashMap<Vec<Value>, (u64, u32)>,
+    rows: RowTable<Vec<Value>, (u64, u32)>,
     /// What `rows` holds, by [`row_bytes`].
     row_bytes: usize,
     /// Whether this table's [`LogRecord::RowsForgotten`] is in the log: rows are remembered only after it.
@@ -377,10 +379,12 @@ impl TextTable {
                     }
                 }
                 LoggedOp::Row { ops, values } => {
-                    if let Some(&(record, row)) = self.rows.get(&values) {
+                    // A row too small to be worth citing is never in the table.
+                    let worth = worth_citing(&values);
+                    if let Some(&(record, row)) = self.rows.get(&values).filter(|_| worth) {
                         return CompactOp::CitedRow { ops, record, row };
                     }
-                    if worth_citing(&values) {
+                    if worth {
                         if !self.rows_started && !new.contains(&NewText::ForgetRows) {
                             new.push(NewText::ForgetRows);
                         }
@@ -431,7 +435,7 @@ pub struct Resolver {
     namespaces: HashMap<u64, String>,
     columns: HashMap<u64, Vec<String>>,
     /// The rows the writer can cite: by record and place among its inline rows.
-    rows: HashMap<(u64, u32), Vec<Value>>,
+    rows: RowTable<(u64, u32), Vec<Value>>,
 }
 
 impl Resolver {
