@@ -116,8 +116,8 @@ impl RowValue {
     }
 }
 
-/// A table of rows: hashed with foldhash, since the writer hashes every row it appends (SipHash cost a
-/// fifth of an append of a row-heavy transaction); seeded per process, so rows cannot be chosen to collide.
+/// A table of rows, hashed with foldhash as the verifier's hot maps are: the writer hashes every row it
+/// appends. Seeded per process, so rows cannot be chosen to collide.
 type RowTable<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Whether the writer remembers an inline row with `values` (and so the reader does too).
@@ -125,7 +125,7 @@ fn worth_citing(values: &[Value]) -> bool {
     row_bytes(values) >= MIN_CITED_ROW_BYTES
 }
 
-/// An inline row: [`CompactOp::PackedRow`] when some of its values pack (see [`RowValue::pack`]),
+/// An inline row: [`CompactOp::PackedRow`] when some of its values pack (see [`RowValue::packed`]),
 /// [`CompactOp::Row`] otherwise.
 fn packed_row(ops: u32, values: Vec<Value>, params: &[Value]) -> CompactOp {
     if values.iter().all(|v| RowValue::packed(v, params).is_none()) {
@@ -193,7 +193,8 @@ pub enum CompactOp {
         ops: u32,
         /// The sequence number of the record holding the values.
         record: u64,
-        /// Which of that record's inline rows ([`CompactOp::Row`]) it is, counting from 0.
+        /// Which of that record's inline rows ([`CompactOp::Row`], [`CompactOp::PackedRow`]) it is, counting
+        /// from 0.
         row: u32,
     },
     /// A statement run's values, as [`LoggedOp::Run`], whose column names a [`LogRecord::Columns`] record
@@ -436,12 +437,28 @@ pub struct Resolver {
     columns: HashMap<u64, Vec<String>>,
     /// The rows the writer can cite: by record and place among its inline rows.
     rows: RowTable<(u64, u32), Vec<Value>>,
+    /// Whether records were skipped ([`Resolver::after_hole`]).
+    after_hole: bool,
+    /// Rows whose values were in skipped records, left out.
+    rows_lost: u64,
 }
 
 impl Resolver {
     /// A resolver that has read no definitions.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Notes that records were skipped (a stretch lost in transit): from now on a row citing a record the
+    /// reader never saw is left out, and counted ([`Resolver::rows_lost`]), rather than making its whole
+    /// record an error. Values never decide a verdict, so the transaction is kept without that row's values.
+    pub fn after_hole(&mut self) {
+        self.after_hole = true;
+    }
+
+    /// Rows left out because their values were in skipped records.
+    pub fn rows_lost(&self) -> u64 {
+        self.rows_lost
     }
 
     /// Takes record `seq` and returns it as the proxy appended it: a definition is kept and yields nothing;
@@ -552,6 +569,12 @@ impl Resolver {
                         })?;
                     last_params.clone_from(&params);
                     ops.push(LoggedOp::Run { stmt, params, columns });
+                    continue;
+                }
+                CompactOp::CitedRow { record, row, .. }
+                    if self.after_hole && !self.rows.contains_key(&(record, row)) =>
+                {
+                    self.rows_lost += 1;
                     continue;
                 }
                 CompactOp::CitedRow { ops: n, record, row } => {

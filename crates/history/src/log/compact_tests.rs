@@ -175,3 +175,32 @@ fn a_row_packs_its_runs_parameters_and_its_integers() {
     let err = resolver.resolve(seq, LogRecord::CompactLateOps { txn: TxnId(2), ops: beyond }).unwrap_err();
     assert!(err.to_string().contains("parameter 1 of its run, which has 1"), "{err}");
 }
+
+/// After a stretch of records was skipped, a row citing a record the reader never saw is left out and
+/// counted, and its transaction kept; before any hole, the same citation is an inconsistency.
+#[test]
+fn after_a_hole_a_row_citing_the_lost_stretch_is_left_out_not_its_transaction() {
+    let read = LoggedOp::Read {
+        key: KeyName { namespace: "t".into(), bytes: b"k".to_vec() },
+        observed: Observed::PreHistory(1),
+        stmt: None,
+    };
+    let ops = CompactOps {
+        ops: vec![
+            CompactOp::Read { ns: 0, key: b"k".to_vec(), observed: Observed::PreHistory(1), stmt: None },
+            CompactOp::CitedRow { ops: 1, record: 3, row: 0 },
+        ],
+        statements: vec![],
+        namespaces: vec![0],
+    };
+    let record = || LogRecord::CompactLateOps { txn: TxnId(1), ops: ops.clone() };
+    let mut resolver = Resolver::new();
+    resolver.resolve(0, LogRecord::Namespace { name: "t".into() }).unwrap();
+    assert!(resolver.resolve(9, record()).is_err(), "no hole: the citation contradicts the log");
+    resolver.after_hole();
+    match resolver.resolve(10, record()).unwrap() {
+        Some(LogRecord::LateOps { ops, .. }) => assert_eq!(ops, [read]),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(resolver.rows_lost(), 1);
+}

@@ -191,11 +191,18 @@ impl Replayer {
     pub fn skip_to(&mut self, seq: u64) {
         self.next_seq = Some(seq);
         self.holes += 1;
+        self.resolver.after_hole();
     }
 
     /// Records dropped because they refer to what a skipped stretch held.
     pub fn lost_to_holes(&self) -> u64 {
         self.lost_to_holes
+    }
+
+    /// Recorded rows left out of transactions because their values were in a skipped stretch (the
+    /// transactions themselves are kept: values never decide a verdict).
+    pub fn rows_lost_to_holes(&self) -> u64 {
+        self.resolver.rows_lost()
     }
 
     /// A record that refers to something the log never showed: after a skipped stretch, counted and
