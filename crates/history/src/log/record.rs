@@ -18,9 +18,9 @@
 //!   (the block format, its uncompressed length first as a little-endian `u32`). A record is compressed when
 //!   it is at least [`COMPRESS_FROM`] bytes and compression makes it smaller: recorded values (issue 18)
 //!   are text, which LZ4 shortens by about a third, while small records (outcomes, ids) would only grow.
-//!   A version-1 reader meets version 2 as "written by a newer Krait", never as corruption. The header layout (one version byte, then a CRC-32 over the version byte
-//!   and the payload) is frozen for every future version, so an old reader can always tell "corrupt" from
-//!   "written by a newer Krait".
+//!   A version-1 reader meets version 2 as "written by a newer Krait", never as corruption. The header
+//!   layout (one version byte, then a CRC-32 over the version byte and the payload) is frozen for every
+//!   future version, so an old reader can always tell "corrupt" from "written by a newer Krait".
 //! - The checksum is checked before the version, so a flipped version byte is reported as corruption.
 //! - The payload is [postcard](https://docs.rs/postcard): serde with varint integers and no field names. It
 //!   is compact (a typical one-row intent is well under 100 bytes), its format is specified and stable
