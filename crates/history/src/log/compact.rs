@@ -274,6 +274,19 @@ impl NewText {
     }
 }
 
+/// The sequence number a record cites `text` by: `known`, where the writer's table has it; else its place
+/// among the definitions this record appends first (`new`, numbered from `next_seq`), added if missing.
+fn cite(known: Option<u64>, text: NewText, new: &mut Vec<NewText>, next_seq: u64) -> u64 {
+    if let Some(seq) = known {
+        return seq;
+    }
+    let at = new.iter().position(|n| *n == text).unwrap_or_else(|| {
+        new.push(text);
+        new.len() - 1
+    });
+    next_seq + at as u64
+}
+
 /// The writer's side: which texts this open of the log has defined, and at which sequence number; which
 /// rows it can cite, and where they are.
 #[derive(Debug, Default)]
@@ -317,22 +330,13 @@ impl TextTable {
         self.unappended_rows.clear();
         let seq_of = |text: String, is_statement: bool, new: &mut Vec<NewText>| {
             let table = if is_statement { &self.statements } else { &self.namespaces };
-            if let Some(&seq) = table.get(&text) {
-                return seq;
-            }
-            // Defined earlier in this same record's list of new texts?
-            let earlier = new.iter().position(|n| match n {
-                NewText::Statement(t) => is_statement && *t == text,
-                NewText::Namespace(t) => !is_statement && *t == text,
-                NewText::ForgetRows | NewText::Columns(_) => false,
-            });
-            match earlier {
-                Some(i) => next_seq + i as u64,
-                None => {
-                    new.push(if is_statement { NewText::Statement(text) } else { NewText::Namespace(text) });
-                    next_seq + new.len() as u64 - 1
-                }
-            }
+            let known = table.get(&text).copied();
+            cite(
+                known,
+                if is_statement { NewText::Statement(text) } else { NewText::Namespace(text) },
+                new,
+                next_seq,
+            )
         };
         let statements: Vec<u64> = statements.into_iter().map(|t| seq_of(t, true, new)).collect();
         let mut namespaces: Vec<u64> = Vec::new();
@@ -347,16 +351,7 @@ impl TextTable {
             }
         };
         let columns_seq = |columns: Vec<String>, new: &mut Vec<NewText>| {
-            if let Some(&seq) = self.columns.get(&columns) {
-                return seq;
-            }
-            match new.iter().position(|n| matches!(n, NewText::Columns(c) if *c == columns)) {
-                Some(i) => next_seq + i as u64,
-                None => {
-                    new.push(NewText::Columns(columns));
-                    next_seq + new.len() as u64 - 1
-                }
-            }
+            cite(self.columns.get(&columns).copied(), NewText::Columns(columns), new, next_seq)
         };
         let mut inline_rows = 0u32;
         let mut last_params: Vec<Value> = Vec::new();
