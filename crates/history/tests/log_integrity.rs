@@ -3,7 +3,7 @@
 //! arbitrary bytes.
 
 use history::log::record::{HEADER_LEN, frame};
-use history::log::{FORMAT_VERSION, LZ4_FORMAT_VERSION, RecordError};
+use history::log::{FORMAT_VERSION, LZ4_FORMAT_VERSION, RecordError, ZSTD_FORMAT_VERSION};
 use history::{
     Durability, HistoryLog, KeyName, LogError, LogRecord, LoggedOp, LoggedTxn, Observed, Outcome, SessionId,
     SledLog, TxnId, WriteId,
@@ -110,9 +110,9 @@ fn a_truncated_record_is_reported_not_skipped() {
 fn a_record_from_a_newer_format_is_a_version_error() {
     let dir = log_with_damaged_record(|v| {
         // A well-formed header for the next version: the checksum covers the new version byte.
-        frame(LZ4_FORMAT_VERSION + 1, &v[5..])
+        frame(ZSTD_FORMAT_VERSION + 1, &v[5..])
     });
-    assert_eq!(expect_corrupt_at_2(&dir), RecordError::Version { found: LZ4_FORMAT_VERSION + 1 });
+    assert_eq!(expect_corrupt_at_2(&dir), RecordError::Version { found: ZSTD_FORMAT_VERSION + 1 });
 }
 
 #[test]
@@ -185,8 +185,9 @@ fn encode_then_decode_is_the_identity_for_every_record_kind() {
     }
 }
 
-/// A large record with text in it is stored compressed and reads back the same; a compressed payload that
-/// states a length it does not expand to, or an absurd one, is malformed, not a panic or a huge allocation.
+/// A large record with text in it is stored compressed (zstd) and reads back the same; a compressed payload
+/// that states a length it does not expand to, or an absurd one, is malformed, not a panic or a huge
+/// allocation.
 #[test]
 fn a_large_record_is_stored_compressed_and_a_lying_length_is_malformed() {
     let mut txn = sample_txn(7);
@@ -195,15 +196,40 @@ fn a_large_record_is_stored_compressed_and_a_lying_length_is_malformed() {
     let text = txn.statements[0].len();
     let record = LogRecord::Intent(txn);
     let bytes = record.encode().unwrap();
-    assert_eq!(bytes[0], LZ4_FORMAT_VERSION);
+    assert_eq!(bytes[0], ZSTD_FORMAT_VERSION);
     assert!(bytes.len() < text, "{} bytes stored for a record holding {text} bytes of text", bytes.len());
     assert_eq!(LogRecord::decode(&bytes).unwrap(), record);
 
-    let mut lying = bytes[5..].to_vec();
+    for delta in [1u8, 255] {
+        // One byte more, or one fewer, than the frame holds.
+        let mut lying = bytes[5..].to_vec();
+        lying[0] = lying[0].wrapping_add(delta);
+        let err = LogRecord::decode(&frame(ZSTD_FORMAT_VERSION, &lying)).unwrap_err();
+        assert!(matches!(&err, RecordError::Malformed { reason } if reason.contains("expand")), "{err}");
+    }
+    let mut absurd = bytes[5..].to_vec();
+    absurd[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    let err = LogRecord::decode(&frame(ZSTD_FORMAT_VERSION, &absurd)).unwrap_err();
+    assert!(matches!(&err, RecordError::Malformed { reason } if reason.contains("above")), "{err}");
+}
+
+/// Logs written before zstd hold LZ4 records (version 2): they still read, and their length is checked the
+/// same way.
+#[test]
+fn an_lz4_record_of_an_older_log_still_reads() {
+    let mut txn = sample_txn(9);
+    txn.statements = vec!["UPDATE accounts SET balance = $2 WHERE id = $1 -- once more".repeat(4)];
+    let record = LogRecord::Intent(txn);
+    let payload = postcard::to_allocvec(&record).unwrap();
+    let compressed = lz4_flex::block::compress_prepend_size(&payload);
+    assert!(compressed.len() < payload.len());
+    assert_eq!(LogRecord::decode(&frame(LZ4_FORMAT_VERSION, &compressed)).unwrap(), record);
+
+    let mut lying = compressed.clone();
     lying[0] = lying[0].wrapping_add(1);
     let err = LogRecord::decode(&frame(LZ4_FORMAT_VERSION, &lying)).unwrap_err();
-    assert!(matches!(&err, RecordError::Malformed { reason } if reason.contains("expands")), "{err}");
-    let mut absurd = bytes[5..].to_vec();
+    assert!(matches!(&err, RecordError::Malformed { reason } if reason.contains("expand")), "{err}");
+    let mut absurd = compressed;
     absurd[..4].copy_from_slice(&u32::MAX.to_le_bytes());
     let err = LogRecord::decode(&frame(LZ4_FORMAT_VERSION, &absurd)).unwrap_err();
     assert!(matches!(&err, RecordError::Malformed { reason } if reason.contains("above")), "{err}");
@@ -229,9 +255,12 @@ proptest! {
             // Whatever decodes must round-trip.
             prop_assert_eq!(LogRecord::decode(&record.encode().unwrap()), Ok(record));
         }
-        // And behind a compressed record's header, where the decompressor sees them first.
-        if let Ok(record) = LogRecord::decode(&frame(LZ4_FORMAT_VERSION, &bytes)) {
-            prop_assert_eq!(LogRecord::decode(&record.encode().unwrap()), Ok(record));
+        // And behind a compressed record's header (zstd, or LZ4 as older logs hold), where the decompressor
+        // sees them first.
+        for version in [ZSTD_FORMAT_VERSION, LZ4_FORMAT_VERSION] {
+            if let Ok(record) = LogRecord::decode(&frame(version, &bytes)) {
+                prop_assert_eq!(LogRecord::decode(&record.encode().unwrap()), Ok(record));
+            }
         }
     }
 

@@ -12,8 +12,9 @@ fuzz_target!(|data: &[u8]| {
     }
     // The checksum rejects nearly all random input, so also try the bytes as a payload behind a valid
     // header; that is where the postcard decoder sees them.
-    // Behind a compressed record's header, the LZ4 decompressor sees them first.
-    for version in [history::log::FORMAT_VERSION, history::log::LZ4_FORMAT_VERSION] {
+    // Behind a compressed record's header (zstd, or LZ4 as older logs hold), the decompressor sees them first.
+    use history::log::{FORMAT_VERSION, LZ4_FORMAT_VERSION, ZSTD_FORMAT_VERSION};
+    for version in [FORMAT_VERSION, LZ4_FORMAT_VERSION, ZSTD_FORMAT_VERSION] {
         let framed = history::log::record::frame(version, data);
         if let Ok(record) = LogRecord::decode(&framed) {
             let bytes = record.encode().expect("a decoded record encodes");
