@@ -64,7 +64,8 @@ fn value_bytes(record: &LogRecord) -> (u64, u64) {
             CompactOp::Run { .. }
             | CompactOp::RunCitingColumns { .. }
             | CompactOp::Row { .. }
-            | CompactOp::PackedRow { .. } => {}
+            | CompactOp::PackedRow { .. }
+            | CompactOp::PackedRun { .. } => {}
         }
         bytes += postcard::to_allocvec(op).map_or(0, |b| b.len() as u64);
     }

@@ -50,6 +50,13 @@
 //! - a value whose text is an integer exactly as PostgreSQL prints one is written as that integer
 //!   ([`RowValue::Int`], a varint: a 14-digit counter takes 7 bytes instead of 16).
 //!
+//! A run's parameters are packed the same way ([`CompactOp::PackedRun`]), where that saves bytes: a
+//! parameter that repeats a value of the row just before the run in the same record is written as that
+//! value's index ([`ParamValue::LastRow`]). An application that reads a row and writes it back changed
+//! (`SELECT … WHERE id = $1`, then `UPDATE … SET a = $1, b = $2, … WHERE id = $n`) passes most of the row
+//! again as parameters: on TPC-C, three parameters in four. A row lost to a hole (below) makes the
+//! parameters citing it unknown: the run is kept without them, and counted.
+//!
 //! Expanding a compact record gives back exactly the record the proxy handed to the log
 //! ([`Resolver::resolve`]): the same ops, the same statement list in the same order. So everything after
 //! the resolver (replay, tests reading records) sees the records as before.
@@ -101,18 +108,49 @@ pub enum RowValue {
 impl RowValue {
     /// The packed form of `v` given the parameters of its run, if it has one shorter than itself.
     fn packed(v: &Value, params: &[Value]) -> Option<RowValue> {
-        let long = match v {
-            Value::Null => false,
-            Value::Text(t) | Value::Redacted(t) => t.len() >= 2,
-            Value::Truncated { .. } => true,
-        };
-        if let Some(i) = params.iter().position(|p| p == v).filter(|_| long) {
+        if let Some(i) = params.iter().position(|p| p == v).filter(|_| worth_an_index(v)) {
             return Some(RowValue::Param(i as u32));
         }
-        match v {
-            Value::Text(t) => t.parse::<i64>().ok().filter(|n| n.to_string() == *t).map(RowValue::Int),
-            _ => None,
+        int_form(v).map(RowValue::Int)
+    }
+}
+
+/// The integer `v` holds, when its text is one exactly as PostgreSQL prints it (no sign for positives, no
+/// leading zeros), so that the integer reads back as the same text.
+fn int_form(v: &Value) -> Option<i64> {
+    match v {
+        Value::Text(t) => t.parse::<i64>().ok().filter(|n| n.to_string() == *t),
+        _ => None,
+    }
+}
+
+/// Whether a value is long enough that an index (a byte or two) saves bytes over writing it.
+fn worth_an_index(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Text(t) | Value::Redacted(t) => t.len() >= 2,
+        Value::Truncated { .. } => true,
+    }
+}
+
+/// One parameter of a run in [`CompactOp::PackedRun`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ParamValue {
+    /// The value itself.
+    Own(Value),
+    /// A [`Value::Text`] holding this integer, as [`RowValue::Int`].
+    Int(i64),
+    /// The same value as this one (counting from 0) of the row just before the run in the same record.
+    LastRow(u32),
+}
+
+impl ParamValue {
+    /// The packed form of `v` given the row before its run, if it has one shorter than itself.
+    fn packed(v: &Value, last_row: &[Value]) -> Option<ParamValue> {
+        if let Some(i) = last_row.iter().position(|r| r == v).filter(|_| worth_an_index(v)) {
+            return Some(ParamValue::LastRow(i as u32));
         }
+        int_form(v).map(ParamValue::Int)
     }
 }
 
@@ -128,12 +166,26 @@ fn worth_citing(values: &[Value]) -> bool {
 /// An inline row: [`CompactOp::PackedRow`] when some of its values pack (see [`RowValue::packed`]),
 /// [`CompactOp::Row`] otherwise.
 fn packed_row(ops: u32, values: Vec<Value>, params: &[Value]) -> CompactOp {
-    if values.iter().all(|v| RowValue::packed(v, params).is_none()) {
+    let packed: Vec<Option<RowValue>> = values.iter().map(|v| RowValue::packed(v, params)).collect();
+    if packed.iter().all(Option::is_none) {
         return CompactOp::Row { ops, values };
     }
-    let values =
-        values.into_iter().map(|v| RowValue::packed(&v, params).unwrap_or(RowValue::Own(v))).collect();
+    let values = values.into_iter().zip(packed).map(|(v, p)| p.unwrap_or(RowValue::Own(v))).collect();
     CompactOp::PackedRow { ops, values }
+}
+
+/// A run: [`CompactOp::PackedRun`] when some of its parameters pack against `last_row` (see
+/// [`ParamValue::packed`]), [`CompactOp::Run`] or [`CompactOp::RunCitingColumns`] otherwise.
+fn packed_run(stmt: Option<u32>, params: Vec<Value>, columns: Option<u64>, last_row: &[Value]) -> CompactOp {
+    let packed: Vec<Option<ParamValue>> = params.iter().map(|v| ParamValue::packed(v, last_row)).collect();
+    if packed.iter().all(Option::is_none) {
+        return match columns {
+            Some(columns) => CompactOp::RunCitingColumns { stmt, params, columns },
+            None => CompactOp::Run { stmt, params, columns: Vec::new() },
+        };
+    }
+    let params = params.into_iter().zip(packed).map(|(v, p)| p.unwrap_or(ParamValue::Own(v))).collect();
+    CompactOp::PackedRun { stmt, params, columns }
 }
 
 /// One op in the compact encoding: a [`LoggedOp`] whose key names its namespace by an index into
@@ -215,6 +267,17 @@ pub enum CompactOp {
         ops: u32,
         /// One value per column.
         values: Vec<RowValue>,
+    },
+    /// A statement run's values, as [`LoggedOp::Run`], with some of its parameters packed: as values of
+    /// the row before it, or as integers (see the module docs). Appended last.
+    PackedRun {
+        /// Index into [`CompactOps::statements`].
+        stmt: Option<u32>,
+        /// Its parameters.
+        params: Vec<ParamValue>,
+        /// The sequence number of the [`LogRecord::Columns`] record naming its rows' columns; none when it
+        /// has none.
+        columns: Option<u64>,
     },
 }
 
@@ -355,6 +418,7 @@ impl TextTable {
         };
         let mut inline_rows = 0u32;
         let mut last_params: Vec<Value> = Vec::new();
+        let mut last_row: Vec<Value> = Vec::new();
         let ops = ops
             .into_iter()
             .map(|op| match op {
@@ -367,14 +431,11 @@ impl TextTable {
                 LoggedOp::Opaque { kind, stmt } => CompactOp::Opaque { kind, stmt },
                 LoggedOp::Run { stmt, params, columns } => {
                     last_params.clone_from(&params);
-                    match columns.is_empty() {
-                        true => CompactOp::Run { stmt, params, columns },
-                        false => {
-                            CompactOp::RunCitingColumns { stmt, params, columns: columns_seq(columns, new) }
-                        }
-                    }
+                    let columns = (!columns.is_empty()).then(|| columns_seq(columns, new));
+                    packed_run(stmt, params, columns, &last_row)
                 }
                 LoggedOp::Row { ops, values } => {
+                    last_row.clone_from(&values);
                     // A row too small to be worth citing is never in the table.
                     let worth = worth_citing(&values);
                     if let Some(&(record, row)) = self.rows.get(&values).filter(|_| worth) {
@@ -434,8 +495,8 @@ pub struct Resolver {
     rows: RowTable<(u64, u32), Vec<Value>>,
     /// Whether records were skipped ([`Resolver::after_hole`]).
     after_hole: bool,
-    /// Rows whose values were in skipped records, left out.
-    rows_lost: u64,
+    /// Rows, and runs' parameters, whose values were in skipped records, left out.
+    values_lost: u64,
 }
 
 impl Resolver {
@@ -445,15 +506,26 @@ impl Resolver {
     }
 
     /// Notes that records were skipped (a stretch lost in transit): from now on a row citing a record the
-    /// reader never saw is left out, and counted ([`Resolver::rows_lost`]), rather than making its whole
-    /// record an error. Values never decide a verdict, so the transaction is kept without that row's values.
+    /// reader never saw is left out, and counted ([`Resolver::values_lost`]), rather than making its whole
+    /// record an error; so are the run parameters and row values packed against such a row. Values never
+    /// decide a verdict, so the transaction is kept without them.
     pub fn after_hole(&mut self) {
         self.after_hole = true;
     }
 
-    /// Rows left out because their values were in skipped records.
-    pub fn rows_lost(&self) -> u64 {
-        self.rows_lost
+    /// Rows left out, and runs kept without their parameters, because their values were in skipped records.
+    pub fn values_lost(&self) -> u64 {
+        self.values_lost
+    }
+
+    /// The column list record `seq` cites as record `cited`.
+    fn column_list(&self, seq: u64, cited: u64) -> Result<Vec<String>, LogError> {
+        self.columns.get(&cited).cloned().ok_or_else(|| LogError::Inconsistent {
+            seq,
+            reason: format!(
+                "cites record {cited} as a column list, but no column list was defined there earlier in the log"
+            ),
+        })
     }
 
     /// Takes record `seq` and returns it as the proxy appended it: a definition is kept and yields nothing;
@@ -530,7 +602,10 @@ impl Resolver {
             })
         };
         let mut inline_rows = 0u32;
-        let mut last_params: Vec<Value> = Vec::new();
+        // What the writer packed against: the last run's parameters and the last row's values. `None` once
+        // a hole took them (a row citing the lost stretch, or packed against what it took).
+        let mut last_params: Option<Vec<Value>> = Some(Vec::new());
+        let mut last_row: Option<Vec<Value>> = Some(Vec::new());
         let mut ops = Vec::with_capacity(compact.ops.len());
         for op in compact.ops {
             let inline = match op {
@@ -549,27 +624,34 @@ impl Resolver {
                     continue;
                 }
                 CompactOp::Run { stmt, params, columns } => {
-                    last_params.clone_from(&params);
+                    last_params = Some(params.clone());
                     ops.push(LoggedOp::Run { stmt, params, columns });
                     continue;
                 }
                 CompactOp::RunCitingColumns { stmt, params, columns: cited } => {
-                    let columns =
-                        self.columns.get(&cited).cloned().ok_or_else(|| LogError::Inconsistent {
-                            seq,
-                            reason: format!(
-                                "cites record {cited} as a column list, but no column list was defined there \
-                             earlier in the log"
-                            ),
-                        })?;
-                    last_params.clone_from(&params);
+                    let columns = self.column_list(seq, cited)?;
+                    last_params = Some(params.clone());
                     ops.push(LoggedOp::Run { stmt, params, columns });
+                    continue;
+                }
+                CompactOp::PackedRun { stmt, params, columns: cited } => {
+                    let columns = match cited {
+                        Some(cited) => self.column_list(seq, cited)?,
+                        None => Vec::new(),
+                    };
+                    let params = self.unpack_params(seq, params, last_row.as_deref())?;
+                    if params.is_none() {
+                        self.values_lost += 1;
+                    }
+                    last_params.clone_from(&params);
+                    ops.push(LoggedOp::Run { stmt, params: params.unwrap_or_default(), columns });
                     continue;
                 }
                 CompactOp::CitedRow { record, row, .. }
                     if self.after_hole && !self.rows.contains_key(&(record, row)) =>
                 {
-                    self.rows_lost += 1;
+                    self.values_lost += 1;
+                    last_row = None;
                     continue;
                 }
                 CompactOp::CitedRow { ops: n, record, row } => {
@@ -580,40 +662,83 @@ impl Resolver {
                              held"
                         ),
                     })?;
+                    last_row = Some(values.clone());
                     ops.push(LoggedOp::Row { ops: n, values });
                     continue;
                 }
-                CompactOp::Row { ops: n, values } => (n, values),
+                CompactOp::Row { ops: n, values } => (n, Some(values)),
                 CompactOp::PackedRow { ops: n, values } => {
-                    let param = |i: u32| {
-                        last_params.get(i as usize).cloned().ok_or_else(|| LogError::Inconsistent {
-                            seq,
-                            reason: format!(
-                                "a row cites parameter {i} of its run, which has {}",
-                                last_params.len()
-                            ),
-                        })
-                    };
-                    let values = values
-                        .into_iter()
-                        .map(|v| match v {
-                            RowValue::Own(v) => Ok(v),
-                            RowValue::Param(i) => param(i),
-                            RowValue::Int(n) => Ok(Value::Text(n.to_string())),
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    (n, values)
+                    (n, self.unpack_row(seq, values, last_params.as_deref())?)
                 }
             };
-            // An inline row, remembered by the same rule as the writer's (see `TextTable::encode`).
-            let (n, values) = inline;
-            if worth_citing(&values) {
-                self.rows.insert((seq, inline_rows), values.clone());
-            }
+            // An inline row, remembered by the same rule as the writer's (see `TextTable::encode`), and
+            // counted among the record's inline rows even when a hole took its values.
             inline_rows += 1;
+            let (n, Some(values)) = inline else {
+                self.values_lost += 1;
+                last_row = None;
+                continue;
+            };
+            if worth_citing(&values) {
+                self.rows.insert((seq, inline_rows - 1), values.clone());
+            }
+            last_row = Some(values.clone());
             ops.push(LoggedOp::Row { ops: n, values });
         }
         Ok((ops, statements))
+    }
+
+    /// The parameters of a [`CompactOp::PackedRun`] of record `seq`, packed against `last_row`; `None` when
+    /// a hole took that row.
+    fn unpack_params(
+        &self,
+        seq: u64,
+        params: Vec<ParamValue>,
+        last_row: Option<&[Value]>,
+    ) -> Result<Option<Vec<Value>>, LogError> {
+        let mut out = Vec::with_capacity(params.len());
+        for p in params {
+            out.push(match p {
+                ParamValue::Own(v) => v,
+                ParamValue::Int(n) => Value::Text(n.to_string()),
+                ParamValue::LastRow(i) => {
+                    let Some(row) = last_row else { return Ok(None) };
+                    row.get(i as usize).cloned().ok_or_else(|| LogError::Inconsistent {
+                        seq,
+                        reason: format!(
+                            "a run cites value {i} of the row before it, which has {}",
+                            row.len()
+                        ),
+                    })?
+                }
+            });
+        }
+        Ok(Some(out))
+    }
+
+    /// The values of a [`CompactOp::PackedRow`] of record `seq`, packed against its run's `params`; `None`
+    /// when a hole took them.
+    fn unpack_row(
+        &self,
+        seq: u64,
+        values: Vec<RowValue>,
+        params: Option<&[Value]>,
+    ) -> Result<Option<Vec<Value>>, LogError> {
+        let mut out = Vec::with_capacity(values.len());
+        for v in values {
+            out.push(match v {
+                RowValue::Own(v) => v,
+                RowValue::Int(n) => Value::Text(n.to_string()),
+                RowValue::Param(i) => {
+                    let Some(params) = params else { return Ok(None) };
+                    params.get(i as usize).cloned().ok_or_else(|| LogError::Inconsistent {
+                        seq,
+                        reason: format!("a row cites parameter {i} of its run, which has {}", params.len()),
+                    })?
+                }
+            });
+        }
+        Ok(Some(out))
     }
 }
 

@@ -199,10 +199,11 @@ impl Replayer {
         self.lost_to_holes
     }
 
-    /// Recorded rows left out of transactions because their values were in a skipped stretch (the
-    /// transactions themselves are kept: values never decide a verdict).
-    pub fn rows_lost_to_holes(&self) -> u64 {
-        self.resolver.rows_lost()
+    /// Recorded rows left out of transactions, and statement runs kept without their parameters, because
+    /// their values were in a skipped stretch (the transactions themselves are kept: values never decide a
+    /// verdict).
+    pub fn values_lost_to_holes(&self) -> u64 {
+        self.resolver.values_lost()
     }
 
     /// A record that refers to something the log never showed: after a skipped stretch, counted and
