@@ -65,7 +65,8 @@ fn value_bytes(record: &LogRecord) -> (u64, u64) {
             | CompactOp::RunCitingColumns { .. }
             | CompactOp::Row { .. }
             | CompactOp::PackedRow { .. }
-            | CompactOp::PackedRun { .. } => {}
+            | CompactOp::PackedRun { .. }
+            | CompactOp::RowOfParams { .. } => {}
         }
         bytes += postcard::to_allocvec(op).map_or(0, |b| b.len() as u64);
     }

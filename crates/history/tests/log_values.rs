@@ -133,7 +133,9 @@ fn repeated_rows_and_columns_are_stored_once_and_replay_in_full() {
     assert!(
         matches!(records.last(), Some(history::LogRecord::CompactFinished { txn, .. })
             if txn.ops.ops.iter().any(|op| matches!(op,
-                history::log::CompactOp::Row { .. } | history::log::CompactOp::PackedRow { .. }))),
+                history::log::CompactOp::Row { .. }
+                    | history::log::CompactOp::PackedRow { .. }
+                    | history::log::CompactOp::RowOfParams { .. }))),
         "a new run writes the row inline again: {:?}",
         records.last()
     );

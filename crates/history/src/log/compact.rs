@@ -48,7 +48,9 @@
 //!   ([`RowValue::Param`]); the parameters are those of the last run before the row in the same record,
 //!   the run the row belongs to ([`LoggedOp::Row`]);
 //! - a value whose text is an integer exactly as PostgreSQL prints one is written as that integer
-//!   ([`RowValue::Int`], a varint: a 14-digit counter takes 7 bytes instead of 16).
+//!   ([`RowValue::Int`], a varint: a 14-digit counter takes 7 bytes instead of 16);
+//! - a row that is its run's parameters exactly, in order (an `INSERT` or `UPDATE` that returns the
+//!   columns it set, as most writes do), is written as just that ([`CompactOp::RowOfParams`]).
 //!
 //! A run's parameters are packed the same way ([`CompactOp::PackedRun`]), where that saves bytes: a
 //! parameter that repeats a value of the row just before the run in the same record is written as that
@@ -163,9 +165,12 @@ fn worth_citing(values: &[Value]) -> bool {
     row_bytes(values) >= MIN_CITED_ROW_BYTES
 }
 
-/// An inline row: [`CompactOp::PackedRow`] when some of its values pack (see [`RowValue::packed`]),
-/// [`CompactOp::Row`] otherwise.
+/// An inline row: [`CompactOp::RowOfParams`] when it is `params`, [`CompactOp::PackedRow`] when some of
+/// its values pack (see [`RowValue::packed`]), [`CompactOp::Row`] otherwise.
 fn packed_row(ops: u32, values: Vec<Value>, params: &[Value]) -> CompactOp {
+    if !values.is_empty() && values == params {
+        return CompactOp::RowOfParams { ops };
+    }
     let packed: Vec<Option<RowValue>> = values.iter().map(|v| RowValue::packed(v, params)).collect();
     if packed.iter().all(Option::is_none) {
         return CompactOp::Row { ops, values };
@@ -245,8 +250,8 @@ pub enum CompactOp {
         ops: u32,
         /// The sequence number of the record holding the values.
         record: u64,
-        /// Which of that record's inline rows ([`CompactOp::Row`], [`CompactOp::PackedRow`]) it is, counting
-        /// from 0.
+        /// Which of that record's inline rows ([`CompactOp::Row`], [`CompactOp::PackedRow`],
+        /// [`CompactOp::RowOfParams`]) it is, counting from 0.
         row: u32,
     },
     /// A statement run's values, as [`LoggedOp::Run`], whose column names a [`LogRecord::Columns`] record
@@ -278,6 +283,12 @@ pub enum CompactOp {
         /// The sequence number of the [`LogRecord::Columns`] record naming its rows' columns; none when it
         /// has none.
         columns: Option<u64>,
+    },
+    /// The row behind the ops just before it, as [`LoggedOp::Row`], whose values are the parameters of the
+    /// run it belongs to, in order. An inline row, like [`CompactOp::Row`]. Appended last.
+    RowOfParams {
+        /// How many of the reads and writes just before it the row is behind.
+        ops: u32,
     },
 }
 
@@ -667,6 +678,15 @@ impl Resolver {
                     continue;
                 }
                 CompactOp::Row { ops: n, values } => (n, Some(values)),
+                CompactOp::RowOfParams { ops: n } => match &last_params {
+                    Some(params) if params.is_empty() => {
+                        return Err(LogError::Inconsistent {
+                            seq,
+                            reason: "a row stands for its run's parameters, but the run has none".into(),
+                        });
+                    }
+                    params => (n, params.clone()),
+                },
                 CompactOp::PackedRow { ops: n, values } => {
                     (n, self.unpack_row(seq, values, last_params.as_deref())?)
                 }

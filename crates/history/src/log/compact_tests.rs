@@ -268,6 +268,38 @@ fn a_run_packs_the_values_of_the_row_before_it() {
     assert!(err.to_string().contains("value 1 of the row before it, which has 1"), "{err}");
 }
 
+/// A row that is its run's parameters, in order, is written as just that and reads back as them; such a
+/// row after a run without parameters is refused.
+#[test]
+fn a_row_made_of_its_runs_parameters_is_written_as_that() {
+    let params = vec![Value::Text("9118".into()), Value::Text("23730589087460".into())];
+    let logged = vec![
+        LoggedOp::Run { stmt: None, params: params.clone(), columns: vec![] },
+        LoggedOp::Row { ops: 0, values: params.clone() },
+        LoggedOp::Row { ops: 0, values: params[..1].to_vec() },
+    ];
+    let mut new = Vec::new();
+    let compact = TextTable::default().encode(logged.clone(), Vec::new(), 0, &mut new);
+    assert_eq!(compact.ops[1], CompactOp::RowOfParams { ops: 0 });
+    assert!(
+        matches!(compact.ops[2], CompactOp::PackedRow { .. }),
+        "a part of them is not: {:?}",
+        compact.ops[2]
+    );
+    let mut resolver = Resolver::new();
+    let back = resolver.resolve(1, LogRecord::CompactLateOps { txn: TxnId(1), ops: compact }).unwrap();
+    assert!(matches!(back, Some(LogRecord::LateOps { ops, .. }) if ops == logged));
+    let none = CompactOps {
+        ops: vec![
+            CompactOp::Run { stmt: None, params: vec![], columns: vec![] },
+            CompactOp::RowOfParams { ops: 0 },
+        ],
+        ..CompactOps::default()
+    };
+    let err = resolver.resolve(2, LogRecord::CompactLateOps { txn: TxnId(2), ops: none }).unwrap_err();
+    assert!(err.to_string().contains("the run has none"), "{err}");
+}
+
 /// After a hole, a run packed against a row the hole took is kept without its parameters, a row packed
 /// against those parameters is left out, and both are counted; values that do not depend on the hole
 /// still read back.
@@ -279,6 +311,7 @@ fn after_a_hole_values_packed_against_a_lost_row_are_left_out() {
             CompactOp::CitedRow { ops: 0, record: 3, row: 0 },
             CompactOp::PackedRun { stmt: None, params: vec![ParamValue::LastRow(0)], columns: None },
             CompactOp::PackedRow { ops: 0, values: vec![RowValue::Param(0)] },
+            CompactOp::RowOfParams { ops: 0 },
             CompactOp::PackedRow { ops: 0, values: vec![RowValue::Int(5)] },
             CompactOp::PackedRun { stmt: None, params: vec![ParamValue::LastRow(0)], columns: None },
             CompactOp::Row { ops: 0, values: vec![name.clone()] },
@@ -307,8 +340,8 @@ fn after_a_hole_values_packed_against_a_lost_row_are_left_out() {
     }
     assert_eq!(
         resolver.values_lost(),
-        3,
-        "the cited row, the first run's parameters, the row packed on them"
+        4,
+        "the cited row, the first run's parameters, the two rows made of them"
     );
 }
 
@@ -331,6 +364,24 @@ fn arb_value() -> impl proptest::strategy::Strategy<Value = Value> {
     ]
 }
 
+/// The `ops` of a marker row in [`arb_op`].
+const ROW_OF_PARAMS: u32 = u32::MAX;
+
+/// `ops` with each marker row replaced by a row of the last run's parameters (an `INSERT … RETURNING`).
+fn with_rows_of_params(ops: Vec<LoggedOp>) -> Vec<LoggedOp> {
+    let mut last_params = Vec::new();
+    ops.into_iter()
+        .map(|op| match op {
+            LoggedOp::Run { ref params, .. } => {
+                last_params.clone_from(params);
+                op
+            }
+            LoggedOp::Row { ops: ROW_OF_PARAMS, .. } => LoggedOp::Row { ops: 1, values: last_params.clone() },
+            op => op,
+        })
+        .collect()
+}
+
 /// One op of a random record: a run (with or without columns), a row, or a read.
 fn arb_op() -> impl proptest::strategy::Strategy<Value = LoggedOp> {
     use proptest::prelude::*;
@@ -342,6 +393,8 @@ fn arb_op() -> impl proptest::strategy::Strategy<Value = LoggedOp> {
             columns: if named { vec!["id".into(), "v".into()] } else { vec![] },
         }),
         (values(5), 0u32..2).prop_map(|(values, ops)| LoggedOp::Row { ops, values }),
+        // A marker the test turns into a row of the last run's parameters (see `with_rows_of_params`).
+        Just(LoggedOp::Row { ops: ROW_OF_PARAMS, values: vec![] }),
         (0u8..3).prop_map(|k| LoggedOp::Read {
             key: KeyName { namespace: "t".into(), bytes: vec![k] },
             observed: Observed::PreHistory(u64::from(k)),
@@ -357,6 +410,7 @@ proptest::proptest! {
     fn any_records_read_back_exactly_as_appended(
         records in proptest::collection::vec(proptest::collection::vec(arb_op(), 0..12), 1..8)
     ) {
+        let records: Vec<Vec<LoggedOp>> = records.into_iter().map(with_rows_of_params).collect();
         let (mut table, mut seq, mut log) = (TextTable::default(), 0u64, Vec::new());
         for (i, ops) in records.iter().enumerate() {
             let mut new = Vec::new();
