@@ -59,7 +59,11 @@ fn value_bytes(record: &LogRecord) -> (u64, u64) {
     let (mut bytes, mut cited) = (0, 0);
     for op in ops {
         match op {
-            CompactOp::Read { .. } | CompactOp::Write { .. } | CompactOp::Opaque { .. } => continue,
+            CompactOp::Read { .. }
+            | CompactOp::Write { .. }
+            | CompactOp::Opaque { .. }
+            | CompactOp::ReadOfParams { .. }
+            | CompactOp::WriteOfParams { .. } => continue,
             CompactOp::CitedRow { .. } => cited += 1,
             CompactOp::Run { .. }
             | CompactOp::RunCitingColumns { .. }

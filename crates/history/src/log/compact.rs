@@ -59,6 +59,12 @@
 //! again as parameters: on TPC-C, three parameters in four. A row lost to a hole (below) makes the
 //! parameters citing it unknown: the run is kept without them, and counted.
 //!
+//! A read or write whose key is its run's first parameters, joined as the proxy joins a key's columns
+//! (0x1f between them: `SELECT … WHERE id = $1`), names them instead of repeating the key
+//! ([`CompactOp::ReadOfParams`], [`CompactOp::WriteOfParams`]). Only when the run's parameters are all in
+//! the record itself (none packed against the row before it): a key decides the verdict, so it must never
+//! depend on a row a hole could take.
+//!
 //! Expanding a compact record gives back exactly the record the proxy handed to the log
 //! ([`Resolver::resolve`]): the same ops, the same statement list in the same order. So everything after
 //! the resolver (replay, tests reading records) sees the records as before.
@@ -179,6 +185,45 @@ fn packed_row(ops: u32, values: Vec<Value>, params: &[Value]) -> CompactOp {
     CompactOp::PackedRow { ops, values }
 }
 
+/// The separator between a key's column values in [`KeyName::bytes`], as the proxy joins them.
+const KEY_COLUMN_SEPARATOR: u8 = 0x1f;
+
+/// How many of `params`, from the first, joined by [`KEY_COLUMN_SEPARATOR`], make `key`: the
+/// [`CompactOp::ReadOfParams`] it can be written as.
+fn key_of_params(key: &[u8], params: &[Value]) -> Option<u32> {
+    let mut at = 0;
+    for (i, p) in params.iter().enumerate() {
+        let Value::Text(t) = p else { return None };
+        if i > 0 {
+            if key.get(at) != Some(&KEY_COLUMN_SEPARATOR) {
+                return None;
+            }
+            at += 1;
+        }
+        if !key.get(at..)?.starts_with(t.as_bytes()) {
+            return None;
+        }
+        at += t.len();
+        if at == key.len() {
+            return Some(i as u32 + 1);
+        }
+    }
+    None
+}
+
+/// The key [`key_of_params`] found: the first `count` of `params`, joined.
+fn params_key(params: &[Value], count: u32) -> Option<Vec<u8>> {
+    let mut key = Vec::new();
+    for (i, p) in params.get(..count as usize)?.iter().enumerate() {
+        let Value::Text(t) = p else { return None };
+        if i > 0 {
+            key.push(KEY_COLUMN_SEPARATOR);
+        }
+        key.extend_from_slice(t.as_bytes());
+    }
+    Some(key)
+}
+
 /// A run: [`CompactOp::PackedRun`] when some of its parameters pack against `last_row` (see
 /// [`ParamValue::packed`]), [`CompactOp::Run`] or [`CompactOp::RunCitingColumns`] otherwise.
 fn packed_run(stmt: Option<u32>, params: Vec<Value>, columns: Option<u64>, last_row: &[Value]) -> CompactOp {
@@ -289,6 +334,29 @@ pub enum CompactOp {
     RowOfParams {
         /// How many of the reads and writes just before it the row is behind.
         ops: u32,
+    },
+    /// A [`CompactOp::Read`] whose key is the first `params` parameters of its run, joined (see the module
+    /// docs). Appended last.
+    ReadOfParams {
+        /// Index into [`CompactOps::namespaces`].
+        ns: u32,
+        /// How many of the run's parameters make the key.
+        params: u32,
+        /// The version it returned.
+        observed: Observed,
+        /// Index into [`CompactOps::statements`].
+        stmt: Option<u32>,
+    },
+    /// A [`CompactOp::Write`] whose key is the first `params` parameters of its run, joined. Appended last.
+    WriteOfParams {
+        /// Index into [`CompactOps::namespaces`].
+        ns: u32,
+        /// How many of the run's parameters make the key.
+        params: u32,
+        /// The identity of the new version.
+        write: WriteId,
+        /// Index into [`CompactOps::statements`].
+        stmt: Option<u32>,
     },
 }
 
@@ -430,20 +498,33 @@ impl TextTable {
         let mut inline_rows = 0u32;
         let mut last_params: Vec<Value> = Vec::new();
         let mut last_row: Vec<Value> = Vec::new();
+        // Whether `last_params` are all in this record (see `key_of_params`).
+        let mut params_inline = false;
         let ops = ops
             .into_iter()
             .map(|op| match op {
                 LoggedOp::Read { key, observed, stmt } => {
-                    CompactOp::Read { ns: ns_index(key.namespace, new), key: key.bytes, observed, stmt }
+                    let ns = ns_index(key.namespace, new);
+                    match key_of_params(&key.bytes, &last_params).filter(|_| params_inline) {
+                        Some(params) => CompactOp::ReadOfParams { ns, params, observed, stmt },
+                        None => CompactOp::Read { ns, key: key.bytes, observed, stmt },
+                    }
                 }
                 LoggedOp::Write { key, write, stmt } => {
-                    CompactOp::Write { ns: ns_index(key.namespace, new), key: key.bytes, write, stmt }
+                    let ns = ns_index(key.namespace, new);
+                    match key_of_params(&key.bytes, &last_params).filter(|_| params_inline) {
+                        Some(params) => CompactOp::WriteOfParams { ns, params, write, stmt },
+                        None => CompactOp::Write { ns, key: key.bytes, write, stmt },
+                    }
                 }
                 LoggedOp::Opaque { kind, stmt } => CompactOp::Opaque { kind, stmt },
                 LoggedOp::Run { stmt, params, columns } => {
                     last_params.clone_from(&params);
                     let columns = (!columns.is_empty()).then(|| columns_seq(columns, new));
-                    packed_run(stmt, params, columns, &last_row)
+                    let run = packed_run(stmt, params, columns, &last_row);
+                    params_inline = !matches!(&run, CompactOp::PackedRun { params, .. }
+                        if params.iter().any(|p| matches!(p, ParamValue::LastRow(_))));
+                    run
                 }
                 LoggedOp::Row { ops, values } => {
                     last_row.clone_from(&values);
@@ -612,6 +693,16 @@ impl Resolver {
                 reason: format!("an op cites namespace {ns}, but the record lists {}", namespaces.len()),
             })
         };
+        // A key made of the run's parameters. The writer names them only when they are all in the record,
+        // so a hole never takes them: their absence is an inconsistency.
+        let key_from = |count: u32, params: &Option<Vec<Value>>| {
+            params.as_deref().and_then(|p| params_key(p, count)).ok_or_else(|| LogError::Inconsistent {
+                seq,
+                reason: format!(
+                    "a key cites the first {count} parameters of its run, which it does not have"
+                ),
+            })
+        };
         let mut inline_rows = 0u32;
         // What the writer packed against: the last run's parameters and the last row's values. `None` once
         // a hole took them (a row citing the lost stretch, or packed against what it took).
@@ -632,6 +723,16 @@ impl Resolver {
                 }
                 CompactOp::Opaque { kind, stmt } => {
                     ops.push(LoggedOp::Opaque { kind, stmt });
+                    continue;
+                }
+                CompactOp::ReadOfParams { ns, params, observed, stmt } => {
+                    let key = KeyName { namespace: namespace(ns)?, bytes: key_from(params, &last_params)? };
+                    ops.push(LoggedOp::Read { key, observed, stmt });
+                    continue;
+                }
+                CompactOp::WriteOfParams { ns, params, write, stmt } => {
+                    let key = KeyName { namespace: namespace(ns)?, bytes: key_from(params, &last_params)? };
+                    ops.push(LoggedOp::Write { key, write, stmt });
                     continue;
                 }
                 CompactOp::Run { stmt, params, columns } => {

@@ -300,6 +300,52 @@ fn a_row_made_of_its_runs_parameters_is_written_as_that() {
     assert!(err.to_string().contains("the run has none"), "{err}");
 }
 
+/// A read or write whose key is its run's first parameters, joined as the proxy joins a key's columns,
+/// names them instead of repeating the key, and reads back the same; after a run packed against the row
+/// before it, the key is written whole (a hole could take that row, and a key decides the verdict); a
+/// citation of more parameters than the run has is refused.
+#[test]
+fn a_key_made_of_its_runs_parameters_names_them() {
+    let key = |bytes: &[u8]| KeyName { namespace: "t".into(), bytes: bytes.to_vec() };
+    let text = |t: &str| Value::Text(t.into());
+    let row = vec![text("1"), text("9"), text("a district name")];
+    let logged = vec![
+        LoggedOp::Run { stmt: None, params: vec![text("1"), text("9")], columns: vec![] },
+        LoggedOp::Read { key: key(b"1\x1f9"), observed: Observed::PreHistory(1), stmt: None },
+        LoggedOp::Row { ops: 1, values: row.clone() },
+        LoggedOp::Run {
+            stmt: None,
+            params: vec![text("1"), text("9"), text("a district name")],
+            columns: vec![],
+        },
+        LoggedOp::Write { key: key(b"1\x1f9"), write: WriteId(7), stmt: None },
+        LoggedOp::Run { stmt: None, params: vec![text("12"), text("x")], columns: vec![] },
+        LoggedOp::Write { key: key(b"12"), write: WriteId(8), stmt: None },
+        LoggedOp::Read { key: key(b"12\x1fy"), observed: Observed::PreHistory(2), stmt: None },
+    ];
+    let mut new = Vec::new();
+    let compact = TextTable::default().encode(logged.clone(), Vec::new(), 0, &mut new);
+    assert!(matches!(compact.ops[1], CompactOp::ReadOfParams { params: 2, .. }), "{:?}", compact.ops[1]);
+    assert!(matches!(compact.ops[3], CompactOp::PackedRun { .. }), "{:?}", compact.ops[3]);
+    assert!(matches!(compact.ops[4], CompactOp::Write { .. }), "after a packed run: {:?}", compact.ops[4]);
+    assert!(matches!(compact.ops[6], CompactOp::WriteOfParams { params: 1, .. }), "{:?}", compact.ops[6]);
+    assert!(matches!(compact.ops[7], CompactOp::Read { .. }), "not its parameters: {:?}", compact.ops[7]);
+    let mut resolver = Resolver::new();
+    resolver.resolve(0, new.remove(0).record()).unwrap();
+    let back = resolver.resolve(1, LogRecord::CompactLateOps { txn: TxnId(1), ops: compact }).unwrap();
+    assert!(matches!(back, Some(LogRecord::LateOps { ops, .. }) if ops == logged));
+    let beyond = CompactOps {
+        ops: vec![
+            CompactOp::Run { stmt: None, params: vec![text("1")], columns: vec![] },
+            CompactOp::ReadOfParams { ns: 0, params: 2, observed: Observed::PreHistory(1), stmt: None },
+        ],
+        statements: vec![],
+        namespaces: vec![0],
+    };
+    let err = resolver.resolve(2, LogRecord::CompactLateOps { txn: TxnId(2), ops: beyond }).unwrap_err();
+    assert!(err.to_string().contains("first 2 parameters"), "{err}");
+}
+
 /// After a hole, a run packed against a row the hole took is kept without its parameters, a row packed
 /// against those parameters is left out, and both are counted; values that do not depend on the hole
 /// still read back.
@@ -367,9 +413,18 @@ fn arb_value() -> impl proptest::strategy::Strategy<Value = Value> {
 /// The `ops` of a marker row in [`arb_op`].
 const ROW_OF_PARAMS: u32 = u32::MAX;
 
-/// `ops` with each marker row replaced by a row of the last run's parameters (an `INSERT … RETURNING`).
+/// The key bytes of a marker op in [`arb_op`]: a key made of the last run's parameters.
+const KEY_OF_PARAMS: u8 = 9;
+
+/// `ops` with each marker row replaced by a row of the last run's parameters (an `INSERT … RETURNING`),
+/// and each marker key by the last run's parameters joined as a key (`… WHERE a = $1 AND b = $2`).
 fn with_rows_of_params(ops: Vec<LoggedOp>) -> Vec<LoggedOp> {
     let mut last_params = Vec::new();
+    let key_of = |params: &[Value]| {
+        let texts: Option<Vec<&str>> =
+            params.iter().map(|p| if let Value::Text(t) = p { Some(t.as_str()) } else { None }).collect();
+        texts.filter(|t| !t.is_empty()).map(|t| t.join("\x1f").into_bytes())
+    };
     ops.into_iter()
         .map(|op| match op {
             LoggedOp::Run { ref params, .. } => {
@@ -377,6 +432,14 @@ fn with_rows_of_params(ops: Vec<LoggedOp>) -> Vec<LoggedOp> {
                 op
             }
             LoggedOp::Row { ops: ROW_OF_PARAMS, .. } => LoggedOp::Row { ops: 1, values: last_params.clone() },
+            LoggedOp::Read { mut key, observed, stmt } if key.bytes == [KEY_OF_PARAMS] => {
+                key.bytes = key_of(&last_params).unwrap_or(key.bytes);
+                LoggedOp::Read { key, observed, stmt }
+            }
+            LoggedOp::Write { mut key, write, stmt } if key.bytes == [KEY_OF_PARAMS] => {
+                key.bytes = key_of(&last_params).unwrap_or(key.bytes);
+                LoggedOp::Write { key, write, stmt }
+            }
             op => op,
         })
         .collect()
@@ -398,6 +461,16 @@ fn arb_op() -> impl proptest::strategy::Strategy<Value = LoggedOp> {
         (0u8..3).prop_map(|k| LoggedOp::Read {
             key: KeyName { namespace: "t".into(), bytes: vec![k] },
             observed: Observed::PreHistory(u64::from(k)),
+            stmt: None,
+        }),
+        Just(LoggedOp::Read {
+            key: KeyName { namespace: "t".into(), bytes: vec![KEY_OF_PARAMS] },
+            observed: Observed::PreHistory(0),
+            stmt: None,
+        }),
+        Just(LoggedOp::Write {
+            key: KeyName { namespace: "t".into(), bytes: vec![KEY_OF_PARAMS] },
+            write: WriteId(3),
             stmt: None,
         }),
     ]
