@@ -116,10 +116,7 @@ pub enum RowValue {
 impl RowValue {
     /// The packed form of `v` given the parameters of its run, if it has one shorter than itself.
     fn packed(v: &Value, params: &[Value]) -> Option<RowValue> {
-        if let Some(i) = params.iter().position(|p| p == v).filter(|_| worth_an_index(v)) {
-            return Some(RowValue::Param(i as u32));
-        }
-        int_form(v).map(RowValue::Int)
+        index_in(v, params).map(RowValue::Param).or_else(|| int_form(v).map(RowValue::Int))
     }
 }
 
@@ -132,13 +129,15 @@ fn int_form(v: &Value) -> Option<i64> {
     }
 }
 
-/// Whether a value is long enough that an index (a byte or two) saves bytes over writing it.
-fn worth_an_index(v: &Value) -> bool {
-    match v {
+/// Where `v` is among `values`, when it is long enough that an index (a byte or two) saves bytes over
+/// writing it.
+fn index_in(v: &Value, values: &[Value]) -> Option<u32> {
+    let long = match v {
         Value::Null => false,
         Value::Text(t) | Value::Redacted(t) => t.len() >= 2,
         Value::Truncated { .. } => true,
-    }
+    };
+    values.iter().position(|p| p == v).filter(|_| long).map(|i| i as u32)
 }
 
 /// One parameter of a run in [`CompactOp::PackedRun`].
@@ -155,10 +154,7 @@ pub enum ParamValue {
 impl ParamValue {
     /// The packed form of `v` given the row before its run, if it has one shorter than itself.
     fn packed(v: &Value, last_row: &[Value]) -> Option<ParamValue> {
-        if let Some(i) = last_row.iter().position(|r| r == v).filter(|_| worth_an_index(v)) {
-            return Some(ParamValue::LastRow(i as u32));
-        }
-        int_form(v).map(ParamValue::Int)
+        index_in(v, last_row).map(ParamValue::LastRow).or_else(|| int_form(v).map(ParamValue::Int))
     }
 }
 
@@ -751,7 +747,8 @@ impl Resolver {
                         Some(cited) => self.column_list(seq, cited)?,
                         None => Vec::new(),
                     };
-                    let params = self.unpack_params(seq, params, last_row.as_deref())?;
+                    let params =
+                        unpack(seq, params, last_row.as_deref(), ("a run cites value", "the row before it"))?;
                     if params.is_none() {
                         self.values_lost += 1;
                     }
@@ -789,7 +786,7 @@ impl Resolver {
                     params => (n, params.clone()),
                 },
                 CompactOp::PackedRow { ops: n, values } => {
-                    (n, self.unpack_row(seq, values, last_params.as_deref())?)
+                    (n, unpack(seq, values, last_params.as_deref(), ("a row cites parameter", "its run"))?)
                 }
             };
             // An inline row, remembered by the same rule as the writer's (see `TextTable::encode`), and
@@ -808,59 +805,59 @@ impl Resolver {
         }
         Ok((ops, statements))
     }
+}
 
-    /// The parameters of a [`CompactOp::PackedRun`] of record `seq`, packed against `last_row`; `None` when
-    /// a hole took that row.
-    fn unpack_params(
-        &self,
-        seq: u64,
-        params: Vec<ParamValue>,
-        last_row: Option<&[Value]>,
-    ) -> Result<Option<Vec<Value>>, LogError> {
-        let mut out = Vec::with_capacity(params.len());
-        for p in params {
-            out.push(match p {
-                ParamValue::Own(v) => v,
-                ParamValue::Int(n) => Value::Text(n.to_string()),
-                ParamValue::LastRow(i) => {
-                    let Some(row) = last_row else { return Ok(None) };
-                    row.get(i as usize).cloned().ok_or_else(|| LogError::Inconsistent {
-                        seq,
-                        reason: format!(
-                            "a run cites value {i} of the row before it, which has {}",
-                            row.len()
-                        ),
-                    })?
-                }
-            });
-        }
-        Ok(Some(out))
-    }
+/// A packed value ([`RowValue`], [`ParamValue`]) as the reader expands it.
+enum Packed {
+    /// The value itself (an integer already turned back into its text).
+    Value(Value),
+    /// The value at this index of what it was packed against.
+    Index(u32),
+}
 
-    /// The values of a [`CompactOp::PackedRow`] of record `seq`, packed against its run's `params`; `None`
-    /// when a hole took them.
-    fn unpack_row(
-        &self,
-        seq: u64,
-        values: Vec<RowValue>,
-        params: Option<&[Value]>,
-    ) -> Result<Option<Vec<Value>>, LogError> {
-        let mut out = Vec::with_capacity(values.len());
-        for v in values {
-            out.push(match v {
-                RowValue::Own(v) => v,
-                RowValue::Int(n) => Value::Text(n.to_string()),
-                RowValue::Param(i) => {
-                    let Some(params) = params else { return Ok(None) };
-                    params.get(i as usize).cloned().ok_or_else(|| LogError::Inconsistent {
-                        seq,
-                        reason: format!("a row cites parameter {i} of its run, which has {}", params.len()),
-                    })?
-                }
-            });
+impl From<RowValue> for Packed {
+    fn from(v: RowValue) -> Self {
+        match v {
+            RowValue::Own(v) => Packed::Value(v),
+            RowValue::Int(n) => Packed::Value(Value::Text(n.to_string())),
+            RowValue::Param(i) => Packed::Index(i),
         }
-        Ok(Some(out))
     }
+}
+
+impl From<ParamValue> for Packed {
+    fn from(v: ParamValue) -> Self {
+        match v {
+            ParamValue::Own(v) => Packed::Value(v),
+            ParamValue::Int(n) => Packed::Value(Value::Text(n.to_string())),
+            ParamValue::LastRow(i) => Packed::Index(i),
+        }
+    }
+}
+
+/// `packed` (of record `seq`) expanded against `source`: a row's against its run's parameters, a run's
+/// against the row before it. `None` when a hole took `source`. `cites` says what an index points at, for
+/// the error when it points past the end: ("a row cites parameter", "its run").
+fn unpack<P: Into<Packed>>(
+    seq: u64,
+    packed: Vec<P>,
+    source: Option<&[Value]>,
+    cites: (&str, &str),
+) -> Result<Option<Vec<Value>>, LogError> {
+    let mut out = Vec::with_capacity(packed.len());
+    for p in packed {
+        out.push(match p.into() {
+            Packed::Value(v) => v,
+            Packed::Index(i) => {
+                let Some(source) = source else { return Ok(None) };
+                source.get(i as usize).cloned().ok_or_else(|| LogError::Inconsistent {
+                    seq,
+                    reason: format!("{} {i} of {}, which has {}", cites.0, cites.1, source.len()),
+                })?
+            }
+        });
+    }
+    Ok(Some(out))
 }
 
 /// Resolves records read in sequence order from the first ([`super::HistoryLog::tail`]`(0)`): what

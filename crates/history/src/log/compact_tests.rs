@@ -54,16 +54,26 @@ fn append_rows(
     let ops = rows.iter().map(|values| LoggedOp::Row { ops: 1, values: values.clone() }).collect();
     let mut new = Vec::new();
     let compact = table.encode(ops, Vec::new(), *next_seq, &mut new);
+    append(table, new, compact.clone(), next_seq, log);
+    (*next_seq - 1, compact.ops)
+}
+
+/// Appends (here: numbers) the definitions `new` and then a late-ops record of `compact`, as the log does.
+fn append(
+    table: &mut TextTable,
+    new: Vec<NewText>,
+    compact: CompactOps,
+    next_seq: &mut u64,
+    log: &mut Vec<(u64, LogRecord)>,
+) {
     for n in new {
         table.defined(&n, *next_seq);
         log.push((*next_seq, n.record()));
         *next_seq += 1;
     }
-    let seq = *next_seq;
+    table.appended(*next_seq);
+    log.push((*next_seq, LogRecord::CompactLateOps { txn: TxnId(1), ops: compact }));
     *next_seq += 1;
-    table.appended(seq);
-    log.push((seq, LogRecord::CompactLateOps { txn: TxnId(1), ops: compact.clone() }));
-    (seq, compact.ops)
 }
 
 fn row(text: &str) -> Vec<Value> {
@@ -145,14 +155,7 @@ fn a_row_packs_its_runs_parameters_and_its_integers() {
         ],
     };
     assert_eq!(compact.ops[1], expect);
-    for n in new {
-        table.defined(&n, seq);
-        log.push((seq, n.record()));
-        seq += 1;
-    }
-    table.appended(seq);
-    log.push((seq, LogRecord::CompactLateOps { txn: TxnId(1), ops: compact }));
-    seq += 1;
+    append(&mut table, new, compact, &mut seq, &mut log);
     // The same row under another run is cited whole.
     let (_, ops) = append_rows(&mut table, std::slice::from_ref(&row), &mut seq, &mut log);
     assert_eq!(ops[0], CompactOp::CitedRow { ops: 1, record: seq - 2, row: 0 });
@@ -242,14 +245,7 @@ fn a_run_packs_the_values_of_the_row_before_it() {
         "no row before it: only its integer packs, and its columns are cited: {:?}",
         compact.ops[0]
     );
-    for n in new {
-        table.defined(&n, seq);
-        log.push((seq, n.record()));
-        seq += 1;
-    }
-    table.appended(seq);
-    log.push((seq, LogRecord::CompactLateOps { txn: TxnId(1), ops: compact }));
-    seq += 1;
+    append(&mut table, new, compact, &mut seq, &mut log);
 
     let mut resolver = Resolver::new();
     let mut back = Vec::new();
