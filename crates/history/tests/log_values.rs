@@ -147,3 +147,60 @@ fn repeated_rows_and_columns_are_stored_once_and_replay_in_full() {
         assert_eq!(values.rows[0].values, [text("1"), body.clone()], "{}", txn.id);
     }
 }
+
+/// A stretch lost in transit that held a row later records cite (the shipped log's hole): replay told of
+/// the hole keeps every later transaction and its ops, leaves out the cited row and a parameter packed
+/// against it, and counts them (`Replayer::values_lost_to_holes`, which the merger's status shows).
+#[test]
+fn values_that_cite_a_lost_stretch_are_left_out_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let row = vec![text("1"), text("a tweet body long enough to be worth citing")];
+    let read_then_write = |id: u64| {
+        let mut t = LoggedTxn::new(TxnId(id), SessionId(id), 0);
+        t.statements = vec![
+            "SELECT id, body FROM tweets WHERE id = $1".into(),
+            "UPDATE tweets SET body = $1 WHERE id = $2".into(),
+        ];
+        t.ops = vec![
+            LoggedOp::Run {
+                stmt: Some(0),
+                params: vec![text("1")],
+                columns: vec!["id".into(), "body".into()],
+            },
+            LoggedOp::Read { key: key("tweets", "1"), observed: Observed::PreHistory(0), stmt: Some(0) },
+            LoggedOp::Row { ops: 1, values: row.clone() },
+            LoggedOp::Run { stmt: Some(1), params: vec![row[1].clone(), text("1")], columns: vec![] },
+            LoggedOp::Write { key: key("tweets", "1"), write: WriteId(id), stmt: Some(1) },
+        ];
+        t
+    };
+    for id in 1..=2 {
+        drop(log.append_finished(read_then_write(id), Outcome::Committed, Some(id)).unwrap());
+    }
+    let raw: Vec<(u64, history::LogRecord)> = log.tail(0).collect::<Result<_, _>>().unwrap();
+    let holds_row = |r: &history::LogRecord| matches!(r, history::LogRecord::CompactFinished { txn, .. } if txn.id == TxnId(1));
+    let lost = raw.iter().position(|(_, r)| holds_row(r)).expect("the first transaction's record");
+    let mut replayer = history::log::Replayer::new();
+    let mut replayed = Vec::new();
+    for (i, (seq, record)) in raw.iter().cloned().enumerate() {
+        if i == lost {
+            continue;
+        }
+        if i == lost + 1 {
+            replayer.skip_to(seq);
+        }
+        let out = replayer.apply(seq, record).expect("replay goes on after the hole");
+        replayed.extend(out.into_iter().filter_map(|r| match r {
+            history::log::Replayed::Transaction(t) => Some(t.txn),
+            _ => None,
+        }));
+    }
+    assert_eq!(replayed.len(), 1, "the second transaction is kept");
+    let txn = &replayed[0];
+    assert_eq!(txn.ops.len(), 2, "its read and write");
+    let values = txn.values.as_deref().expect("its runs");
+    assert!(values.rows.is_empty(), "the row it cites was in the lost stretch: {values:?}");
+    assert_eq!(values.runs[1].params, [] as [Value; 0], "the parameter packed against that row is unknown");
+    assert_eq!(replayer.values_lost_to_holes(), 2);
+}

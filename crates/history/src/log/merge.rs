@@ -194,6 +194,9 @@ pub struct CollectorStatus {
     pub holes: Vec<Hole>,
     /// Records after those stretches dropped because they refer to what a stretch held.
     pub lost_to_holes: u64,
+    /// Recorded rows and runs' parameters left out of kept transactions because their values were in a
+    /// stretch given up on ([`super::Replayer::values_lost_to_holes`]).
+    pub values_lost_to_holes: u64,
 }
 
 /// Merges the records of several collectors into one history; see the module documentation.
@@ -378,6 +381,7 @@ impl Merger {
                 waiting_for: s.next_seq.filter(|_| !s.ahead.is_empty()),
                 holes: s.holes.clone(),
                 lost_to_holes: s.replayer.lost_to_holes(),
+                values_lost_to_holes: s.replayer.values_lost_to_holes(),
             })
             .collect()
     }

@@ -282,6 +282,7 @@ fn status_json(feeder: &mut Feeder, merger: &Merger) -> serde_json::Value {
                 "waiting_for_record": c.waiting_for,
                 "holes": c.holes,
                 "records_lost_to_holes": c.lost_to_holes,
+                "values_lost_to_holes": c.values_lost_to_holes,
                 "silent_s": silent_s,
                 "holds_back_others": c.complete_before_ns.is_none_or(|at| now_ns.saturating_sub(at) > SILENT_AFTER_NS),
             })
@@ -348,10 +349,11 @@ fn holes(c: &CollectorStatus) -> Option<String> {
     match c.holes.len() {
         0 => None,
         n => Some(format!(
-            "{n} hole{} ({missing} records never arrived, {} later records cited them and were dropped; \
-             reads of what they wrote are unverifiable)",
+            "{n} hole{} ({missing} records never arrived, {} later records cited them and were dropped, {} \
+             recorded values cited them and were left out; reads of what they wrote are unverifiable)",
             if n == 1 { "" } else { "s" },
-            c.lost_to_holes
+            c.lost_to_holes,
+            c.values_lost_to_holes
         )),
     }
 }

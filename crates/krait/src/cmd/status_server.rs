@@ -187,6 +187,13 @@ fn metrics(state: &serde_json::Value) -> String {
             "Records dropped because they cite what a hole held.",
             per_collector(&|c| number(&c["records_lost_to_holes"])),
         ),
+        (
+            "krait_collector_values_lost_to_holes_total",
+            "counter",
+            "Recorded rows and statement parameters left out of kept transactions because they cite what a \
+             hole held.",
+            per_collector(&|c| number(&c["values_lost_to_holes"])),
+        ),
     ];
     let mut out = String::new();
     for (name, kind, help, samples) in families {
