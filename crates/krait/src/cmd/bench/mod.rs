@@ -66,7 +66,9 @@ pub struct BenchArgs {
     /// Round sizes for fig10 (transactions per round), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1000,2500,5000,10000,20000")]
     round_sizes: Vec<usize>,
-    /// Transactions in fig10's generated BlindW-RW history (Cobra's GPU verifier could not finish 100,000).
+    /// Transactions in fig10's generated histories (Cobra's GPU verifier could not finish 100,000 of
+    /// BlindW-RW). fig10 measures the workloads of --workloads, or C-Twitter (Cobra's, from the corpus),
+    /// C-RUBiS, TPC-C, BlindW-RW, BlindW-RM and chengRW when none is given.
     #[arg(long, default_value_t = 100_000)]
     blindw_txns: u64,
     #[command(flatten)]
