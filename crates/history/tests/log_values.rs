@@ -16,6 +16,15 @@ fn text(s: &str) -> Value {
     Value::Text(s.into())
 }
 
+/// The ops of statement 0, `SELECT id, body FROM tweets WHERE id = $1` with `$1 = '1'`, reading `row`.
+fn read_tweet(row: Vec<Value>) -> [LoggedOp; 3] {
+    [
+        LoggedOp::Run { stmt: Some(0), params: vec![text("1")], columns: vec!["id".into(), "body".into()] },
+        LoggedOp::Read { key: key("tweets", "1"), observed: Observed::PreHistory(0), stmt: Some(0) },
+        LoggedOp::Row { ops: 1, values: row },
+    ]
+}
+
 #[test]
 fn values_replay_beside_their_ops_through_the_compact_log() {
     let dir = tempfile::tempdir().unwrap();
@@ -96,15 +105,7 @@ fn repeated_rows_and_columns_are_stored_once_and_replay_in_full() {
     let reading = |id: u64, session: u64| {
         let mut t = LoggedTxn::new(TxnId(id), SessionId(session), id);
         t.statements = vec!["SELECT id, body FROM tweets WHERE id = $1".into()];
-        t.ops = vec![
-            LoggedOp::Run {
-                stmt: Some(0),
-                params: vec![text("1")],
-                columns: vec!["id".into(), "body".into()],
-            },
-            LoggedOp::Read { key: key("tweets", "1"), observed: Observed::PreHistory(0), stmt: Some(0) },
-            LoggedOp::Row { ops: 1, values: vec![text("1"), body.clone()] },
-        ];
+        t.ops = read_tweet(vec![text("1"), body.clone()]).to_vec();
         t
     };
     let stored = |log: &SledLog| -> Vec<history::LogRecord> { log.tail(0).map(|r| r.unwrap().1).collect() };
@@ -162,17 +163,11 @@ fn values_that_cite_a_lost_stretch_are_left_out_and_counted() {
             "SELECT id, body FROM tweets WHERE id = $1".into(),
             "UPDATE tweets SET body = $1 WHERE id = $2".into(),
         ];
-        t.ops = vec![
-            LoggedOp::Run {
-                stmt: Some(0),
-                params: vec![text("1")],
-                columns: vec!["id".into(), "body".into()],
-            },
-            LoggedOp::Read { key: key("tweets", "1"), observed: Observed::PreHistory(0), stmt: Some(0) },
-            LoggedOp::Row { ops: 1, values: row.clone() },
+        t.ops = read_tweet(row.clone()).to_vec();
+        t.ops.extend([
             LoggedOp::Run { stmt: Some(1), params: vec![row[1].clone(), text("1")], columns: vec![] },
             LoggedOp::Write { key: key("tweets", "1"), write: WriteId(id), stmt: Some(1) },
-        ];
+        ]);
         t
     };
     for id in 1..=2 {

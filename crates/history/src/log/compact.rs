@@ -606,16 +606,6 @@ impl Resolver {
         self.values_lost
     }
 
-    /// The column list record `seq` cites as record `cited`.
-    fn column_list(&self, seq: u64, cited: u64) -> Result<Vec<String>, LogError> {
-        self.columns.get(&cited).cloned().ok_or_else(|| LogError::Inconsistent {
-            seq,
-            reason: format!(
-                "cites record {cited} as a column list, but no column list was defined there earlier in the log"
-            ),
-        })
-    }
-
     /// Takes record `seq` and returns it as the proxy appended it: a definition is kept and yields nothing;
     /// a compact record comes back as its [`LogRecord::Intent`], [`LogRecord::Finished`] or
     /// [`LogRecord::LateOps`]; any other record as it is. A citation of a text not defined earlier is an
@@ -665,23 +655,15 @@ impl Resolver {
     }
 
     fn ops(&mut self, seq: u64, compact: CompactOps) -> Result<(Vec<LoggedOp>, Vec<String>), LogError> {
-        let lookup = |table: &HashMap<u64, String>, cited: u64, what: &str| {
-            table.get(&cited).cloned().ok_or_else(|| LogError::Inconsistent {
-                seq,
-                reason: format!(
-                    "cites record {cited} as a {what}, but no {what} was defined there earlier in the log"
-                ),
-            })
-        };
         let statements = compact
             .statements
             .iter()
-            .map(|&s| lookup(&self.statements, s, "statement"))
+            .map(|&s| defined(&self.statements, seq, s, "statement"))
             .collect::<Result<Vec<_>, _>>()?;
         let namespaces = compact
             .namespaces
             .iter()
-            .map(|&s| lookup(&self.namespaces, s, "namespace"))
+            .map(|&s| defined(&self.namespaces, seq, s, "namespace"))
             .collect::<Result<Vec<_>, _>>()?;
         let namespace = |ns: u32| {
             namespaces.get(ns as usize).cloned().ok_or_else(|| LogError::Inconsistent {
@@ -737,14 +719,14 @@ impl Resolver {
                     continue;
                 }
                 CompactOp::RunCitingColumns { stmt, params, columns: cited } => {
-                    let columns = self.column_list(seq, cited)?;
+                    let columns = defined(&self.columns, seq, cited, "column list")?;
                     last_params = Some(params.clone());
                     ops.push(LoggedOp::Run { stmt, params, columns });
                     continue;
                 }
                 CompactOp::PackedRun { stmt, params, columns: cited } => {
                     let columns = match cited {
-                        Some(cited) => self.column_list(seq, cited)?,
+                        Some(cited) => defined(&self.columns, seq, cited, "column list")?,
                         None => Vec::new(),
                     };
                     let params =
@@ -805,6 +787,17 @@ impl Resolver {
         }
         Ok((ops, statements))
     }
+}
+
+/// The definition (a statement text, a namespace, a column list) that record `seq` cites as record `cited`,
+/// from the reader's `table` of that kind: a citation of anything else is an inconsistency.
+fn defined<T: Clone>(table: &HashMap<u64, T>, seq: u64, cited: u64, what: &str) -> Result<T, LogError> {
+    table.get(&cited).cloned().ok_or_else(|| LogError::Inconsistent {
+        seq,
+        reason: format!(
+            "cites record {cited} as a {what}, but no {what} was defined there earlier in the log"
+        ),
+    })
 }
 
 /// A packed value ([`RowValue`], [`ParamValue`]) as the reader expands it.

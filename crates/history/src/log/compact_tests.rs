@@ -296,6 +296,21 @@ fn a_row_made_of_its_runs_parameters_is_written_as_that() {
     assert!(err.to_string().contains("the run has none"), "{err}");
 }
 
+/// A run citing a column list no record defined is refused, packed or not.
+#[test]
+fn a_run_citing_an_undefined_column_list_is_refused() {
+    let mut resolver = Resolver::new();
+    resolver.resolve(0, LogRecord::Columns { names: vec!["id".into()] }).unwrap();
+    for run in [
+        CompactOp::RunCitingColumns { stmt: None, params: vec![], columns: 5 },
+        CompactOp::PackedRun { stmt: None, params: vec![ParamValue::Int(1)], columns: Some(5) },
+    ] {
+        let ops = CompactOps { ops: vec![run], ..CompactOps::default() };
+        let err = resolver.resolve(6, LogRecord::CompactLateOps { txn: TxnId(1), ops }).unwrap_err();
+        assert!(err.to_string().contains("cites record 5 as a column list"), "{err}");
+    }
+}
+
 /// A read or write whose key is its run's first parameters, joined as the proxy joins a key's columns,
 /// names them instead of repeating the key, and reads back the same; after a run packed against the row
 /// before it, the key is written whole (a hole could take that row, and a key decides the verdict); a
