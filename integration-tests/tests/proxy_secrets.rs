@@ -38,6 +38,10 @@ async fn passwords_set_through_the_proxy_never_reach_the_log_and_the_log_is_priv
             assert!(!found, "{} holds the password {secret}", file.display());
         }
     }
+    let records = records_under(&dir);
+    for secret in [&password, &scram] {
+        assert!(!records.contains(secret.as_str()), "the log's records hold the password {secret}");
+    }
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

@@ -447,6 +447,15 @@ pub async fn upstream_that_asks_for_a_password() -> (String, std::sync::Arc<std:
     (addr, received)
 }
 
+/// Every record of the (closed) log in `dir` as a reader gets it back, citations expanded and compression
+/// undone, printed: the log's records are compressed, so its files' bytes alone would hide a value that is
+/// there.
+pub fn records_under(dir: &Path) -> String {
+    use history::HistoryLog;
+    let reader = history::log::LogReader::open(dir).expect("open the closed log");
+    history::log::resolved(reader.log().tail(0)).map(|r| format!("{:?}\n", r.expect("record").1)).collect()
+}
+
 /// Every file under `dir`, with its path.
 pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
