@@ -5,7 +5,7 @@
 //! with [`proxy::ProxyError::LogFailed`]; and once space returns, a proxy started again on the same log
 //! recovers it and records again, with every acknowledged commit still there and the whole history accepted.
 //!
-//! The log does not resume in the same process: the engine (sled) fails every write after an I/O error, and
+//! The log does not resume in the same process: the log's store fails every write after an I/O error, and
 //! an fsync is never retried after a failure (see `history::log::group_commit`), so a restart is the
 //! recovery, as it is for PostgreSQL when it cannot write its WAL.
 //!
@@ -145,8 +145,8 @@ async fn a_full_disk_fails_commits_instead_of_acknowledging_them_and_a_restart_r
 
     // Every acknowledged commit is committed in the log, and the history is accepted. The one whose commit
     // the client saw fail was told "outcome unknown": the database committed it before its outcome record
-    // failed to become durable, and the record may still have reached the disk (sled writes into segments
-    // it has already allocated), in which case the restarted log holds it as committed. That is the truth,
+    // failed to become durable, and the record may still have reached the disk (part of a write can land
+    // before the disk fills), in which case the restarted log holds it as committed. That is the truth,
     // not an acknowledgement; what must never be is a commit in the log that the database did not make.
     let recorded = p.wait_for(&table, acked.len()).await;
     let committed_in_log = |id: i32| {

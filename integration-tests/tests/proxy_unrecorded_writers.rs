@@ -280,7 +280,7 @@ async fn with_exclusive_recording_a_write_behind_the_proxys_back_is_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_resolves_the_crash_window_by_asking_the_database() {
     use history::log::{HistoryLog, LoggedOp, LoggedTxn};
-    use history::{Durability, KeyName, Outcome, SessionId, SledLog, TxnId, WriteId};
+    use history::{DiskLog, Durability, KeyName, Outcome, SessionId, TxnId, WriteId};
 
     let t = unique_table("uw_crash");
     let db = direct().await;
@@ -296,7 +296,7 @@ async fn a_restart_resolves_the_crash_window_by_asking_the_database() {
 
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("log");
-    let log = SledLog::open(&path, Durability::Strict).expect("the log opens");
+    let log = DiskLog::open(&path, Durability::Strict).expect("the log opens");
     for (i, xid) in [Some(xids[0]), Some(xids[1]), None].into_iter().enumerate() {
         let id = TxnId(i as u64 + 1);
         let mut txn = LoggedTxn::new(id, SessionId(i as u64 + 1), 0);

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use history::values::Value;
 use history::{
-    Durability, HistoryLog, KeyName, LoggedOp, LoggedTxn, Observed, Outcome, SessionId, SledLog, TxnId,
+    DiskLog, Durability, HistoryLog, KeyName, LoggedOp, LoggedTxn, Observed, Outcome, SessionId, TxnId,
     WriteId,
 };
 
@@ -61,7 +61,7 @@ fn reading(id: u64, values: bool) -> LoggedTxn {
 /// transaction after closing).
 fn append_readings(count: u64, values: bool) -> (f64, f64) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let log = SledLog::open(dir.path(), Durability::None).expect("open");
+    let log = DiskLog::open(dir.path(), Durability::None).expect("open");
     let started = Instant::now();
     for id in 1..=count {
         drop(log.append_finished(reading(id, values), Outcome::Committed, Some(id)).expect("append"));
@@ -99,7 +99,7 @@ fn main() {
     for durability in [Durability::Strict, Durability::Group, Durability::None] {
         for sessions in [1u64, 4, 16] {
             let dir = tempfile::tempdir().expect("tempdir");
-            let log = Arc::new(SledLog::open(dir.path(), durability).expect("open"));
+            let log = Arc::new(DiskLog::open(dir.path(), durability).expect("open"));
             let started = Instant::now();
             let threads: Vec<_> = (0..sessions)
                 .map(|s| {

@@ -10,7 +10,7 @@ pub mod values;
 
 pub use builder::{HistoryBuilder, TxnBuilder};
 pub use codec::{CodecError, Format, read_history, write_history};
-pub use log::{Durability, HistoryLog, LogError, LogRecord, LoggedOp, LoggedTxn, SledLog};
+pub use log::{DiskLog, Durability, HistoryLog, LogError, LogRecord, LoggedOp, LoggedTxn};
 pub use model::{
     ClockBounds, CollectorId, History, HistoryStats, IsolationLevel, Key, KeyName, KeyTable, LogGap,
     Observed, Op, Outcome, RecordingHorizon, SessionId, SnapshotParseError, StmtRef, Transaction, TxnId,

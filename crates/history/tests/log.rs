@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use history::log::{LogOptions, Replayer};
 use history::{
-    CollectorId, Durability, HistoryLog, IsolationLevel, KeyName, LogError, LogGap, LogRecord, LoggedOp,
-    LoggedTxn, Observed, Op, Outcome, SessionId, SledLog, TxnId, WriteId,
+    CollectorId, DiskLog, Durability, HistoryLog, IsolationLevel, KeyName, LogError, LogGap, LogRecord,
+    LoggedOp, LoggedTxn, Observed, Op, Outcome, SessionId, TxnId, WriteId,
 };
 
 fn key(name: &str) -> KeyName {
@@ -43,7 +43,7 @@ fn resolved_tail(log: &dyn HistoryLog) -> Vec<(u64, LogRecord)> {
 #[test]
 fn tail_returns_records_in_append_order_with_consecutive_seqs() {
     let dir = tempfile::tempdir().unwrap();
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     let t1 = log.append_intent(rmw(1, 1, 0, "a", Observed::PreHistory(0), 10)).unwrap();
     let t2 = log.append_outcome(TxnId(1), Outcome::Committed, Some(5_000)).unwrap();
     let t3 = log.append_finished(LoggedTxn::new(TxnId(2), SessionId(2), 0), Outcome::Aborted, None).unwrap();
@@ -79,7 +79,7 @@ fn tail_returns_records_in_append_order_with_consecutive_seqs() {
 fn tail_order_survives_reopen_and_numbers_continue() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let log = SledLog::open(dir.path(), Durability::Group).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::Group).unwrap();
         for i in 0..300 {
             let _ = log
                 .append_finished(LoggedTxn::new(TxnId(i), SessionId(0), i), Outcome::Committed, None)
@@ -87,7 +87,7 @@ fn tail_order_survives_reopen_and_numbers_continue() {
         }
         log.close().unwrap();
     }
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     assert_eq!(log.next_seq(), 300, "a clean reopen adds no record");
     let ticket =
         log.append_finished(LoggedTxn::new(TxnId(300), SessionId(0), 300), Outcome::Committed, None).unwrap();
@@ -99,7 +99,7 @@ fn tail_order_survives_reopen_and_numbers_continue() {
 #[test]
 fn replay_interns_keys_and_statements_and_assembles_outcomes() {
     let dir = tempfile::tempdir().unwrap();
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     let _ = log.append_intent(rmw(1, 1, 0, "a", Observed::PreHistory(0), 10)).unwrap();
     let _ = log.append_intent(rmw(2, 2, 0, "b", Observed::Absent, 20)).unwrap();
     log.append_outcome(TxnId(2), Outcome::Aborted, None).unwrap().wait().unwrap();
@@ -141,7 +141,7 @@ fn replay_interns_keys_and_statements_and_assembles_outcomes() {
 #[test]
 fn appends_that_would_make_the_log_inconsistent_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let log = SledLog::open(dir.path(), Durability::None).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::None).unwrap();
     let err = log.append_outcome(TxnId(5), Outcome::Committed, None).unwrap_err();
     assert!(matches!(err, LogError::Refused(_)), "{err}");
     let _ = log.append_intent(LoggedTxn::new(TxnId(5), SessionId(0), 0)).unwrap();
@@ -195,14 +195,14 @@ fn replay_rejects_a_record_that_contradicts_earlier_ones() {
 fn recovery_after_a_strict_crash_marks_pending_intents_indeterminate_without_a_gap() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
         let _ = log.append_intent(rmw(1, 1, 0, "a", Observed::PreHistory(0), 10)).unwrap();
         let _ = log.append_intent(rmw(2, 2, 0, "b", Observed::PreHistory(0), 20)).unwrap();
         let _ = log.append_intent(rmw(3, 3, 0, "c", Observed::PreHistory(0), 30)).unwrap();
         log.append_outcome(TxnId(2), Outcome::Committed, Some(1)).unwrap().wait().unwrap();
         log.drop_as_if_crashed();
     }
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     let records = resolved_tail(&log);
     assert_eq!(records.len(), 5);
     assert_eq!(
@@ -231,7 +231,7 @@ fn recovery_after_a_strict_crash_marks_pending_intents_indeterminate_without_a_g
 fn recovery_after_a_group_crash_records_a_gap_at_the_crash_point() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let log = SledLog::open(dir.path(), Durability::Group).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::Group).unwrap();
         for i in 0..3 {
             let _ = log
                 .append_finished(LoggedTxn::new(TxnId(i), SessionId(0), i), Outcome::Committed, None)
@@ -240,12 +240,12 @@ fn recovery_after_a_group_crash_records_a_gap_at_the_crash_point() {
         log.drop_as_if_crashed();
     }
     {
-        let log = SledLog::open(dir.path(), Durability::None).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::None).unwrap();
         let _ =
             log.append_finished(LoggedTxn::new(TxnId(3), SessionId(0), 3), Outcome::Committed, None).unwrap();
         log.drop_as_if_crashed();
     }
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     let h = log.replay().unwrap();
     assert_eq!(h.transactions.len(), 4);
     assert_eq!(h.gaps, vec![LogGap { after_txns: 3 }, LogGap { after_txns: 4 }]);
@@ -263,7 +263,7 @@ fn recovery_after_a_group_crash_records_a_gap_at_the_crash_point() {
 fn a_clean_close_records_no_crash_but_resolves_intents_left_pending() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let log = SledLog::open(dir.path(), Durability::Group).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::Group).unwrap();
         let _ = log.append_intent(rmw(1, 1, 0, "a", Observed::PreHistory(0), 10)).unwrap();
         let _ = log.append_intent(rmw(2, 1, 1, "a", Observed::Version(WriteId(10)), 11)).unwrap();
         let _ = log.append_outcome(TxnId(1), Outcome::Committed, None).unwrap();
@@ -274,7 +274,7 @@ fn a_clean_close_records_no_crash_but_resolves_intents_left_pending() {
         assert!(matches!(err, LogError::Closed), "{err}");
         log.close().unwrap();
     }
-    let log = SledLog::open(dir.path(), Durability::Group).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Group).unwrap();
     let records = resolved_tail(&log);
     assert_eq!(records.len(), 4, "the reopen after a clean close appends nothing");
     assert_eq!(
@@ -290,17 +290,17 @@ fn a_clean_close_records_no_crash_but_resolves_intents_left_pending() {
 fn recovery_scans_only_the_run_that_crashed() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
         let _ = log.append_intent(LoggedTxn::new(TxnId(1), SessionId(0), 0)).unwrap();
         log.drop_as_if_crashed();
     }
     {
         // This run's recovery resolves T1; the crash of this run must not list T1 again.
-        let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
         let _ = log.append_intent(LoggedTxn::new(TxnId(2), SessionId(0), 1)).unwrap();
         log.drop_as_if_crashed();
     }
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     let lists: Vec<Vec<TxnId>> = collect_tail(&log, 0)
         .into_iter()
         .filter_map(|(_, r)| match r {
@@ -317,7 +317,7 @@ fn strict_group_commit_shares_fsyncs_between_concurrent_sessions() {
     const THREADS: u64 = 8;
     const COMMITS: u64 = 40;
     let dir = tempfile::tempdir().unwrap();
-    let log = Arc::new(SledLog::open(dir.path(), Durability::Strict).unwrap());
+    let log = Arc::new(DiskLog::open(dir.path(), Durability::Strict).unwrap());
     let before = log.stats();
     let handles: Vec<_> = (0..THREADS)
         .map(|s| {
@@ -355,7 +355,7 @@ fn group_durability_acknowledges_at_once_and_fsyncs_within_the_interval() {
     let dir = tempfile::tempdir().unwrap();
     let mut options = LogOptions::new(Durability::Group);
     options.group_interval = Duration::from_millis(5);
-    let log = SledLog::open_with(dir.path(), options).unwrap();
+    let log = DiskLog::open_with(dir.path(), options).unwrap();
     let ticket =
         log.append_finished(LoggedTxn::new(TxnId(1), SessionId(0), 0), Outcome::Committed, None).unwrap();
     let seq = ticket.seq();
@@ -373,7 +373,7 @@ fn group_durability_acknowledges_at_once_and_fsyncs_within_the_interval() {
 #[test]
 fn none_durability_never_fsyncs_unless_asked() {
     let dir = tempfile::tempdir().unwrap();
-    let log = SledLog::open(dir.path(), Durability::None).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::None).unwrap();
     for i in 0..20 {
         log.append_finished(LoggedTxn::new(TxnId(i), SessionId(0), i), Outcome::Committed, None)
             .unwrap()
@@ -410,7 +410,7 @@ fn block_on<F: Future>(fut: F) -> F::Output {
 #[test]
 fn async_waiters_are_woken_by_the_flusher() {
     let dir = tempfile::tempdir().unwrap();
-    let log = Arc::new(SledLog::open(dir.path(), Durability::Strict).unwrap());
+    let log = Arc::new(DiskLog::open(dir.path(), Durability::Strict).unwrap());
     let handles: Vec<_> = (0..4u64)
         .map(|s| {
             let log = Arc::clone(&log);
@@ -449,7 +449,7 @@ fn durability_parses_from_configuration_strings() {
 fn a_restarted_proxy_learns_where_transaction_ids_continue_and_cannot_reuse_old_ones() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
         assert_eq!(log.txn_id_floor(), TxnId(0));
         let _ = log
             .append_finished(LoggedTxn::new(TxnId(41), SessionId(0), 0), Outcome::Committed, None)
@@ -461,14 +461,14 @@ fn a_restarted_proxy_learns_where_transaction_ids_continue_and_cannot_reuse_old_
     }
     {
         // After a clean close the floor comes from the metadata; after a crash, from the recovery scan.
-        let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
         assert_eq!(log.txn_id_floor(), TxnId(42));
         let err = log.append_intent(LoggedTxn::new(TxnId(7), SessionId(2), 0)).unwrap_err();
         assert!(matches!(err, LogError::Refused(_)), "an id of an earlier run is refused: {err}");
         let _ = log.append_intent(LoggedTxn::new(TxnId(100), SessionId(2), 0)).unwrap();
         log.drop_as_if_crashed();
     }
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     assert_eq!(log.txn_id_floor(), TxnId(101));
     let err =
         log.append_finished(LoggedTxn::new(TxnId(100), SessionId(2), 1), Outcome::Aborted, None).unwrap_err();
@@ -485,16 +485,16 @@ fn durability_reads_from_configuration_files_in_lowercase() {
 
 #[test]
 fn open_waits_out_a_lock_that_is_released_shortly() {
-    // sled releases its directory lock only when a background thread exits, a moment after a close; open
-    // must ride that out rather than fail.
+    // A lock held a moment longer (sled, for logs written before the segment store, releases its own only
+    // when a background thread exits, a moment after a close): open must ride that out rather than fail.
     let dir = tempfile::tempdir().unwrap();
-    let holder = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let holder = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     let release = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(300));
         holder.close().unwrap();
         drop(holder);
     });
-    let log = SledLog::open(dir.path(), Durability::Strict).expect("open waits for the lock to be released");
+    let log = DiskLog::open(dir.path(), Durability::Strict).expect("open waits for the lock to be released");
     release.join().unwrap();
     log.close().unwrap();
 }
@@ -502,8 +502,8 @@ fn open_waits_out_a_lock_that_is_released_shortly() {
 #[test]
 fn opening_a_log_that_another_handle_holds_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let _held = SledLog::open(dir.path(), Durability::Strict).unwrap();
-    let err = SledLog::open(dir.path(), Durability::Strict).unwrap_err();
+    let _held = DiskLog::open(dir.path(), Durability::Strict).unwrap();
+    let err = DiskLog::open(dir.path(), Durability::Strict).unwrap_err();
     assert!(matches!(err, history::log::LogError::Locked { .. }), "{err}");
     assert!(err.to_string().contains("in use by another process"), "{err}");
 }
@@ -511,7 +511,7 @@ fn opening_a_log_that_another_handle_holds_is_a_clear_error() {
 #[test]
 fn session_ended_is_tailed_in_order_and_ignored_by_replay() {
     let dir = tempfile::tempdir().unwrap();
-    let log = SledLog::open(dir.path(), Durability::Group).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Group).unwrap();
     let _ =
         log.append_finished(LoggedTxn::new(TxnId(1), SessionId(3), 0), Outcome::Committed, Some(1)).unwrap();
     let ended = log.append_session_ended(SessionId(3), Some(0)).unwrap();
@@ -524,14 +524,14 @@ fn session_ended_is_tailed_in_order_and_ignored_by_replay() {
     log.close().unwrap();
     // A reopened log scans it without taking it for a crash or a pending intent.
     drop(log);
-    let log = SledLog::open(dir.path(), Durability::Group).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Group).unwrap();
     assert!(collect_tail(&log, 0).iter().all(|(_, r)| !matches!(r, LogRecord::Recovery { .. })));
 }
 
 #[test]
 fn isolation_records_label_the_sessions_later_transactions_until_the_next_one() {
     let dir = tempfile::tempdir().unwrap();
-    let log = SledLog::open(dir.path(), Durability::Group).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Group).unwrap();
     let finish = |id: u64, session: u64, seq: u64| {
         let txn = LoggedTxn::new(TxnId(id), SessionId(session), seq);
         let _ = log.append_finished(txn, Outcome::Committed, Some(id)).unwrap();
@@ -587,7 +587,7 @@ fn isolation_levels_parse_as_sql_and_settings_spell_them() {
 #[test]
 fn late_ops_join_their_pending_intent_through_the_log_and_replay() {
     let dir = tempfile::tempdir().unwrap();
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     // An autocommit UPDATE: the intent goes out with the statement and no ops; its row comes after.
     let mut intent = LoggedTxn::new(TxnId(1), SessionId(1), 0);
     intent.statements = vec!["UPDATE accounts SET v = 1 WHERE k = 'a'".into()];
@@ -614,7 +614,7 @@ fn late_ops_join_their_pending_intent_through_the_log_and_replay() {
 }
 
 /// The log holds statement texts and values: its directory is its owner's alone (0700), and so are the files
-/// sled makes in it (0600), even where the directory existed before with looser bits.
+/// the store makes in it (0600), even where the directory existed before with looser bits.
 #[cfg(unix)]
 #[test]
 fn the_log_directory_and_its_files_are_private_to_their_owner() {
@@ -635,7 +635,7 @@ fn the_log_directory_and_its_files_are_private_to_their_owner() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let fresh = tmp.path().join("fresh").join("log");
-    let log = SledLog::open(&fresh, Durability::Strict).unwrap();
+    let log = DiskLog::open(&fresh, Durability::Strict).unwrap();
     log.append_finished(rmw(1, 1, 0, "a", Observed::Absent, 1), Outcome::Committed, Some(5))
         .unwrap()
         .wait()
@@ -646,9 +646,9 @@ fn the_log_directory_and_its_files_are_private_to_their_owner() {
     let old = tmp.path().join("old");
     std::fs::create_dir(&old).unwrap();
     std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o755)).unwrap();
-    SledLog::open(&old, Durability::Strict).unwrap().close().unwrap();
-    std::fs::set_permissions(old.join("db"), std::fs::Permissions::from_mode(0o644)).unwrap();
-    SledLog::open(&old, Durability::Strict).unwrap().close().unwrap();
+    DiskLog::open(&old, Durability::Strict).unwrap().close().unwrap();
+    std::fs::set_permissions(old.join("LOCK"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    DiskLog::open(&old, Durability::Strict).unwrap().close().unwrap();
     check(&old);
 }
 
@@ -660,7 +660,7 @@ fn a_commit_fsync_waits_for_commits_in_flight_and_covers_them_too() {
     let mut options = LogOptions::new(Durability::Strict);
     // Far longer than the test needs, so that it does not depend on the machine's speed.
     options.commit_delay = Duration::from_secs(20);
-    let log = Arc::new(SledLog::open_with(dir.path(), options).unwrap());
+    let log = Arc::new(DiskLog::open_with(dir.path(), options).unwrap());
     let _ = log.append_intent(rmw(1, 1, 0, "a", Observed::PreHistory(0), 10)).unwrap();
     let _ = log.append_intent(rmw(2, 2, 0, "b", Observed::PreHistory(0), 20)).unwrap();
     let before = log.stats().fsyncs;
@@ -682,7 +682,7 @@ fn the_commit_delay_is_bounded_and_taken_only_with_commits_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     let mut options = LogOptions::new(Durability::Strict);
     options.commit_delay = Duration::from_millis(300);
-    let log = SledLog::open_with(dir.path(), options).unwrap();
+    let log = DiskLog::open_with(dir.path(), options).unwrap();
     let alone = Instant::now();
     log.append_finished(rmw(1, 1, 0, "a", Observed::PreHistory(0), 10), Outcome::Committed, None)
         .unwrap()

@@ -5,8 +5,8 @@
 
 use history::log::{LogOptions, Replayer, resolved};
 use history::{
-    Durability, History, HistoryLog, KeyName, LogError, LogRecord, LoggedOp, LoggedTxn, Observed, Outcome,
-    SessionId, SledLog, TxnId, WriteId,
+    DiskLog, Durability, History, HistoryLog, KeyName, LogError, LogRecord, LoggedOp, LoggedTxn, Observed,
+    Outcome, SessionId, TxnId, WriteId,
 };
 
 fn key(ns: &str, k: &str) -> KeyName {
@@ -60,7 +60,7 @@ fn classic_records() -> Vec<LogRecord> {
 }
 
 /// Appends `records` through the log's own API (which writes them compactly).
-fn append_all(log: &SledLog, records: Vec<LogRecord>) {
+fn append_all(log: &DiskLog, records: Vec<LogRecord>) {
     for r in records {
         let ticket = match r {
             LogRecord::Intent(t) => log.append_intent(t),
@@ -84,7 +84,7 @@ fn replay_classic(records: Vec<LogRecord>) -> History {
 #[test]
 fn compact_records_replay_as_the_classic_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     append_all(&log, classic_records());
     let raw: Vec<(u64, LogRecord)> = log.tail(0).collect::<Result<_, _>>().unwrap();
     assert!(raw.iter().all(|(_, r)| !matches!(
@@ -137,13 +137,13 @@ fn unhex(s: &str) -> Vec<u8> {
 }
 
 /// Writes record values as a log written before the compact encoding existed: sled directly, as the old
-/// `SledLog` laid it out (format marker, records keyed by big-endian sequence numbers, a clean run state).
+/// `DiskLog` laid it out (format marker, records keyed by big-endian sequence numbers, a clean run state).
 fn write_old_log(dir: &std::path::Path, values: &[Vec<u8>]) {
     let db = sled::open(dir).unwrap();
-    let meta = db.open_tree(SledLog::META_TREE).unwrap();
+    let meta = db.open_tree(history::log::store::sled_store::META_TREE).unwrap();
     meta.insert("format", b"krait-history-log 1".as_slice()).unwrap();
     meta.insert("state", b"clean".as_slice()).unwrap();
-    let tree = db.open_tree(SledLog::RECORDS_TREE).unwrap();
+    let tree = db.open_tree(history::log::store::sled_store::RECORDS_TREE).unwrap();
     for (seq, value) in values.iter().enumerate() {
         tree.insert((seq as u64).to_be_bytes(), value.as_slice()).unwrap();
     }
@@ -161,8 +161,8 @@ fn a_log_written_the_old_way_still_reads_and_takes_compact_appends() {
     let decoded: Vec<LogRecord> = values.iter().map(|v| LogRecord::decode(v).unwrap()).collect();
     assert_eq!(decoded, first, "old record bytes decode to the same records");
     write_old_log(dir.path(), &values);
-    // sled lets go of its lock a moment after the store is dropped; `SledLog::open` waits for it.
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    // sled lets go of its lock a moment after the store is dropped; `DiskLog::open` waits for it.
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     assert_eq!(log.replay().unwrap(), replay_classic(first.to_vec()));
     // The floor of transaction ids comes from the old records too (no stored floor: a scan found it).
     assert_eq!(log.txn_id_floor(), TxnId(12));
@@ -179,19 +179,19 @@ fn each_open_defines_its_own_texts() {
     let (first, second) = records.split_at(4);
     let second_start;
     {
-        let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
         append_all(&log, first.to_vec());
         log.sync().unwrap();
         log.drop_as_if_crashed();
     }
     {
-        let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
         // The recovery record of the crashed run is the first record of this one.
         second_start = log.next_seq() - 1;
         append_all(&log, second.to_vec());
         log.close().unwrap();
     }
-    let log = SledLog::open_with(dir.path(), LogOptions::new(Durability::Strict)).unwrap();
+    let log = DiskLog::open_with(dir.path(), LogOptions::new(Durability::Strict)).unwrap();
     for (seq, r) in log.tail(second_start).map(Result::unwrap) {
         let cited = match r {
             LogRecord::CompactIntent(t) | LogRecord::CompactFinished { txn: t, .. } => t.ops,
@@ -219,7 +219,7 @@ fn each_open_defines_its_own_texts() {
 #[test]
 fn a_citation_the_reader_cannot_resolve_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     append_all(&log, classic_records());
     let raw: Vec<(u64, LogRecord)> = log.tail(0).collect::<Result<_, _>>().unwrap();
     let first_txn = raw.iter().position(|(_, r)| matches!(r, LogRecord::CompactIntent(_))).unwrap();
@@ -259,7 +259,7 @@ fn a_citation_the_reader_cannot_resolve_is_an_error() {
 #[test]
 fn records_that_cite_a_skipped_stretch_are_dropped_and_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     append_all(&log, classic_records());
     // And one that cites nothing.
     let empty = LoggedTxn::new(TxnId(99), SessionId(9), 0);

@@ -5,7 +5,7 @@
 //!
 //! The child is this same test binary, re-run with `KRAIT_LOG_CRASH_CHILD` set; that is why the test has
 //! its own `main` (`harness = false` in Cargo.toml). A SIGKILL tests a process crash: the kernel keeps what
-//! sled wrote, and loses what sled still buffered in memory. It does not simulate a power loss.
+//! the store wrote, and loses what it still buffered in memory. It does not simulate a power loss.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use history::{
-    Durability, HistoryLog, KeyName, LogRecord, LoggedOp, LoggedTxn, Observed, Outcome, SessionId, SledLog,
+    DiskLog, Durability, HistoryLog, KeyName, LogRecord, LoggedOp, LoggedTxn, Observed, Outcome, SessionId,
     TxnId, WriteId,
 };
 
@@ -54,7 +54,7 @@ fn txn(id: u64, session: u64, i: u64) -> LoggedTxn {
 fn child(spec: &str) {
     let (durability, dir) = spec.split_once(' ').expect("spec is '<durability> <dir>'");
     let durability: Durability = durability.parse().expect("durability");
-    let log = Arc::new(SledLog::open(dir, durability).expect("child opens the log"));
+    let log = Arc::new(DiskLog::open(dir, durability).expect("child opens the log"));
     let threads: Vec<_> = (0..THREADS)
         .map(|s| {
             let log = Arc::clone(&log);
@@ -145,7 +145,7 @@ fn strict_crash_loses_nothing_acknowledged() {
     let dir = tempfile::tempdir().expect("tempdir");
     let run = run_child_and_kill(dir.path(), Durability::Strict, 400);
 
-    let log = SledLog::open(dir.path(), Durability::Strict).expect("the log opens after SIGKILL");
+    let log = DiskLog::open(dir.path(), Durability::Strict).expect("the log opens after SIGKILL");
     let records: Vec<(u64, LogRecord)> =
         log.tail(0).collect::<Result<_, _>>().expect("every record reads back intact");
 
@@ -183,7 +183,7 @@ fn strict_crash_loses_nothing_acknowledged() {
     drop(log);
 
     // Recovery happened once: the next open finds a clean log and appends nothing.
-    let again = SledLog::open(dir.path(), Durability::Strict).expect("reopen");
+    let again = DiskLog::open(dir.path(), Durability::Strict).expect("reopen");
     assert_eq!(again.next_seq(), records.len() as u64);
     let (indeterminate, unlisted) = (listed.len(), listed.len() - run.pending.len());
     println!(
@@ -199,7 +199,7 @@ fn group_crash_records_a_gap() {
     let dir = tempfile::tempdir().expect("tempdir");
     let run = run_child_and_kill(dir.path(), Durability::Group, 3_000);
 
-    let log = SledLog::open(dir.path(), Durability::Group).expect("the log opens after SIGKILL");
+    let log = DiskLog::open(dir.path(), Durability::Group).expect("the log opens after SIGKILL");
     let history = log.replay().expect("replay after a crash");
     assert_eq!(history.gaps.len(), 1, "a crash under group durability leaves exactly one gap");
     assert_eq!(

@@ -1,12 +1,18 @@
-//! Integrity of the durable log: corrupt or truncated record values, planted with sled directly, are
-//! reported with their sequence number, never skipped and never a panic; and the record decoder survives
-//! arbitrary bytes.
+//! Integrity of the durable log: corrupt or truncated record values, planted in the segment files directly,
+//! are reported with their sequence number, never skipped and never a panic; what a crash tears at the end
+//! of the last segment is cut, and the same damage in a cleanly closed log is refused; and the record
+//! decoder survives arbitrary bytes.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use history::log::record::{HEADER_LEN, frame};
-use history::log::{FORMAT_VERSION, LZ4_FORMAT_VERSION, RecordError, ZSTD_FORMAT_VERSION};
+use history::log::store::segments::{SEGMENT_MAGIC, SEGMENTS_DIR};
+use history::log::store::sled_store::{META_TREE, RECORDS_TREE};
+use history::log::{FORMAT_VERSION, LZ4_FORMAT_VERSION, LogOptions, RecordError, ZSTD_FORMAT_VERSION};
 use history::{
-    Durability, HistoryLog, KeyName, LogError, LogRecord, LoggedOp, LoggedTxn, Observed, Outcome, SessionId,
-    SledLog, TxnId, WriteId,
+    DiskLog, Durability, HistoryLog, KeyName, LogError, LogRecord, LoggedOp, LoggedTxn, Observed, Outcome,
+    SessionId, TxnId, WriteId,
 };
 use proptest::prelude::*;
 
@@ -28,9 +34,8 @@ fn sample_txn(id: u64) -> LoggedTxn {
     t
 }
 
-/// Opens the log's sled store directly, waiting while the just-closed log's directory lock is still held:
-/// sled releases it only when its background flusher exits, after `Db::drop` returns (as `SledLog::open`
-/// waits, see `open_waiting_for_lock`).
+/// Opens a sled store directly (a log written before the segment store), waiting while a just-closed one's
+/// directory lock is still held: sled releases it only when its background flusher exits.
 fn sled_open(dir: &std::path::Path) -> sled::Db {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
@@ -47,28 +52,57 @@ fn sled_open(dir: &std::path::Path) -> sled::Db {
     }
 }
 
+/// The log's only segment file.
+fn only_segment(dir: &Path) -> PathBuf {
+    let segments: Vec<PathBuf> =
+        std::fs::read_dir(dir.join(SEGMENTS_DIR)).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(segments.len(), 1, "{segments:?}");
+    segments.into_iter().next().unwrap()
+}
+
+/// The record values in a segment file, read by its documented layout (independently of the store's code).
+fn read_frames(path: &Path) -> Vec<Vec<u8>> {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..SEGMENT_MAGIC.len()], SEGMENT_MAGIC);
+    let mut rest = &bytes[SEGMENT_MAGIC.len()..];
+    let mut frames = Vec::new();
+    while !rest.is_empty() {
+        let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
+        frames.push(rest[4..4 + len].to_vec());
+        rest = &rest[4 + len..];
+    }
+    frames
+}
+
+fn write_frames(path: &Path, frames: &[Vec<u8>]) {
+    let mut bytes = SEGMENT_MAGIC.to_vec();
+    for frame in frames {
+        bytes.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(frame);
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
 /// Writes five transactions (after the definitions of their statement and namespace, records 0 and 1),
-/// closes the log, then lets `damage` rewrite record 2's value (the first transaction) through sled.
+/// closes the log, then lets `damage` rewrite record 2's value (the first transaction) in its segment file.
 fn log_with_damaged_record(damage: impl FnOnce(Vec<u8>) -> Vec<u8>) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     {
-        let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
         for i in 0..5 {
             let _ = log.append_finished(sample_txn(i), Outcome::Committed, Some(i)).unwrap();
         }
         log.close().unwrap();
     }
-    let db = sled_open(dir.path());
-    let records = db.open_tree(SledLog::RECORDS_TREE).unwrap();
-    let key = 2u64.to_be_bytes();
-    let value = records.get(key).unwrap().expect("record 2 exists").to_vec();
-    records.insert(key, damage(value)).unwrap();
-    db.flush().unwrap();
+    let segment = only_segment(dir.path());
+    let mut frames = read_frames(&segment);
+    frames[2] = damage(std::mem::take(&mut frames[2]));
+    write_frames(&segment, &frames);
     dir
 }
 
 fn expect_corrupt_at_2(dir: &tempfile::TempDir) -> RecordError {
-    let log = SledLog::open(dir.path(), Durability::Strict).expect("a clean log opens without scanning");
+    let log = DiskLog::open(dir.path(), Durability::Strict).expect("a clean log opens without scanning");
     let items: Vec<_> = log.tail(0).collect();
     // Records 0 and 1 define the statement text and the namespace; 2 to 6 are the five transactions.
     assert_eq!(items.len(), 7, "the corrupt record is reported in place, not skipped");
@@ -119,36 +153,133 @@ fn a_record_from_a_newer_format_is_a_version_error() {
 fn a_corrupt_record_in_a_crashed_run_stops_recovery_with_its_seq() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
         for i in 0..3 {
             let _ = log.append_intent(sample_txn(i)).unwrap();
         }
         log.drop_as_if_crashed();
     }
-    {
-        let db = sled_open(dir.path());
-        let records = db.open_tree(SledLog::RECORDS_TREE).unwrap();
-        records.insert(1u64.to_be_bytes(), &b"\x01garbage"[..]).unwrap();
-        db.flush().unwrap();
-    }
-    let err = SledLog::open(dir.path(), Durability::Strict).unwrap_err();
+    let segment = only_segment(dir.path());
+    let mut frames = read_frames(&segment);
+    frames[1] = b"\x01garbage".to_vec();
+    write_frames(&segment, &frames);
+    let err = DiskLog::open(dir.path(), Durability::Strict).unwrap_err();
     assert!(matches!(err, LogError::Corrupt { seq: 1, .. }), "{err}");
 }
 
+/// In a log written before the segment store (sled's), a key that is not a sequence number is reported.
 #[test]
-fn a_foreign_key_in_the_records_tree_is_reported() {
-    let dir = log_with_damaged_record(|v| v);
+fn a_foreign_key_in_a_sled_log_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
     {
         let db = sled_open(dir.path());
-        db.open_tree(SledLog::RECORDS_TREE)
-            .unwrap()
-            .insert(b"\x00\x00\x00\x00\x00\x00\x00\x02x", &b""[..])
-            .unwrap();
+        db.open_tree(META_TREE).unwrap().insert("format", b"krait-history-log 1".as_slice()).unwrap();
+        let records = db.open_tree(RECORDS_TREE).unwrap();
+        let value = LogRecord::SessionEnded { session: SessionId(1), last_seq: None }.encode().unwrap();
+        for seq in 0..5u64 {
+            records.insert(seq.to_be_bytes(), value.as_slice()).unwrap();
+        }
+        records.insert(b"\x00\x00\x00\x00\x00\x00\x00\x02x", &b""[..]).unwrap();
         db.flush().unwrap();
     }
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
-    let err = log.replay().unwrap_err();
+    // No transaction-id floor is stored, so opening scans the records, and meets the key.
+    let err = DiskLog::open(dir.path(), Durability::Strict).unwrap_err();
     assert!(matches!(err, LogError::BadKey { after: Some(2), .. }), "{err}");
+}
+
+/// Appends five transactions, then leaves the log as a crash would (no clean close), or closes it.
+fn five_transactions(dir: &Path, crash: bool) {
+    let log = DiskLog::open(dir, Durability::Strict).unwrap();
+    for i in 0..5 {
+        log.append_finished(sample_txn(i), Outcome::Committed, Some(i)).unwrap().wait().unwrap();
+    }
+    match crash {
+        true => log.drop_as_if_crashed(),
+        false => log.close().unwrap(),
+    }
+}
+
+/// The ways a crash tears the end of the last segment: part of a frame's length, a frame cut short, a
+/// whole-length frame whose bytes did not all reach the disk.
+fn torn_ends() -> Vec<(&'static str, Vec<u8>)> {
+    let whole = LogRecord::SessionEnded { session: SessionId(9), last_seq: None }.encode().unwrap();
+    let mut frame = (whole.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&whole);
+    let mut garbled = frame.clone();
+    *garbled.last_mut().unwrap() ^= 0xff;
+    vec![
+        ("half a length", frame[..2].to_vec()),
+        ("a cut frame", frame[..frame.len() - 3].to_vec()),
+        ("a frame whose checksum fails", garbled),
+    ]
+}
+
+/// After a crash, what was torn at the end of the last segment is cut, and everything before it reads.
+#[test]
+fn a_torn_end_after_a_crash_is_cut_and_the_rest_reads() {
+    for (what, tail) in torn_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        five_transactions(dir.path(), true);
+        let segment = only_segment(dir.path());
+        let whole = std::fs::metadata(&segment).unwrap().len();
+        std::fs::OpenOptions::new().append(true).open(&segment).unwrap().write_all(&tail).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::Strict).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(log.replay().unwrap().transactions.len(), 5, "{what}");
+        // The recovery record went where the torn one was.
+        let records: Vec<_> = log.tail(0).map(|r| r.unwrap().1).collect();
+        assert!(matches!(records.last(), Some(LogRecord::Recovery { .. })), "{what}: {records:?}");
+        log.close().unwrap();
+        drop(log);
+        assert!(std::fs::metadata(&segment).unwrap().len() > whole, "{what}: appends went on after the cut");
+        assert_eq!(
+            DiskLog::open(dir.path(), Durability::Strict).unwrap().replay().unwrap().transactions.len(),
+            5
+        );
+    }
+}
+
+/// The same bytes at the end of a log that was closed cleanly are damage, not a crash: opening refuses,
+/// naming the record and the segment, and cuts nothing.
+#[test]
+fn a_torn_end_in_a_cleanly_closed_log_is_refused() {
+    for (what, tail) in torn_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        five_transactions(dir.path(), false);
+        let segment = only_segment(dir.path());
+        std::fs::OpenOptions::new().append(true).open(&segment).unwrap().write_all(&tail).unwrap();
+        let size = std::fs::metadata(&segment).unwrap().len();
+        let err = DiskLog::open(dir.path(), Durability::Strict).unwrap_err();
+        assert!(matches!(err, LogError::Inconsistent { seq: 7, .. }), "{what}: {err}");
+        assert!(err.to_string().contains("closed cleanly"), "{what}: {err}");
+        assert_eq!(std::fs::metadata(&segment).unwrap().len(), size, "{what}: nothing was cut");
+    }
+}
+
+/// With small segments the log spans many files: a tail from any record reads the same records as a whole
+/// replay does from there, across segment boundaries and after a reopen.
+#[test]
+fn records_span_segments_and_read_back_from_any_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = LogOptions::new(Durability::None);
+    options.segment_bytes = 600;
+    let all: Vec<(u64, LogRecord)> = {
+        let log = DiskLog::open_with(dir.path(), options).unwrap();
+        for i in 0..300 {
+            let _ = log.append_finished(sample_txn(i), Outcome::Committed, Some(i)).unwrap();
+        }
+        let all = log.tail(0).map(Result::unwrap).collect();
+        log.close().unwrap();
+        all
+    };
+    assert_eq!(all.len(), 302);
+    let segments = std::fs::read_dir(dir.path().join(SEGMENTS_DIR)).unwrap().count();
+    assert!(segments > 10, "{segments} segments");
+    let log = DiskLog::open_with(dir.path(), options).unwrap();
+    for from in [0, 1, 2, 127, 128, 129, 150, 255, 256, 301, 302] {
+        let tail: Vec<(u64, LogRecord)> = log.tail(from).map(Result::unwrap).collect();
+        assert_eq!(tail, all[from as usize..], "tail from {from}");
+    }
+    assert_eq!(log.replay().unwrap().transactions.len(), 300);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use history::values::{StatementRun, Value};
 use history::{
-    Durability, HistoryLog, KeyName, LoggedOp, LoggedTxn, Observed, Outcome, SessionId, SledLog, TxnId,
+    DiskLog, Durability, HistoryLog, KeyName, LoggedOp, LoggedTxn, Observed, Outcome, SessionId, TxnId,
     WriteId,
 };
 
@@ -28,7 +28,7 @@ fn read_tweet(row: Vec<Value>) -> [LoggedOp; 3] {
 #[test]
 fn values_replay_beside_their_ops_through_the_compact_log() {
     let dir = tempfile::tempdir().unwrap();
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     let mut t = LoggedTxn::new(TxnId(7), SessionId(1), 0);
     t.statements = vec![
         "SELECT a.v, b.v FROM a JOIN b ON a.id = b.id WHERE a.id = $1".into(),
@@ -87,7 +87,7 @@ fn values_replay_beside_their_ops_through_the_compact_log() {
 #[test]
 fn a_transaction_without_values_carries_none() {
     let dir = tempfile::tempdir().unwrap();
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     let mut t = LoggedTxn::new(TxnId(1), SessionId(1), 0);
     t.ops = vec![LoggedOp::Write { key: key("a", "1"), write: WriteId(1), stmt: None }];
     drop(log.append_finished(t, Outcome::Committed, None).unwrap());
@@ -108,9 +108,9 @@ fn repeated_rows_and_columns_are_stored_once_and_replay_in_full() {
         t.ops = read_tweet(vec![text("1"), body.clone()]).to_vec();
         t
     };
-    let stored = |log: &SledLog| -> Vec<history::LogRecord> { log.tail(0).map(|r| r.unwrap().1).collect() };
+    let stored = |log: &DiskLog| -> Vec<history::LogRecord> { log.tail(0).map(|r| r.unwrap().1).collect() };
     {
-        let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
         for id in 1..=3 {
             drop(log.append_finished(reading(id, id), Outcome::Committed, Some(id)).unwrap());
         }
@@ -128,7 +128,7 @@ fn repeated_rows_and_columns_are_stored_once_and_replay_in_full() {
             .count();
         assert_eq!(cited, 2, "the second and third reads cite the first one's row");
     }
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     drop(log.append_finished(reading(4, 4), Outcome::Committed, Some(4)).unwrap());
     let records = stored(&log);
     assert!(
@@ -155,7 +155,7 @@ fn repeated_rows_and_columns_are_stored_once_and_replay_in_full() {
 #[test]
 fn values_that_cite_a_lost_stretch_are_left_out_and_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let log = SledLog::open(dir.path(), Durability::Strict).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::Strict).unwrap();
     let row = vec![text("1"), text("a tweet body long enough to be worth citing")];
     let read_then_write = |id: u64| {
         let mut t = LoggedTxn::new(TxnId(id), SessionId(id), 0);

@@ -1,7 +1,7 @@
 //! `krait verify` on a history log it cannot open in place (issue 19, item 5), on real filesystems: a small
 //! tmpfs that is full, one remounted read-only, and a read-only view of a log a live process holds.
 //!
-//! Opening a sled log writes to it, so a reader on a full disk or a read-only filesystem reads a private copy
+//! Opening a log writes to it (its run state), so a reader on a full disk or a read-only filesystem reads a private copy
 //! and says so; a log in use is never copied, and the error says it is in use because its lock says so.
 //!
 //! Mounting needs root. Not as root, each test says so on stderr and passes without running; as root, a
@@ -15,7 +15,7 @@ use std::process::Command;
 
 use common::krait;
 use history::log::HistoryLog;
-use history::{Durability, LoggedTxn, Outcome, SessionId, SledLog, TxnId};
+use history::{DiskLog, Durability, LoggedTxn, Outcome, SessionId, TxnId};
 
 /// A tmpfs of a few MiB mounted on a fresh temporary directory, unmounted (with anything mounted on top of
 /// it) when dropped.
@@ -89,8 +89,8 @@ fn running_as_root() -> bool {
 }
 
 /// A log at `dir` with `n` committed transactions (no reads or writes, so any order explains them).
-fn write_log(dir: &Path, n: u64) -> SledLog {
-    let log = SledLog::open(dir, Durability::Strict).expect("open");
+fn write_log(dir: &Path, n: u64) -> DiskLog {
+    let log = DiskLog::open(dir, Durability::Strict).expect("open");
     for id in 1..=n {
         let txn = LoggedTxn::new(TxnId(id), SessionId(1), id - 1);
         log.append_finished(txn, Outcome::Committed, Some(id)).expect("append").wait().expect("durable");
@@ -113,7 +113,7 @@ fn verify_reads_a_log_on_a_full_disk_from_a_copy_and_says_why() {
     let log = disk.path().join("log");
     write_log(&log, 20).close().expect("close");
     disk.fill();
-    match SledLog::open(&log, Durability::Strict) {
+    match DiskLog::open(&log, Durability::Strict) {
         Err(e) => assert!(e.to_string().contains("the disk is full"), "{e}"),
         Ok(_) => panic!("a log on a full disk opened in place"),
     }
@@ -136,7 +136,7 @@ fn verify_reads_a_log_on_a_read_only_filesystem_from_a_copy_and_says_why() {
     assert!(stderr.contains("read-only filesystem") && stderr.contains("reading a copy"), "{stderr}");
 }
 
-/// Through a read-only view, sled cannot even try its lock; the reader's own probe finds the lock the live
+/// Through a read-only view, the log's own open cannot even take its lock (it opens the lock file to write); the reader's own probe finds the lock the live
 /// log holds, and nothing is copied.
 #[test]
 fn verify_reports_a_log_in_use_as_in_use_even_where_it_cannot_be_opened() {

@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use history::log::{Durability, HistoryLog, LoggedOp, LoggedTxn, SledLog};
+use history::log::{DiskLog, Durability, HistoryLog, LoggedOp, LoggedTxn};
 use history::{KeyName, Observed, Outcome, SessionId, TxnId, WriteId};
 use proxy::interpret::versions::{VersionBook, seed};
 
@@ -20,7 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("|---:|---:|---:|---:|");
     for run in 0..runs {
-        let log = SledLog::open(dir.path(), Durability::None)?;
+        let log = DiskLog::open(dir.path(), Durability::None)?;
         // This start, as the proxy makes it: from the checkpoint the previous start stored.
         let started = Instant::now();
         let (_, seeded) = seed::seed(&VersionBook::new(), &log)?;

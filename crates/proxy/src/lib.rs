@@ -35,7 +35,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use history::CollectorId;
-use history::log::{HistoryLog, LogError, LogOptions, SledLog};
+use history::log::{DiskLog, HistoryLog, LogError, LogOptions};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -196,7 +196,7 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
     options.group_interval = Duration::from_millis(config.log.group_interval_ms);
     let log: Arc<dyn HistoryLog> = {
         let path = log_path.clone();
-        let opened = tokio::task::spawn_blocking(move || SledLog::open_with(&path, options))
+        let opened = tokio::task::spawn_blocking(move || DiskLog::open_with(&path, options))
             .await
             .map_err(|e| ProxyError::Task(e.to_string()))?;
         Arc::new(opened.map_err(|source| ProxyError::Log { path: log_path.display().to_string(), source })?)

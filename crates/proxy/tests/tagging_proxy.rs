@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
-use history::log::{Durability, HistoryLog, SledLog};
+use history::log::{DiskLog, Durability, HistoryLog};
 use history::{History, Op, Outcome};
 use proxy::{Config, ProxyHandle};
 use tagging_support::{Msg, Raw, error_code, rows};
@@ -50,7 +50,7 @@ impl Proxy {
         let Proxy { handle, dir } = self;
         handle.shutdown().await.unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("log");
-        let log = SledLog::open(&path, Durability::Strict).unwrap_or_else(|e| panic!("{e}"));
+        let log = DiskLog::open(&path, Durability::Strict).unwrap_or_else(|e| panic!("{e}"));
         let h = log.replay().unwrap_or_else(|e| panic!("{e}"));
         let _ = log.close();
         h

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use history::log::merge::Merger;
 use history::{
-    CollectorId, Durability, HistoryLog, KeyName, LoggedOp, LoggedTxn, Observed, Outcome, SessionId, SledLog,
+    CollectorId, DiskLog, Durability, HistoryLog, KeyName, LoggedOp, LoggedTxn, Observed, Outcome, SessionId,
     TxnId, WriteId,
 };
 use ship::local::LocalNats;
@@ -31,8 +31,8 @@ const SESSIONS: u64 = 4;
 const KEYS: u64 = 2_000;
 
 /// A log of `txns` read-modify-write transactions of collector `c`, serializable by construction.
-fn fill(dir: &Path, c: u32, txns: u64) -> Result<Arc<SledLog>, String> {
-    let log = SledLog::open(dir, Durability::None).map_err(|e| e.to_string())?;
+fn fill(dir: &Path, c: u32, txns: u64) -> Result<Arc<DiskLog>, String> {
+    let log = DiskLog::open(dir, Durability::None).map_err(|e| e.to_string())?;
     let mut last: Vec<Option<WriteId>> = vec![None; KEYS as usize];
     for i in 0..txns {
         let id = i + 1;
@@ -62,7 +62,7 @@ fn main() {
         }
     };
     let url = nats.url();
-    let logs: Vec<(CollectorId, Arc<SledLog>)> = (1..=3)
+    let logs: Vec<(CollectorId, Arc<DiskLog>)> = (1..=3)
         .map(|c| {
             let log = fill(&tmp.path().join(format!("log{c}")), c, txns).expect("fills a log");
             (CollectorId(c), log)

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use history::log::merge::Heartbeat;
 use history::{
-    CollectorId, Durability, HistoryLog, LogRecord, LoggedTxn, Outcome, SessionId, SledLog, TxnId,
+    CollectorId, DiskLog, Durability, HistoryLog, LogRecord, LoggedTxn, Outcome, SessionId, TxnId,
 };
 use ship::local::LocalNats;
 use ship::{Counters, Incoming, ShipConfig, Shipper, Source, message};
@@ -21,7 +21,7 @@ const COLLECTOR: CollectorId = CollectorId(1);
 async fn a_restarted_shipper_fills_the_hole_a_killed_one_left() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let nats = LocalNats::start(&dir.path().join("nats")).unwrap_or_else(|e| panic!("{e}"));
-    let log = SledLog::open(dir.path().join("log"), Durability::None).expect("opens a log");
+    let log = DiskLog::open(dir.path().join("log"), Durability::None).expect("opens a log");
     for id in 1..=10 {
         let txn = LoggedTxn::new(TxnId(id), SessionId(1), id - 1);
         let _ticket = log.append_finished(txn, Outcome::Committed, Some(id)).expect("appends");
@@ -130,7 +130,7 @@ async fn a_shipper_sends_again_what_a_restarted_server_lost() {
     let store = dir.path().join("nats");
     let nats = LocalNats::start(&store).unwrap_or_else(|e| panic!("{e}"));
     let port = nats.port();
-    let log = Arc::new(SledLog::open(dir.path().join("log"), Durability::None).expect("opens a log"));
+    let log = Arc::new(DiskLog::open(dir.path().join("log"), Durability::None).expect("opens a log"));
     let append = |ids: std::ops::Range<u64>| {
         for id in ids {
             let txn = LoggedTxn::new(TxnId(id), SessionId(1), id);

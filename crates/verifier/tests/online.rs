@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use history::log::{HistoryLog, LoggedOp, LoggedTxn};
-use history::{Durability, KeyName, Observed, Outcome, SessionId, SledLog, TxnId, WriteId};
+use history::{DiskLog, Durability, KeyName, Observed, Outcome, SessionId, TxnId, WriteId};
 use verifier::online::Feeder;
 use verifier::{ReportStore, RoundOptions};
 
@@ -27,7 +27,7 @@ fn skewed(id: u64, session: u64, writes: &str, write: u64) -> LoggedTxn {
 #[test]
 fn a_write_skew_in_the_log_is_rejected_and_its_report_stored() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
     let _durable_with_the_outcome = log.append_intent(skewed(1, 1, "x", 11)).expect("intent");
     let _durable_with_the_outcome = log.append_intent(skewed(2, 2, "y", 12)).expect("intent");
     // Only T1's outcome is logged so far: T2 must wait for its outcome, not be verified as it stands.
@@ -64,7 +64,7 @@ fn a_write_skew_in_the_log_is_rejected_and_its_report_stored() {
 #[test]
 fn serial_transactions_are_accepted_and_a_recovery_record_releases_pending_intents() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
     // T1 writes x; T2 (same session, later) reads T1's x and writes y: serial, accepted.
     let mut t1 = LoggedTxn::new(TxnId(1), SessionId(1), 0);
     t1.ops.push(LoggedOp::Write { key: key("x"), write: WriteId(11), stmt: None });
@@ -86,7 +86,7 @@ fn serial_transactions_are_accepted_and_a_recovery_record_releases_pending_inten
 #[test]
 fn reading_is_bounded_per_call() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
     for i in 0..10 {
         let t = LoggedTxn::new(TxnId(i + 1), SessionId(1), i);
         log.append_finished(t, Outcome::Committed, None).expect("finished").wait().expect("durable");
@@ -119,7 +119,7 @@ fn write(k: &str, w: u64) -> LoggedOp {
 /// after a last round.
 fn quiet_session(end: bool, orphan: bool) -> Feeder {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
     let quiet = logged(1, 3, 0, vec![write("s", 7)], false);
     if orphan {
         let _ = log.append_intent(quiet).expect("intent");
@@ -143,7 +143,7 @@ fn quiet_session(end: bool, orphan: bool) -> Feeder {
 
 /// Ten committed fences (transactions 10–19), alternating between two sessions given as (session, seq
 /// of its first fence), each reading the fence row the one before wrote; then waits until durable.
-fn append_fence_chain(log: &SledLog, sessions: [(u64, u64); 2]) {
+fn append_fence_chain(log: &DiskLog, sessions: [(u64, u64); 2]) {
     let mut next_seq = sessions.map(|(_, seq)| seq);
     for i in 0..10u64 {
         let s = (i % 2) as usize;
@@ -163,11 +163,11 @@ fn append_fence_chain(log: &SledLog, sessions: [(u64, u64); 2]) {
 fn sessions_open_at_a_crash_end_at_the_recovery_record() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("log");
-    let log = SledLog::open(&path, Durability::Strict).expect("the log opens");
+    let log = DiskLog::open(&path, Durability::Strict).expect("the log opens");
     let quiet = logged(1, 3, 0, vec![write("s", 7)], false);
     log.append_finished(quiet, Outcome::Committed, Some(1)).expect("finished").wait().expect("durable");
     log.drop_as_if_crashed();
-    let log = SledLog::open(&path, Durability::Strict).expect("the log reopens after the crash");
+    let log = DiskLog::open(&path, Durability::Strict).expect("the log reopens after the crash");
     let t2 = logged(2, 4, 0, vec![write("x", 1)], false);
     let _ = log.append_finished(t2, Outcome::Committed, Some(2)).expect("finished");
     let t3 = logged(3, 4, 1, vec![read("x", Observed::Version(WriteId(1))), write("x", 2)], false);
@@ -203,7 +203,7 @@ fn a_session_ended_record_lets_collection_advance_past_a_quiet_session() {
 #[test]
 fn a_report_names_the_keys_and_statements_of_the_log_whatever_order_they_were_first_seen() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
     let _durable_with_the_outcome = log.append_intent(skewed(1, 1, "x", 11)).expect("intent");
     // T3, finished in between, is the first to reach the verifier: its key and statement come first there.
     let mut other = LoggedTxn::new(TxnId(3), SessionId(3), 0);
@@ -232,7 +232,7 @@ fn a_report_names_the_keys_and_statements_of_the_log_whatever_order_they_were_fi
 #[test]
 fn writes_discovered_after_admission_are_unverifiable_online_and_checked_one_shot() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
     let t1 = logged(1, 1, 0, vec![read("x", Observed::PreHistory(0))], false);
     let t2 = logged(2, 2, 0, vec![], false);
     let _covered = log.append_intent(t1).expect("intent");
@@ -264,7 +264,7 @@ fn writes_discovered_after_admission_are_unverifiable_online_and_checked_one_sho
 fn a_foreign_read_is_an_unowned_version_unless_its_write_turns_up() {
     for writer_turns_up in [false, true] {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let log = SledLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+        let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
         let t1 = logged(1, 1, 0, vec![read("x", Observed::Foreign(77))], false);
         let _ = log.append_finished(t1, Outcome::Committed, Some(10)).expect("finished");
         let t2 = logged(2, 2, 0, if writer_turns_up { vec![write("x", 77)] } else { vec![] }, false);
@@ -296,7 +296,7 @@ fn a_foreign_read_is_an_unowned_version_unless_its_write_turns_up() {
 /// A log of `n` transactions in one session, each writing a key of its own, as a stopped proxy leaves it.
 /// (Not all one key: 100,000 blind writes of one key without fences took over 20 GiB to verify.)
 fn backlog(dir: &std::path::Path, n: u64) -> std::sync::Arc<dyn HistoryLog> {
-    let log = SledLog::open(dir.join("log"), Durability::None).expect("the log opens");
+    let log = DiskLog::open(dir.join("log"), Durability::None).expect("the log opens");
     for i in 0..n {
         let t = logged(i + 1, 1, i, vec![write(&format!("k{i}"), i + 1)], false);
         log.append_finished(t, Outcome::Committed, None).expect("finished").wait().expect("logged");

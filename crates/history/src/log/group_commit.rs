@@ -223,8 +223,8 @@ impl GroupCommit {
         self.shared.lock().failed.clone()
     }
 
-    /// Stops the log as a failed fsync does: the engine could not write a record, and the engine this log
-    /// runs on (sled) refuses every later write after an I/O error, so nothing appended from now on could
+    /// Stops the log as a failed fsync does: the engine could not write a record, and the log's store
+    /// refuses every later write after an I/O error, so nothing appended from now on could
     /// be made durable either. The first failure's reason is kept. Wakes every waiter with the error.
     pub(crate) fn fail(&self, reason: String) {
         let woken = {

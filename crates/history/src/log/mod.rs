@@ -24,12 +24,12 @@
 //!
 //! ```
 //! use history::{
-//!     Durability, HistoryLog, KeyName, LoggedOp, LoggedTxn, Outcome, SessionId, SledLog, TxnId, WriteId,
+//!     Durability, HistoryLog, KeyName, LoggedOp, LoggedTxn, Outcome, SessionId, DiskLog, TxnId, WriteId,
 //! };
 //!
 //! # fn main() -> Result<(), history::LogError> {
 //! # let dir = tempfile::tempdir().unwrap();
-//! let log = SledLog::open(dir.path(), Durability::Strict)?;
+//! let log = DiskLog::open(dir.path(), Durability::Strict)?;
 //! // The proxy saw UPDATE … RETURNING xmin, then the client sent COMMIT.
 //! let mut txn = LoggedTxn::new(TxnId(1), SessionId(3), 0);
 //! txn.statements.push("UPDATE accounts SET balance = balance - 10 WHERE id = 7".into());
@@ -61,7 +61,7 @@
 //!
 //! # Recovery
 //!
-//! The log keeps a "run state" in a metadata tree: `running <durability>` from open until a clean
+//! The log keeps a "run state" in its metadata: `running <durability>` from open until a clean
 //! [`HistoryLog::close`], then `clean`. If `open` finds `running`, the previous run crashed, and `open`
 //! appends one explicit [`LogRecord::Recovery`] record at the crash point, before anything new:
 //! - it lists every intent without an outcome; they replay as Indeterminate, and the record tells a
@@ -69,12 +69,12 @@
 //! - if the crashed run used `group` or `none`, it sets `gap`, and replay adds a [`crate::LogGap`], because
 //!   acknowledged transactions may be missing after that point.
 //!
-//! Finding the pending intents scans the records appended since the previous open (the metadata tree
-//! remembers where that run started), not the whole log. A clean close with intents still pending writes a
+//! Finding the pending intents scans the records appended since the previous open (the metadata
+//! remember where that run started), not the whole log. A clean close with intents still pending writes a
 //! Recovery record for them too (without a gap).
 //!
 //! The same scan finds the largest transaction id the crashed run used, so [`HistoryLog::txn_id_floor`]
-//! tells a restarted proxy where to continue; a clean close stores it in the metadata tree.
+//! tells a restarted proxy where to continue; a clean close stores it in the metadata.
 //!
 //! # Integrity
 //!
@@ -84,19 +84,21 @@
 //!
 //! # What the engine guarantees (and what it does not)
 //!
-//! [`SledLog`] uses sled 0.34. Its `flush` writes the dirty buffers and syncs them with
-//! `sync_file_range(2)` on Linux, and its recovery restores a prefix of its own log. So a process crash
-//! (tested here with SIGKILL) loses nothing acknowledged under `strict`. Whether a power loss does depends
-//! on sled's use of `sync_file_range`, which does not flush file metadata or the drive's write cache; that
-//! is sled's guarantee, not ours, and the [`HistoryLog`] trait exists so another engine can replace it.
+//! [`DiskLog`] keeps new logs in the segment store ([`store::segments`]): records appended to files, made
+//! durable with `fdatasync(2)`, the end a crash tore cut at the next open. So neither a process crash
+//! (tested here with SIGKILL) nor a power loss loses anything acknowledged under `strict`, as far as the
+//! drive honours the flush `fdatasync` sends it. Logs written before it stay on sled 0.34
+//! ([`store::sled_store`]), whose `flush` syncs with `sync_file_range(2)`: that survives a process crash,
+//! but flushes neither file metadata nor the drive's write cache, so a power loss may cost more there.
 
 pub mod compact;
+mod disk_log;
 pub mod group_commit;
 pub mod merge;
 mod reader;
 pub mod record;
 pub mod replay;
-mod sled_log;
+pub mod store;
 
 use std::fmt;
 use std::str::FromStr;
@@ -106,6 +108,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 pub use compact::{CompactOp, CompactOps, CompactTxn, Resolver, resolved};
+pub use disk_log::DiskLog;
 pub use group_commit::{DurabilityTicket, DurableFuture, FSYNC_BUCKETS_US, LogStats};
 pub use reader::LogReader;
 pub use record::{
@@ -113,7 +116,6 @@ pub use record::{
     ZSTD_FORMAT_VERSION, decode_framed, encode_framed,
 };
 pub use replay::{Earlier, IdMap, Replayed, ReplayedTail, ReplayedTxn, Replayer, TxnXids};
-pub use sled_log::SledLog;
 
 /// The bytes of every file under a log directory (0 for what cannot be read): what the log costs on disk,
 /// for `/metrics` and for the history-size benchmark (Cobra Fig. 13).
@@ -187,8 +189,10 @@ pub struct LogOptions {
     /// Under `group`, the longest time between an append and the fsync that covers it (plus the fsync's
     /// own duration).
     pub group_interval: Duration,
-    /// The storage engine's page cache size, in bytes.
+    /// The page cache size of sled, the engine of logs written before the segment store, in bytes.
     pub cache_bytes: u64,
+    /// The segment store begins a new segment file once the current one holds this many bytes.
+    pub segment_bytes: u64,
     /// Under `strict`, the longest an fsync that a commit waits for is held back while other transactions'
     /// COMMITs are in flight (their intents logged, their outcomes not yet), so that one fsync covers
     /// their outcomes too (the idea of PostgreSQL's `commit_delay`, taken only when there is a commit to
@@ -197,12 +201,14 @@ pub struct LogOptions {
 }
 
 impl LogOptions {
-    /// Defaults for `durability`: a 10 ms group interval, a 64 MiB cache and a 5 ms commit delay.
+    /// Defaults for `durability`: a 10 ms group interval, a 64 MiB cache, 64 MiB segments and a 5 ms commit
+    /// delay.
     pub fn new(durability: Durability) -> Self {
         LogOptions {
             durability,
             group_interval: Duration::from_millis(10),
             cache_bytes: 64 << 20,
+            segment_bytes: store::segments::SEGMENT_BYTES,
             commit_delay: Duration::from_millis(5),
         }
     }
@@ -214,6 +220,14 @@ pub enum LogError {
     /// The storage engine failed.
     #[error("history log storage error: {0}")]
     Storage(String),
+    /// Reading or writing the log's files failed.
+    #[error("history log: {context}: {source}")]
+    Io {
+        /// What was being done, and to which file.
+        context: String,
+        /// The error.
+        source: std::io::Error,
+    },
     /// A record failed its integrity checks.
     #[error("history log record {seq} is corrupt: {source}")]
     Corrupt {
@@ -255,14 +269,14 @@ pub enum LogError {
     /// The log was closed.
     #[error("history log is closed")]
     Closed,
-    /// Another process holds the log open (sled's lock), most likely a proxy still running on it.
+    /// Another process holds the log open (its lock), most likely a proxy still running on it.
     #[error("history log {dir} is in use by another process (is a proxy still running on it?)")]
     Locked {
         /// The log's directory.
         dir: std::path::PathBuf,
     },
-    /// The log cannot be opened where it lies: opening writes to its files (sled recovers and rewrites its
-    /// metadata even to read), so a full disk or a read-only directory stops it.
+    /// The log cannot be opened where it lies: opening writes to its files (the run state, even to read;
+    /// sled also rewrites its own metadata), so a full disk or a read-only directory stops it.
     #[error("history log {dir} cannot be opened: {reason}")]
     Unwritable {
         /// The log's directory.
@@ -281,7 +295,7 @@ impl From<sled::Error> for LogError {
 /// Records in append order, with their sequence numbers; an item is an error where a record is unreadable.
 pub type Tail<'a> = Box<dyn Iterator<Item = Result<(u64, LogRecord), LogError>> + Send + 'a>;
 
-/// A durable, append-only log of transaction intents and outcomes. [`SledLog`] is the implementation; the
+/// A durable, append-only log of transaction intents and outcomes. [`DiskLog`] is the implementation; the
 /// trait lets another engine replace it (DESIGN.md §4).
 pub trait HistoryLog: Send + Sync {
     /// Appends a transaction's "commit pending" intent. Call before forwarding COMMIT; the ticket need not

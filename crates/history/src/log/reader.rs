@@ -1,28 +1,31 @@
 //! [`LogReader`]: a log opened only to be read (`krait verify`, `krait history`), wherever it lies.
 //!
-//! sled has no read-only mode: opening a log writes to its files (its own recovery, then the run state), so
-//! on a full disk, a read-only filesystem or a directory this user may not write, [`SledLog::open`] fails.
-//! A reader does not need to write. Where the log cannot be opened in place, [`LogReader::open`] copies the
-//! directory to a private temporary one (`$TMPDIR`) and reads the copy; the copy goes when the reader does.
+//! A log has no read-only mode: opening it writes to its files (the run state; sled, for older logs, its
+//! own recovery too), so on a full disk, a read-only filesystem or a directory this user may not write,
+//! [`DiskLog::open`] fails. A reader does not need to write. Where the log cannot be opened in place,
+//! [`LogReader::open`] copies the directory to a private temporary one (`$TMPDIR`) and reads the copy; the
+//! copy goes when the reader does.
 //!
 //! A log that a live process holds (a proxy still running on it) is never copied: the copy could catch the
-//! engine half way through a write. sled marks a log in use with an exclusive `flock(2)` on its `db` file,
-//! and a lock can be asked for on a file opened only for reading, so the reader asks for a shared one
-//! first: refused, the log is reported as [`LogError::Locked`], which is then a fact and not a guess;
-//! granted, it is held for the whole copy, so no proxy can open the log meanwhile.
+//! engine half way through a write. An open log is marked in use with an exclusive `flock(2)` on its lock
+//! file ([`super::store::lock_file`]: the segment store's `LOCK`, sled's `db`), and a lock can be asked for
+//! on a file opened only for reading, so the reader asks for a shared one first: refused, the log is
+//! reported as [`LogError::Locked`], which is then a fact and not a guess; granted, it is held for the
+//! whole copy, so no proxy can open the log meanwhile.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use fs2::FileExt;
 
-use super::sled_log::{LOCK_WAIT, open_error};
-use super::{Durability, HistoryLog, LogError, SledLog};
+use super::disk_log::open_error;
+use super::store::{LOCK_WAIT, lock_file};
+use super::{DiskLog, Durability, HistoryLog, LogError};
 
 /// A log opened to be read, in place or, where that is impossible, from a private copy.
 pub struct LogReader {
     // Declared before `copy`, so it is closed before the copy's directory is removed.
-    log: SledLog,
+    log: DiskLog,
     copy: Option<tempfile::TempDir>,
     why_copied: Option<String>,
 }
@@ -42,7 +45,7 @@ impl LogReader {
     /// [`LogError::Unwritable`] when it cannot be opened in place and cannot be copied either (a log this
     /// user may not read, or no room in `$TMPDIR`); the reason says which.
     pub fn open(dir: &Path) -> Result<Self, LogError> {
-        let reason = match SledLog::open(dir, Durability::Strict) {
+        let reason = match DiskLog::open(dir, Durability::Strict) {
             Ok(log) => return Ok(LogReader { log, copy: None, why_copied: None }),
             Err(LogError::Unwritable { reason, .. }) => reason,
             Err(e) => return Err(e),
@@ -62,13 +65,13 @@ impl LogReader {
                 copy.path().display()
             ))
         })?;
-        let log = SledLog::open(copy.path(), Durability::Strict)
+        let log = DiskLog::open(copy.path(), Durability::Strict)
             .map_err(|e| unreadable(format!("cannot open the copy in {}: {e}", copy.path().display())))?;
         Ok(LogReader { log, copy: Some(copy), why_copied: Some(reason) })
     }
 
     /// The log, to replay or tail.
-    pub fn log(&self) -> &SledLog {
+    pub fn log(&self) -> &DiskLog {
         &self.log
     }
 
@@ -92,10 +95,10 @@ fn temp_dir_name() -> String {
     std::env::temp_dir().display().to_string()
 }
 
-/// Takes a shared lock on the log's `db` file, opened for reading only, waiting as [`SledLog::open`] does
+/// Takes a shared lock on the log's lock file, opened for reading only, waiting as [`DiskLog::open`] does
 /// for a lock that a just-closed log may still hold. Refused past the wait, the log is in use.
 fn lock_shared(dir: &Path) -> Result<File, LogError> {
-    let path = dir.join("db");
+    let path = lock_file(dir);
     let file = File::open(&path).map_err(|e| match open_error(dir, e) {
         LogError::Unwritable { dir, reason } => {
             LogError::Unwritable { reason: format!("{} cannot be read: {reason}", path.display()), dir }
@@ -142,7 +145,7 @@ mod tests {
     use crate::{LoggedTxn, Outcome, SessionId, TxnId};
 
     fn log_with_one_txn(dir: &Path) {
-        let log = SledLog::open(dir, Durability::Strict).expect("open");
+        let log = DiskLog::open(dir, Durability::Strict).expect("open");
         let txn = LoggedTxn::new(TxnId(1), SessionId(1), 0);
         log.append_finished(txn, Outcome::Committed, Some(1)).expect("append").wait().expect("durable");
         log.close().expect("close");
@@ -160,11 +163,12 @@ mod tests {
     }
 
     /// The probe that comes before a copy sees the lock of a log open elsewhere (here another open file in
-    /// this process, which `flock` treats as another holder) and reports it in use, as sled's own open does.
+    /// this process, which `flock` treats as another holder) and reports it in use, as the log's own open
+    /// does.
     #[test]
     fn the_lock_probe_reports_a_log_held_open_as_in_use() {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let held = SledLog::open(dir.path(), Durability::Strict).expect("open");
+        let held = DiskLog::open(dir.path(), Durability::Strict).expect("open");
         match lock_shared(dir.path()) {
             Err(e @ LogError::Locked { .. }) => assert!(e.to_string().contains("in use"), "{e}"),
             Err(e) => panic!("expected Locked, got {e}"),
@@ -172,7 +176,7 @@ mod tests {
         }
         held.close().expect("close");
         drop(held);
-        // Once the holder is gone (sled lets go of its lock a moment after the close), the probe succeeds.
+        // Once the holder is gone, the probe succeeds.
         assert!(lock_shared(dir.path()).is_ok());
     }
 

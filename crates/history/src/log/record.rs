@@ -503,6 +503,14 @@ fn checksum(version: u8, payload: &[u8]) -> u32 {
     hasher.finalize()
 }
 
+/// Whether `bytes` begins with a whole header whose checksum matches the rest (the version is not looked
+/// at): how the log's storage tells a whole last record from one a crash tore.
+pub fn header_checks_out(bytes: &[u8]) -> bool {
+    bytes.split_at_checked(HEADER_LEN).is_some_and(|(header, payload)| {
+        u32::from_le_bytes([header[1], header[2], header[3], header[4]]) == checksum(header[0], payload)
+    })
+}
+
 /// Puts the header (version byte and checksum) in front of `payload`. [`LogRecord::encode`] uses it; tests
 /// and fuzzers use it to wrap arbitrary payloads, so that the decoder gets past the checksum.
 pub fn frame(version: u8, payload: &[u8]) -> Vec<u8> {

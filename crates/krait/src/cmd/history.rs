@@ -84,9 +84,9 @@ pub fn load(path: &Path, format: Option<Format>) -> anyhow::Result<History> {
     codec::read_history(path, format).context("cannot read history")
 }
 
-/// Whether `path` is a history log directory written by the proxy (sled keeps `conf` and `db` there).
+/// Whether `path` is a history log directory written by the proxy.
 fn is_history_log(path: &Path) -> bool {
-    path.join("conf").is_file() && path.join("db").is_file()
+    history::log::store::holds_log(path)
 }
 
 /// Runs `krait history`.

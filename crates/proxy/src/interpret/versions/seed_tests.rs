@@ -1,4 +1,4 @@
-use history::log::{Durability, HistoryLog, LoggedOp, LoggedTxn, SledLog};
+use history::log::{DiskLog, Durability, HistoryLog, LoggedOp, LoggedTxn};
 use history::{KeyName, Observed, Outcome, RecordingHorizon, SessionId, TxnId, WriteId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -13,7 +13,7 @@ fn key(k: u32) -> KeyName {
 /// its outcome, or, if the run crashes, an intent left without one), their database ids, writes a read
 /// discovered of this run's or an earlier run's transactions, and resolutions of the crash window it
 /// inherited.
-fn run(log: &SledLog, rng: &mut StdRng, window: &[(TxnId, u32)], earlier: &mut Vec<TxnId>, crashes: bool) {
+fn run(log: &DiskLog, rng: &mut StdRng, window: &[(TxnId, u32)], earlier: &mut Vec<TxnId>, crashes: bool) {
     let base = log.txn_id_floor().0;
     if base == 0 {
         let _ = log.append_horizon(&RecordingHorizon::from_xmin(100)).unwrap();
@@ -71,7 +71,7 @@ fn run(log: &SledLog, rng: &mut StdRng, window: &[(TxnId, u32)], earlier: &mut V
 
 /// The checkpoint of `log` as a replay of all of it gives, into a fresh book: the oracle, written as the
 /// proxy seeded its book before checkpoints (one replay of the whole log, nothing from `advance`).
-fn from_the_whole_log(log: &SledLog) -> BookCheckpoint {
+fn from_the_whole_log(log: &DiskLog) -> BookCheckpoint {
     let (h, mut xids) = history::log::replay::replay_keeping_xids(log.tail(0)).unwrap();
     let book = VersionBook::new();
     book.seed_from(&h);
@@ -96,7 +96,7 @@ fn from_the_whole_log(log: &SledLog) -> BookCheckpoint {
     c
 }
 
-fn stored(log: &SledLog) -> BookCheckpoint {
+fn stored(log: &DiskLog) -> BookCheckpoint {
     decode_framed(&log.checkpoint(CHECKPOINT_NAME).unwrap().expect("a stored checkpoint")).unwrap()
 }
 
@@ -110,7 +110,7 @@ fn a_checkpoint_advanced_by_the_tail_equals_one_from_the_whole_log() {
         let mut earlier = Vec::new();
         let runs = rng.gen_range(2..6);
         for r in 0..runs {
-            let log = SledLog::open(dir.path(), Durability::None).unwrap();
+            let log = DiskLog::open(dir.path(), Durability::None).unwrap();
             // Each start seeds a fresh book, as the proxy does, which stores the checkpoint.
             let book = VersionBook::new();
             let (w, seeded) = seed(&book, &log).unwrap();
@@ -127,7 +127,7 @@ fn a_checkpoint_advanced_by_the_tail_equals_one_from_the_whole_log() {
                 log.close().unwrap();
             }
         }
-        let log = SledLog::open(dir.path(), Durability::None).unwrap();
+        let log = DiskLog::open(dir.path(), Durability::None).unwrap();
         let before = stored(&log);
         let book = VersionBook::new();
         let (_, seeded) = seed(&book, &log).unwrap();
@@ -154,7 +154,7 @@ fn a_checkpoint_advanced_by_the_tail_equals_one_from_the_whole_log() {
 fn a_checkpoint_that_does_not_serve_is_dropped_for_the_whole_log() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(9);
-    let log = SledLog::open(dir.path(), Durability::None).unwrap();
+    let log = DiskLog::open(dir.path(), Durability::None).unwrap();
     run(&log, &mut rng, &[], &mut Vec::new(), false);
     let whole = from_the_whole_log(&log);
     for bad in [

@@ -1,15 +1,18 @@
-//! [`SledLog`]: the [`HistoryLog`] on sled.
+//! [`DiskLog`]: the [`HistoryLog`] on a [`Store`]: the segment store for new logs, sled for logs written
+//! before it (see [`super::store`]).
 //!
-//! Two sled trees: `records` maps a sequence number (8 bytes, big-endian) to an encoded [`LogRecord`], and
-//! `meta` holds the format marker, the run state and where the current run started (see the module doc of
-//! [`super`] for what recovery does with them).
+//! Besides the records, the store's metadata hold the format marker, the run state and where the current run
+//! started (see the module doc of [`super`] for what recovery does with them), and the checkpoints.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::compact::{CompactOps, CompactTxn, NewText, TextTable};
 use super::group_commit::{FlushPolicy, GroupCommit};
+use super::store::segments::SegmentStore;
+use super::store::sled_store::{SledStore, hex};
+use super::store::{Store, StoredRecords, is_sled};
 use super::{
     Durability, DurabilityTicket, HistoryLog, LogError, LogOptions, LogRecord, LogStats, LoggedOp, LoggedTxn,
     Tail,
@@ -48,36 +51,29 @@ struct Inner {
     txn_floor: u64,
     /// `txn_floor` when this run opened the log: ids below it belong to earlier runs.
     open_floor: u64,
-    /// Set by [`SledLog::drop_as_if_crashed`]: skip the clean close on drop.
+    /// Set by [`DiskLog::drop_as_if_crashed`]: skip the clean close on drop.
     crashed: bool,
     /// The statement texts and namespaces this open has defined (see [`super::compact`]). Empty at every
     /// open, so that this run cites only definitions it appended itself.
     texts: TextTable,
 }
 
-/// The durable history log on sled 0.34. Cheap to share behind an `Arc`; appends from many threads are
-/// serialised by one short lock, and fsyncs are shared through group commit.
-pub struct SledLog {
-    db: sled::Db,
-    records: sled::Tree,
-    meta: sled::Tree,
+/// The durable history log. Cheap to share behind an `Arc`; appends from many threads are serialised by one
+/// short lock, and fsyncs are shared through group commit.
+pub struct DiskLog {
+    store: Arc<dyn Store>,
     durability: Durability,
     inner: Mutex<Inner>,
     gc: GroupCommit,
 }
 
-impl std::fmt::Debug for SledLog {
+impl std::fmt::Debug for DiskLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SledLog").field("durability", &self.durability).finish_non_exhaustive()
+        f.debug_struct("DiskLog").field("durability", &self.durability).finish_non_exhaustive()
     }
 }
 
-impl SledLog {
-    /// The sled tree that holds the records, for tools that inspect the store directly.
-    pub const RECORDS_TREE: &'static str = "records";
-    /// The sled tree that holds the log's own metadata.
-    pub const META_TREE: &'static str = "meta";
-
+impl DiskLog {
     /// Opens (or creates) the log in directory `dir` with default options. If the previous run crashed,
     /// appends a [`LogRecord::Recovery`] record first.
     pub fn open(dir: impl AsRef<Path>, durability: Durability) -> Result<Self, LogError> {
@@ -86,63 +82,56 @@ impl SledLog {
 
     /// Opens (or creates) the log with explicit options.
     ///
-    /// The directory is made readable by its owner only (0700), and what sled created in it 0600 (folders
-    /// 0700): the records hold statement texts and the values clients read and wrote.
+    /// The directory is made readable by its owner only (0700), and what the store created in it 0600
+    /// (folders 0700): the records hold statement texts and the values clients read and wrote.
     pub fn open_with(dir: impl AsRef<Path>, options: LogOptions) -> Result<Self, LogError> {
+        let dir = dir.as_ref();
         let private = |e: std::io::Error| {
-            LogError::Storage(format!("cannot make {} private to its owner: {e}", dir.as_ref().display()))
+            LogError::Storage(format!("cannot make {} private to its owner: {e}", dir.display()))
         };
-        create_private_dir(dir.as_ref()).map_err(|e| match open_error(dir.as_ref(), e) {
+        create_private_dir(dir).map_err(|e| match open_error(dir, e) {
             LogError::Storage(_) => private(std::io::Error::other("cannot create it")),
             other => other,
         })?;
-        let config = sled::Config::new()
-            .path(dir.as_ref())
-            .cache_capacity(options.cache_bytes)
-            // The log fsyncs itself, so it can count fsyncs and share them; sled's own timer would add
-            // uncounted ones.
-            .flush_every_ms(None);
-        // Opening writes (sled's recovery, then the run state below): an I/O error anywhere in it says what
-        // is wrong with the directory, not just "storage error".
-        let opening = |e: sled::Error| match e {
-            sled::Error::Io(io) => open_error(dir.as_ref(), io),
-            other => LogError::from(other),
+        // Opening writes (the run state below, a recovery record): an I/O error in it says what is wrong with
+        // the directory (full, read-only, not this user's), so that a reader can fall back to a copy.
+        let opening = |e: LogError| match e {
+            LogError::Io { source, .. } => open_error(dir, source),
+            other => other,
         };
-        let db = open_waiting_for_lock(&config).map_err(opening)?;
-        let records = db.open_tree(Self::RECORDS_TREE).map_err(opening)?;
-        let meta = db.open_tree(Self::META_TREE).map_err(opening)?;
-        // sled creates its files with the process's umask (0644 by the usual one); files it makes later
-        // (snapshots, blobs) sit in the 0700 directory.
-        make_private(dir.as_ref()).map_err(private)?;
+        let store: Arc<dyn Store> = match is_sled(dir) {
+            true => Arc::new(SledStore::open(dir, options.cache_bytes)?),
+            false => Arc::new(SegmentStore::open(dir, options.segment_bytes)?),
+        };
+        // sled creates its files with the process's umask (0644 by the usual one); files made later sit in
+        // the 0700 directory.
+        make_private(dir).map_err(private)?;
 
-        match meta.get(FORMAT_KEY)? {
-            Some(tag) if tag.as_ref() == FORMAT_TAG => {}
+        match store.get_meta(FORMAT_KEY)? {
+            Some(tag) if tag == FORMAT_TAG => {}
             Some(tag) => {
                 return Err(LogError::Meta {
                     key: FORMAT_KEY,
                     reason: format!("not a Krait history log of a known format: {:?}", hex(&tag)),
                 });
             }
-            None if !records.is_empty() => {
+            None if store.next_seq() > 0 => {
                 return Err(LogError::Meta { key: FORMAT_KEY, reason: "missing, but records exist".into() });
             }
-            None => {
-                meta.insert(FORMAT_KEY, FORMAT_TAG).map_err(opening)?;
-            }
+            None => store.put_meta(FORMAT_KEY, FORMAT_TAG).map_err(opening)?,
         }
 
-        let mut next_seq = match records.last()? {
-            None => 0,
-            Some((key, _)) => parse_key(&key, None)?.saturating_add(1),
-        };
-
-        let state = read_state(&meta)?;
-        let stored_floor = read_u64(&meta, TXN_FLOOR_KEY)?;
+        let state = read_state(store.as_ref())?;
+        store.recover_torn_tail(matches!(state, RunState::Crashed(_))).map_err(opening)?;
+        let mut next_seq = store.next_seq();
+        let stored_floor = read_u64(store.as_ref(), TXN_FLOOR_KEY)?;
         // A crashed run left no floor and no list of pending intents: scan what it appended. A log with
         // records but no stored floor at all is scanned whole.
         let scan = match (&state, stored_floor) {
-            (_, None) if !records.is_empty() => scan_run(&records, 0)?,
-            (RunState::Crashed(_), _) => scan_run(&records, read_u64(&meta, RUN_START_KEY)?.unwrap_or(0))?,
+            (_, None) if next_seq > 0 => scan_run(store.records_from(0))?,
+            (RunState::Crashed(_), _) => {
+                scan_run(store.records_from(read_u64(store.as_ref(), RUN_START_KEY)?.unwrap_or(0)))?
+            }
             _ => RunScan::default(),
         };
         let txn_floor = stored_floor.unwrap_or(0).max(scan.txn_floor);
@@ -154,34 +143,33 @@ impl SledLog {
                 previous: Some(previous),
             };
             let bytes = record.encode().map_err(|e| LogError::Storage(format!("recovery record: {e}")))?;
-            records.insert(next_seq.to_be_bytes(), bytes).map_err(opening)?;
+            store.append(next_seq, &bytes).map_err(opening)?;
             next_seq += 1;
         }
 
-        meta.insert(RUN_START_KEY, &next_seq.to_be_bytes()).map_err(opening)?;
-        meta.insert(TXN_FLOOR_KEY, &txn_floor.to_be_bytes()).map_err(opening)?;
-        meta.insert(STATE_KEY, format!("{RUNNING_PREFIX}{}", options.durability).as_bytes())
+        store.put_meta(RUN_START_KEY, &next_seq.to_be_bytes()).map_err(opening)?;
+        store.put_meta(TXN_FLOOR_KEY, &txn_floor.to_be_bytes()).map_err(opening)?;
+        store
+            .put_meta(STATE_KEY, format!("{RUNNING_PREFIX}{}", options.durability).as_bytes())
             .map_err(opening)?;
         // The run state must be on disk before any append, or a crash in this run would look clean.
-        db.flush().map_err(opening)?;
+        store.flush().map_err(opening)?;
 
         let policy = match options.durability {
             Durability::Group => FlushPolicy::Every(options.group_interval),
             Durability::Strict | Durability::None => FlushPolicy::OnDemand,
         };
-        let flush_db = db.clone();
+        let flush_store = Arc::clone(&store);
         let gc = GroupCommit::start(
             next_seq,
             policy,
             options.durability == Durability::Strict,
             options.commit_delay,
-            Box::new(move || flush_db.flush().map(|_| ()).map_err(|e| e.to_string())),
+            Box::new(move || flush_store.flush().map_err(|e| e.to_string())),
         )?;
 
-        Ok(SledLog {
-            db,
-            records,
-            meta,
+        Ok(DiskLog {
+            store,
             durability: options.durability,
             inner: Mutex::new(Inner {
                 next_seq,
@@ -197,7 +185,8 @@ impl SledLog {
     }
 
     /// Drops the log without the clean close, so that the next `open` runs crash recovery. The flusher
-    /// still stops, and sled still writes its buffers when dropped, so unlike a real crash nothing is lost;
+    /// still stops, and the store still writes its buffers to its files when dropped, so unlike a real crash
+    /// nothing is lost;
     /// it exists to test recovery in-process. The SIGKILL test in `tests/log_crash.rs` covers real crashes.
     #[doc(hidden)]
     pub fn drop_as_if_crashed(self) {
@@ -205,7 +194,7 @@ impl SledLog {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        // Appends update `Inner` only after sled accepted the record, so it stays consistent even if a
+        // Appends update `Inner` only after the store accepted the record, so it stays consistent even if a
         // thread panicked while holding the lock.
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -266,15 +255,13 @@ impl SledLog {
         Ok(ticket)
     }
 
-    /// Hands `bytes` to the engine as the next record; returns its sequence number.
+    /// Hands `bytes` to the store as the next record; returns its sequence number.
     fn insert(&self, inner: &mut Inner, bytes: Vec<u8>) -> Result<u64, LogError> {
         let seq = inner.next_seq;
-        if let Err(e) = self.records.insert(seq.to_be_bytes(), bytes) {
-            if let sled::Error::Io(io) = &e {
-                // sled keeps an I/O error and fails every later operation with it: the log has stopped.
-                self.gc.fail(format!("cannot write record {seq}: {io}"));
-            }
-            return Err(e.into());
+        if let Err(e) = self.store.append(seq, &bytes) {
+            // The store keeps a failed write and refuses every later one: the log has stopped.
+            self.gc.fail(format!("cannot write record {seq}: {e}"));
+            return Err(e);
         }
         inner.next_seq += 1;
         Ok(seq)
@@ -295,7 +282,7 @@ fn compact_txn(texts: &mut TextTable, txn: LoggedTxn, next_seq: u64, new: &mut V
     }
 }
 
-impl HistoryLog for SledLog {
+impl HistoryLog for DiskLog {
     fn append_intent(&self, txn: LoggedTxn) -> Result<DurabilityTicket, LogError> {
         let id = txn.id;
         self.append_citing(
@@ -428,7 +415,7 @@ impl HistoryLog for SledLog {
     }
 
     fn tail(&self, from_seq: u64) -> Tail<'_> {
-        Box::new(TailIter { iter: self.records.range(from_seq.to_be_bytes()..), last: None })
+        Box::new(TailIter(self.store.records_from(from_seq)))
     }
 
     fn sync(&self) -> Result<(), LogError> {
@@ -440,13 +427,12 @@ impl HistoryLog for SledLog {
     }
 
     fn checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, LogError> {
-        Ok(self.meta.get(checkpoint_key(name))?.map(|v| v.to_vec()))
+        self.store.get_meta(&checkpoint_key(name))
     }
 
     fn store_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), LogError> {
-        self.meta.insert(checkpoint_key(name), bytes)?;
-        self.meta.flush()?;
-        Ok(())
+        self.store.put_meta(&checkpoint_key(name), bytes)?;
+        self.store.flush()
     }
 
     fn durable_below(&self) -> u64 {
@@ -485,22 +471,20 @@ impl HistoryLog for SledLog {
             };
             let seq = inner.next_seq;
             let bytes = record.encode().map_err(|e| LogError::Storage(format!("recovery record: {e}")))?;
-            self.records.insert(seq.to_be_bytes(), bytes)?;
-            inner.next_seq += 1;
+            self.insert(&mut inner, bytes)?;
             let _ticket = self.gc.appended(seq);
         }
         inner.closed = true;
         // Makes every record durable; only then may the run be marked clean.
         self.gc.shutdown()?;
-        self.meta.insert(RUN_START_KEY, &inner.next_seq.to_be_bytes())?;
-        self.meta.insert(TXN_FLOOR_KEY, &inner.txn_floor.to_be_bytes())?;
-        self.meta.insert(STATE_KEY, CLEAN)?;
-        self.db.flush()?;
-        Ok(())
+        self.store.put_meta(RUN_START_KEY, &inner.next_seq.to_be_bytes())?;
+        self.store.put_meta(TXN_FLOOR_KEY, &inner.txn_floor.to_be_bytes())?;
+        self.store.put_meta(STATE_KEY, CLEAN)?;
+        self.store.flush()
     }
 }
 
-impl Drop for SledLog {
+impl Drop for DiskLog {
     fn drop(&mut self) {
         if !self.lock().crashed {
             // Errors here have nowhere to go; a caller who cares calls `close` first and sees them.
@@ -509,47 +493,26 @@ impl Drop for SledLog {
     }
 }
 
-struct TailIter {
-    iter: sled::Iter,
-    last: Option<u64>,
-}
+/// Decodes the store's record values as [`HistoryLog::tail`] yields them.
+struct TailIter<'a>(StoredRecords<'a>);
 
-impl Iterator for TailIter {
+impl Iterator for TailIter<'_> {
     type Item = Result<(u64, LogRecord), LogError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (key, value) = match self.iter.next()? {
-            Ok(kv) => kv,
-            Err(e) => return Some(Err(e.into())),
-        };
-        let seq = match parse_key(&key, self.last) {
-            Ok(seq) => seq,
-            Err(e) => return Some(Err(e)),
-        };
-        self.last = Some(seq);
-        Some(
+        Some(self.0.next()?.and_then(|(seq, value)| {
             LogRecord::decode(&value)
                 .map(|record| (seq, record))
-                .map_err(|source| LogError::Corrupt { seq, source }),
-        )
+                .map_err(|source| LogError::Corrupt { seq, source })
+        }))
     }
 }
 
-fn parse_key(key: &[u8], after: Option<u64>) -> Result<u64, LogError> {
-    <[u8; 8]>::try_from(key)
-        .map(u64::from_be_bytes)
-        .map_err(|_| LogError::BadKey { key_hex: hex(key), after })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn read_state(meta: &sled::Tree) -> Result<RunState, LogError> {
-    let Some(value) = meta.get(STATE_KEY)? else {
+fn read_state(meta: &dyn Store) -> Result<RunState, LogError> {
+    let Some(value) = meta.get_meta(STATE_KEY)? else {
         return Ok(RunState::Fresh);
     };
-    if value.as_ref() == CLEAN {
+    if value == CLEAN {
         return Ok(RunState::Clean);
     }
     let text = std::str::from_utf8(&value)
@@ -562,10 +525,10 @@ fn read_state(meta: &sled::Tree) -> Result<RunState, LogError> {
     Ok(RunState::Crashed(durability))
 }
 
-fn read_u64(meta: &sled::Tree, key: &'static str) -> Result<Option<u64>, LogError> {
-    match meta.get(key)? {
+fn read_u64(meta: &dyn Store, key: &'static str) -> Result<Option<u64>, LogError> {
+    match meta.get_meta(key)? {
         None => Ok(None),
-        Some(value) => <[u8; 8]>::try_from(value.as_ref())
+        Some(value) => <[u8; 8]>::try_from(value.as_slice())
             .map(|b| Some(u64::from_be_bytes(b)))
             .map_err(|_| LogError::Meta { key, reason: format!("not 8 bytes: {}", hex(&value)) }),
     }
@@ -591,15 +554,12 @@ struct RunScan {
     txn_floor: u64,
 }
 
-/// Scans the records from `run_start` on for intents without an outcome and the largest transaction id.
-fn scan_run(records: &sled::Tree, run_start: u64) -> Result<RunScan, LogError> {
+/// Scans `records` (a run's, to the end) for intents without an outcome and the largest transaction id.
+fn scan_run(records: StoredRecords<'_>) -> Result<RunScan, LogError> {
     let mut pending: HashMap<TxnId, u64> = HashMap::new();
     let mut txn_floor = 0u64;
-    let mut last = None;
-    for item in records.range(run_start.to_be_bytes()..) {
-        let (key, value) = item?;
-        let seq = parse_key(&key, last)?;
-        last = Some(seq);
+    for item in records {
+        let (seq, value) = item?;
         match LogRecord::decode(&value).map_err(|source| LogError::Corrupt { seq, source })? {
             LogRecord::Intent(LoggedTxn { id, .. }) | LogRecord::CompactIntent(CompactTxn { id, .. }) => {
                 txn_floor = txn_floor.max(id.0.saturating_add(1));
@@ -673,12 +633,9 @@ fn make_private(_dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// How long `open` waits for a directory lock that a just-closed log may still hold.
-pub(super) const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-
 /// What an I/O error while opening the log at `dir` means for the person opening it. Only sled's own lock
 /// error names another process: a full disk, a read-only filesystem and a permission each say what they are.
-pub(super) fn open_error(dir: &Path, e: std::io::Error) -> LogError {
+pub(crate) fn open_error(dir: &Path, e: std::io::Error) -> LogError {
     use std::io::ErrorKind;
     let dir = dir.to_owned();
     let reason = match e.kind() {
@@ -698,26 +655,6 @@ pub(super) fn open_error(dir: &Path, e: std::io::Error) -> LogError {
         _ => return LogError::Storage(format!("cannot open {}: {e}", dir.display())),
     };
     LogError::Unwritable { dir, reason: format!("{reason} ({e})") }
-}
-
-/// Opens the sled store, waiting briefly when its directory lock is still held. sled 0.34 releases the lock
-/// only when its background flusher thread exits, which `Db::drop` does not wait for (spacejam/sled#1234), so
-/// reopening a log right after closing it can see the lock for a few milliseconds. A log that another live
-/// process holds stays locked past the wait, and that error is returned.
-fn open_waiting_for_lock(config: &sled::Config) -> Result<sled::Db, sled::Error> {
-    let deadline = std::time::Instant::now() + LOCK_WAIT;
-    loop {
-        match config.open() {
-            // sled reports the lock as a plain `Other` error, so its text is all there is to go on.
-            Err(sled::Error::Io(e))
-                if e.to_string().starts_with("could not acquire lock")
-                    && std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            other => return other,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,68 @@
+//! Where a [`super::DiskLog`] keeps its bytes: numbered record values and a few metadata keys.
+//!
+//! The log decides what the bytes mean (records, the run state, checkpoints); a [`Store`] only keeps them in
+//! order and makes them durable. Two engines:
+//! - [`segments::SegmentStore`], the log's own: records as length-prefixed frames appended to segment files.
+//!   New logs use it.
+//! - [`sled_store::SledStore`], sled 0.34, which logs written before the segment store existed still use;
+//!   they keep reading and taking appends as they are.
+
+pub mod segments;
+pub mod sled_store;
+
+use std::path::Path;
+
+use super::LogError;
+
+/// Record values from some sequence number on, in order; an item is an error where one cannot be read.
+pub type StoredRecords<'a> = Box<dyn Iterator<Item = Result<(u64, Vec<u8>), LogError>> + Send + 'a>;
+
+/// An ordered store of record values, with metadata beside them. Appends come from one writer at a time
+/// (the log's append lock); reads and `flush` may come from any thread.
+pub trait Store: Send + Sync {
+    /// Appends `bytes` as record `seq`, which is always [`Store::next_seq`]. An error means the store cannot
+    /// take appends any more (an I/O error): the log stops.
+    fn append(&self, seq: u64, bytes: &[u8]) -> Result<(), LogError>;
+
+    /// The sequence number of the next append: one more than the last record's, or 0.
+    fn next_seq(&self) -> u64;
+
+    /// The records from `from_seq` on, as far as they were appended when this was called.
+    fn records_from(&self, from_seq: u64) -> StoredRecords<'_>;
+
+    /// The metadata value under `key`.
+    fn get_meta(&self, key: &str) -> Result<Option<Vec<u8>>, LogError>;
+
+    /// Sets the metadata value under `key`; durable once the next [`Store::flush`] returns.
+    fn put_meta(&self, key: &str, value: &[u8]) -> Result<(), LogError>;
+
+    /// Makes every append and metadata change so far durable.
+    fn flush(&self) -> Result<(), LogError>;
+
+    /// Deals with what a crash may have left half-written at the end of the records, before the log reads
+    /// them: cuts it when `crashed` (the previous run did not close cleanly), and reports it as damage when
+    /// not (a cleanly closed log has nothing half-written).
+    fn recover_torn_tail(&self, crashed: bool) -> Result<(), LogError>;
+}
+
+/// Which engine holds the log in `dir`: sled's where sled's files are and no segments, else the segment store
+/// (a new log included).
+pub fn is_sled(dir: &Path) -> bool {
+    dir.join("db").is_file() && !dir.join(segments::SEGMENTS_DIR).exists()
+}
+
+/// Whether `dir` holds a history log: segment files, or sled's files (`conf` and `db`).
+pub fn holds_log(dir: &Path) -> bool {
+    dir.join(segments::SEGMENTS_DIR).is_dir() || (dir.join("conf").is_file() && dir.join("db").is_file())
+}
+
+/// How long `open` waits for a directory lock that a just-closed log may still hold.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The file whose `flock(2)` marks the log in `dir` as open: the segment store's lock file, or sled's `db`.
+pub fn lock_file(dir: &Path) -> std::path::PathBuf {
+    match is_sled(dir) {
+        true => dir.join("db"),
+        false => dir.join(segments::LOCK_FILE),
+    }
+}
