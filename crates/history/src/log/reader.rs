@@ -16,10 +16,8 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use fs2::FileExt;
-
 use super::disk_log::open_error;
-use super::store::{LOCK_WAIT, lock_file};
+use super::store::{LockMode, lock_file, lock_waiting};
 use super::{DiskLog, Durability, HistoryLog, LogError};
 
 /// A log opened to be read, in place or, where that is impossible, from a private copy.
@@ -105,22 +103,8 @@ fn lock_shared(dir: &Path) -> Result<File, LogError> {
         }
         other => other,
     })?;
-    let deadline = std::time::Instant::now() + LOCK_WAIT;
-    loop {
-        // The trait's method, not std's (newer than this crate's minimum Rust).
-        match FileExt::try_lock_shared(&file) {
-            Ok(()) => return Ok(file),
-            Err(e) if e.kind() == fs2::lock_contended_error().kind() => {
-                if std::time::Instant::now() >= deadline {
-                    return Err(LogError::Locked { dir: dir.to_owned() });
-                }
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            Err(e) => {
-                return Err(LogError::Storage(format!("cannot lock {} to copy it: {e}", path.display())));
-            }
-        }
-    }
+    lock_waiting(&file, LockMode::Shared, dir, &path)?;
+    Ok(file)
 }
 
 /// Copies the files and folders under `from` into `to`, which exists.

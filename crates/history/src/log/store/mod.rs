@@ -59,6 +59,42 @@ pub fn holds_log(dir: &Path) -> bool {
 /// How long `open` waits for a directory lock that a just-closed log may still hold.
 pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// How a log's lock file is locked: exclusively by the log that has it open, shared by a reader about to
+/// copy it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockMode {
+    /// The log is open: no one else may open or copy it.
+    Exclusive,
+    /// A copy is being made: no one may open the log meanwhile.
+    Shared,
+}
+
+/// Takes a `flock(2)` on `file`, the lock file at `path` of the log in `dir`, waiting [`LOCK_WAIT`] for a
+/// holder that is going away (a log just closed); a holder that stays is reported as [`LogError::Locked`].
+pub fn lock_waiting(file: &std::fs::File, mode: LockMode, dir: &Path, path: &Path) -> Result<(), LogError> {
+    use fs2::FileExt;
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        // The trait's methods, not std's (newer than this crate's minimum Rust).
+        let taken = match mode {
+            LockMode::Exclusive => FileExt::try_lock_exclusive(file),
+            LockMode::Shared => FileExt::try_lock_shared(file),
+        };
+        match taken {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == fs2::lock_contended_error().kind() => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(LogError::Locked { dir: dir.to_owned() });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(source) => {
+                return Err(LogError::Io { context: format!("cannot lock {}", path.display()), source });
+            }
+        }
+    }
+}
+
 /// The file whose `flock(2)` marks the log in `dir` as open: the segment store's lock file, or sled's `db`.
 pub fn lock_file(dir: &Path) -> std::path::PathBuf {
     match is_sled(dir) {

@@ -42,9 +42,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use fs2::FileExt;
-
-use super::{LOCK_WAIT, Store, StoredRecords};
+use super::{LockMode, Store, StoredRecords, lock_waiting};
 use crate::log::LogError;
 use crate::log::disk_log::open_error;
 use crate::log::record::{HEADER_LEN, MAX_PAYLOAD_BYTES, header_checks_out};
@@ -597,25 +595,10 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Takes the exclusive lock on the log's [`LOCK_FILE`], waiting [`LOCK_WAIT`] for a holder that is going
-/// away; a holder that stays is reported as [`LogError::Locked`].
+/// Takes the exclusive lock on the log's [`LOCK_FILE`] (see [`lock_waiting`]).
 fn lock_exclusive(dir: &Path) -> Result<File, LogError> {
     let path = dir.join(LOCK_FILE);
     let file = private_file().write(true).truncate(false).open(&path).map_err(|e| open_error(dir, e))?;
-    let deadline = std::time::Instant::now() + LOCK_WAIT;
-    loop {
-        // The trait's method, not std's (newer than this crate's minimum Rust).
-        match FileExt::try_lock_exclusive(&file) {
-            Ok(()) => return Ok(file),
-            Err(e) if e.kind() == fs2::lock_contended_error().kind() => {
-                if std::time::Instant::now() >= deadline {
-                    return Err(LogError::Locked { dir: dir.to_owned() });
-                }
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            Err(source) => {
-                return Err(LogError::Io { context: format!("cannot lock {}", path.display()), source });
-            }
-        }
-    }
+    lock_waiting(&file, LockMode::Exclusive, dir, &path)?;
+    Ok(file)
 }
