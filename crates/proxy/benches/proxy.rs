@@ -10,11 +10,12 @@
 //! its own, `krait_bench`.
 //!
 //! For each workload (pgbench's built-in select-only `-S` and tpcb-like) and each path it prints tps, mean
-//! latency and the ratio to direct: direct; through Krait with tagging off and `log.durability = none`,
-//! `group` and `strict`; through Krait recording everything (xmin tagging, a fence every 20 commits,
-//! `strict`), with and without parameters and row values (`[record] values`), and the same shipping its log to a
-//! NATS server started here (`[ship]`, when `nats-server` is installed); and through pgbouncer in session pooling. Nothing is asserted: the figures depend on the
-//! machine, and only the ratios of one run compare.
+//! latency, the ratio to direct and the proxy's CPU per transaction (Krait's or PgBouncer's, from `/proc`).
+//! The paths: direct; through Krait with tagging off and `log.durability = none`, `group` and `strict`;
+//! through Krait recording everything (xmin tagging, a fence every 20 commits, `strict`), with and without
+//! parameters and row values (`[record] values`), and the same shipping its log to a NATS server started
+//! here (`[ship]`, when `nats-server` is installed); and through pgbouncer in session pooling. Nothing is
+//! asserted: the figures depend on the machine, and only the ratios of one run compare.
 //!
 //! The cost of xmin tagging and fences on the tokio-postgres workloads of `krait workload run`, and the
 //! network and history bytes per 1k transactions, are `krait bench fig12` and `fig13` (Cobra Fig. 12 and 13;
@@ -39,19 +40,34 @@ fn run(cmd: &mut Command) -> Result<String, String> {
     }
 }
 
-/// One pgbench run: (tps, mean latency in ms, the proxy's CPU per transaction in µs when it ran in this
-/// process), or why it failed.
+/// One pgbench run: (tps, mean latency in ms, the proxy's CPU per transaction in µs: Krait's, which runs in
+/// this process, or PgBouncer's), or why it failed.
 type Run = Result<(f64, f64, Option<f64>), String>;
 
-/// CPU seconds this process has used, all threads (the proxy's runtime and its log's threads; pgbench is a
-/// child and not counted), from `/proc/self/stat`; `None` where there is none.
-fn process_cpu() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+/// CPU seconds process `pid` (`"self"` for this one) has used, all threads, from `/proc/<pid>/stat`;
+/// `None` where there is none. For this process that is the proxy's runtime and its log's threads (pgbench
+/// is a child and not counted).
+fn process_cpu(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The fields after the command name, which is in parentheses and may hold spaces: the state is field 3,
     // utime and stime (in clock ticks of 1/100 s) are fields 14 and 15.
     let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split_whitespace().collect();
     let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
     Some(ticks / 100.0)
+}
+
+/// The pid of pgbouncer itself, which `runuser` (pid `runuser`) started as its only child.
+fn pgbouncer_pid(runuser: u32) -> Option<String> {
+    let children = std::fs::read_to_string(format!("/proc/{runuser}/task/{runuser}/children")).ok()?;
+    children.split_whitespace().next().map(str::to_owned)
+}
+
+/// One pgbench run through a process other than this one (`pid`), with that process's CPU per transaction.
+fn pgbench_measuring(pid: Option<&str>, port: u16, workload: &[&str], seconds: u64) -> Run {
+    let before = pid.and_then(process_cpu);
+    let (tps, lat, _) = pgbench(port, workload, seconds)?;
+    let cpu = before.zip(pid.and_then(process_cpu)).map(|(b, a)| (a - b) * 1e6 / (tps * seconds as f64));
+    Ok((tps, lat, cpu))
 }
 
 /// pgbench's query protocol (`-M`): `KRAIT_BENCH_PROTOCOL`, `prepared` unless set. `simple` sends every
@@ -213,14 +229,14 @@ fn main() {
                         proxy::Config::parse(&toml, Path::new("<bench>")).map_err(|e| e.to_string())?;
                     let handle = proxy::start(config).await.map_err(|e| e.to_string())?;
                     let port = handle.listen_addr().port();
-                    let cpu_before = process_cpu();
+                    let cpu_before = process_cpu("self");
                     let r = tokio::task::spawn_blocking({
                         let workload: Vec<&'static str> = workload.clone();
                         move || pgbench(port, &workload, seconds)
                     })
                     .await
                     .map_err(|e| e.to_string())?;
-                    let cpu = cpu_before.zip(process_cpu()).map(|(b, a)| a - b);
+                    let cpu = cpu_before.zip(process_cpu("self")).map(|(b, a)| a - b);
                     handle.shutdown().await.map_err(|e| e.to_string())?;
                     r.map(|(tps, lat, _)| (tps, lat, cpu.map(|c| c * 1e6 / (tps * seconds as f64))))
                 });
@@ -229,7 +245,11 @@ fn main() {
             }
             match start_pgbouncer(&tmp) {
                 Ok((mut child, port)) => {
-                    record("pgbouncer (session)", pgbench(port, &workload, seconds));
+                    let pid = pgbouncer_pid(child.id());
+                    record(
+                        "pgbouncer (session)",
+                        pgbench_measuring(pid.as_deref(), port, &workload, seconds),
+                    );
                     let _ = child.kill();
                     let _ = child.wait();
                 }
