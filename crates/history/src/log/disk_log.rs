@@ -101,7 +101,7 @@ impl DiskLog {
         };
         let store: Arc<dyn Store> = match is_sled(dir) {
             true => Arc::new(SledStore::open(dir, options.cache_bytes)?),
-            false => Arc::new(SegmentStore::open(dir, options.segment_bytes)?),
+            false => Arc::new(SegmentStore::open(dir, options.segment_bytes).map_err(opening)?),
         };
         // sled creates its files with the process's umask (0644 by the usual one); files made later sit in
         // the 0700 directory.
@@ -145,6 +145,9 @@ impl DiskLog {
             let bytes = record.encode().map_err(|e| LogError::Storage(format!("recovery record: {e}")))?;
             store.append(next_seq, &bytes).map_err(opening)?;
             next_seq += 1;
+            // Durable before the run start moves past it: a second crash must not lose the record (and the
+            // gap it may carry) while the metadata say the crashed run is already dealt with.
+            store.flush().map_err(opening)?;
         }
 
         store.put_meta(RUN_START_KEY, &next_seq.to_be_bytes()).map_err(opening)?;
@@ -186,8 +189,7 @@ impl DiskLog {
 
     /// Drops the log without the clean close, so that the next `open` runs crash recovery. The flusher
     /// still stops, and the store still writes its buffers to its files when dropped, so unlike a real crash
-    /// nothing is lost;
-    /// it exists to test recovery in-process. The SIGKILL test in `tests/log_crash.rs` covers real crashes.
+    /// nothing is lost; it exists to test recovery in-process. The SIGKILL test in `tests/log_crash.rs` covers real crashes.
     #[doc(hidden)]
     pub fn drop_as_if_crashed(self) {
         self.lock().crashed = true;
