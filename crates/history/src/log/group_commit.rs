@@ -142,6 +142,9 @@ struct State {
     /// Outcomes logged so far, to tell when the commits in flight at the start of a delay have all
     /// logged theirs.
     outcomes: u64,
+    /// The flusher is holding an fsync back for commits in flight and wants to hear of each outcome; at
+    /// other times an outcome wakes no one (a wake-up is a system call, and outcomes come at every commit).
+    delaying: bool,
 }
 
 pub(crate) struct Shared {
@@ -193,6 +196,7 @@ impl GroupCommit {
                 next_waker_id: 0,
                 in_flight: 0,
                 outcomes: 0,
+                delaying: false,
             }),
             work: Condvar::new(),
             done: Condvar::new(),
@@ -259,8 +263,11 @@ impl GroupCommit {
         state.in_flight = in_flight as u64;
         if outcome_logged {
             state.outcomes += 1;
-            // A flusher holding an fsync for the commits in flight may be done waiting.
-            self.shared.work.notify_one();
+            // A flusher holding an fsync for the commits in flight may be done waiting. It sets `delaying`
+            // under this lock before it waits, so the notification cannot fall between the two.
+            if state.delaying {
+                self.shared.work.notify_one();
+            }
         }
     }
 
@@ -334,11 +341,13 @@ fn flusher_loop(shared: &Shared, policy: FlushPolicy, commit_delay: Duration, fl
                         let (until, covered) =
                             *delay.get_or_insert((now + commit_delay, state.outcomes + state.in_flight));
                         if state.outcomes < covered && now < until {
+                            state.delaying = true;
                             state = shared
                                 .work
                                 .wait_timeout(state, until - now)
                                 .unwrap_or_else(|p| p.into_inner())
                                 .0;
+                            state.delaying = false;
                             continue;
                         }
                     }
