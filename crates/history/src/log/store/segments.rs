@@ -44,7 +44,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{LockMode, Store, StoredRecords, lock_waiting};
 use crate::log::LogError;
-use crate::log::disk_log::open_error;
+use crate::log::disk_log::{create_private_dir, open_error};
 use crate::log::record::{HEADER_LEN, MAX_PAYLOAD_BYTES, header_checks_out};
 
 /// The folder of segment files.
@@ -581,13 +581,6 @@ fn private_file() -> OpenOptions {
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     options
-}
-
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir)
 }
 
 /// Fsyncs a folder, so that the files created, renamed or removed in it stay so.
