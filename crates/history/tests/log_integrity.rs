@@ -214,15 +214,22 @@ fn torn_ends() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
+/// A log of five transactions, crashed or closed cleanly, with `tail` appended to its only segment; and
+/// that segment.
+fn log_ending_in(tail: &[u8], crash: bool) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    five_transactions(dir.path(), crash);
+    let segment = only_segment(dir.path());
+    std::fs::OpenOptions::new().append(true).open(&segment).unwrap().write_all(tail).unwrap();
+    (dir, segment)
+}
+
 /// After a crash, what was torn at the end of the last segment is cut, and everything before it reads.
 #[test]
 fn a_torn_end_after_a_crash_is_cut_and_the_rest_reads() {
     for (what, tail) in torn_ends() {
-        let dir = tempfile::tempdir().unwrap();
-        five_transactions(dir.path(), true);
-        let segment = only_segment(dir.path());
-        let whole = std::fs::metadata(&segment).unwrap().len();
-        std::fs::OpenOptions::new().append(true).open(&segment).unwrap().write_all(&tail).unwrap();
+        let (dir, segment) = log_ending_in(&tail, true);
+        let whole = std::fs::metadata(&segment).unwrap().len() - tail.len() as u64;
         let log = DiskLog::open(dir.path(), Durability::Strict).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(log.replay().unwrap().transactions.len(), 5, "{what}");
         // The recovery record went where the torn one was.
@@ -243,10 +250,7 @@ fn a_torn_end_after_a_crash_is_cut_and_the_rest_reads() {
 #[test]
 fn a_torn_end_in_a_cleanly_closed_log_is_refused() {
     for (what, tail) in torn_ends() {
-        let dir = tempfile::tempdir().unwrap();
-        five_transactions(dir.path(), false);
-        let segment = only_segment(dir.path());
-        std::fs::OpenOptions::new().append(true).open(&segment).unwrap().write_all(&tail).unwrap();
+        let (dir, segment) = log_ending_in(&tail, false);
         let size = std::fs::metadata(&segment).unwrap().len();
         let err = DiskLog::open(dir.path(), Durability::Strict).unwrap_err();
         assert!(matches!(err, LogError::Inconsistent { seq: 7, .. }), "{what}: {err}");
