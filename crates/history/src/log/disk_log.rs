@@ -43,7 +43,6 @@ enum RunState {
 }
 
 struct Inner {
-    next_seq: u64,
     /// Intents of this run without an outcome, with their sequence numbers.
     pending: HashMap<TxnId, u64>,
     closed: bool,
@@ -143,8 +142,7 @@ impl DiskLog {
                 previous: Some(previous),
             };
             let bytes = record.encode().map_err(|e| LogError::Storage(format!("recovery record: {e}")))?;
-            store.append(next_seq, &bytes).map_err(opening)?;
-            next_seq += 1;
+            next_seq = store.append(&bytes).map_err(opening)? + 1;
             // Durable before the run start moves past it: a second crash must not lose the record (and the
             // gap it may carry) while the metadata say the crashed run is already dealt with.
             store.flush().map_err(opening)?;
@@ -175,7 +173,6 @@ impl DiskLog {
             store,
             durability: options.durability,
             inner: Mutex::new(Inner {
-                next_seq,
                 pending: HashMap::new(),
                 closed: false,
                 txn_floor,
@@ -215,7 +212,7 @@ impl DiskLog {
         }
         self.gc.check_usable()?;
         check(&inner)?;
-        let seq = self.insert(&mut inner, bytes)?;
+        let seq = self.insert(&mut inner, &bytes)?;
         // Still under the lock, so the flusher sees appended seqs in order; before `after`, so that an
         // fsync the outcome's bookkeeping lets go covers the outcome itself.
         let ticket = self.gc.appended(seq);
@@ -239,34 +236,31 @@ impl DiskLog {
         self.gc.check_usable()?;
         check(&inner)?;
         let mut new = Vec::new();
-        let first = inner.next_seq;
+        let first = self.store.next_seq();
         let record = build(&mut inner.texts, first, &mut new);
         let bytes = record.encode().map_err(|e| LogError::Refused(e.to_string()))?;
         for text in new {
-            let seq = inner.next_seq;
             let definition = text.clone().record().encode().map_err(|e| LogError::Refused(e.to_string()))?;
-            self.insert(&mut inner, definition)?;
+            let seq = self.insert(&mut inner, &definition)?;
             // Only once it is in the engine: a definition that failed to go in is never cited.
             inner.texts.defined(&text, seq);
             let _ticket = self.gc.appended(seq);
         }
-        let seq = self.insert(&mut inner, bytes)?;
+        let seq = self.insert(&mut inner, &bytes)?;
         inner.texts.appended(seq);
         let ticket = self.gc.appended(seq);
         after(&mut inner, seq);
         Ok(ticket)
     }
 
-    /// Hands `bytes` to the store as the next record; returns its sequence number.
-    fn insert(&self, inner: &mut Inner, bytes: Vec<u8>) -> Result<u64, LogError> {
-        let seq = inner.next_seq;
-        if let Err(e) = self.store.append(seq, &bytes) {
-            // The store keeps a failed write and refuses every later one: the log has stopped.
-            self.gc.fail(format!("cannot write record {seq}: {e}"));
-            return Err(e);
-        }
-        inner.next_seq += 1;
-        Ok(seq)
+    /// Hands `bytes` to the store as the next record; returns its sequence number. Only under the append
+    /// lock (`_held` is its guard's contents), so that sequence numbers follow the order of appends.
+    fn insert(&self, _held: &mut Inner, bytes: &[u8]) -> Result<u64, LogError> {
+        self.store.append(bytes).inspect_err(|e| {
+            // The store keeps a failed write and refuses every later one: the log has stopped. The failed
+            // record got no number, so the next one is its.
+            self.gc.fail(format!("cannot write record {}: {e}", self.store.next_seq()));
+        })
     }
 }
 
@@ -425,7 +419,7 @@ impl HistoryLog for DiskLog {
     }
 
     fn next_seq(&self) -> u64 {
-        self.lock().next_seq
+        self.store.next_seq()
     }
 
     fn checkpoint(&self, name: &str) -> Result<Option<Vec<u8>>, LogError> {
@@ -471,15 +465,14 @@ impl HistoryLog for DiskLog {
                 gap: false,
                 previous: Some(self.durability),
             };
-            let seq = inner.next_seq;
             let bytes = record.encode().map_err(|e| LogError::Storage(format!("recovery record: {e}")))?;
-            self.insert(&mut inner, bytes)?;
+            let seq = self.insert(&mut inner, &bytes)?;
             let _ticket = self.gc.appended(seq);
         }
         inner.closed = true;
         // Makes every record durable; only then may the run be marked clean.
         self.gc.shutdown()?;
-        self.store.put_meta(RUN_START_KEY, &inner.next_seq.to_be_bytes())?;
+        self.store.put_meta(RUN_START_KEY, &self.store.next_seq().to_be_bytes())?;
         self.store.put_meta(TXN_FLOOR_KEY, &inner.txn_floor.to_be_bytes())?;
         self.store.put_meta(STATE_KEY, CLEAN)?;
         self.store.flush()

@@ -20,9 +20,10 @@ pub type StoredRecords<'a> = Box<dyn Iterator<Item = Result<(u64, Vec<u8>), LogE
 /// An ordered store of record values, with metadata beside them. Appends come from one writer at a time
 /// (the log's append lock); reads and `flush` may come from any thread.
 pub trait Store: Send + Sync {
-    /// Appends `bytes` as record `seq`, which is always [`Store::next_seq`]. An error means the store cannot
-    /// take appends any more (an I/O error): the log stops.
-    fn append(&self, seq: u64, bytes: &[u8]) -> Result<(), LogError>;
+    /// Appends `bytes` as the next record; returns its sequence number ([`Store::next_seq`] before the call).
+    /// An error means the store cannot take appends any more (an I/O error): the log stops; `next_seq` then
+    /// still names the record that failed.
+    fn append(&self, bytes: &[u8]) -> Result<u64, LogError>;
 
     /// The sequence number of the next append: one more than the last record's, or 0.
     fn next_seq(&self) -> u64;

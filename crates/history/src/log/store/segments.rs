@@ -267,14 +267,12 @@ impl Writer {
 }
 
 impl Store for SegmentStore {
-    fn append(&self, seq: u64, bytes: &[u8]) -> Result<(), LogError> {
+    fn append(&self, bytes: &[u8]) -> Result<u64, LogError> {
         let mut w = self.lock();
         if let Some(why) = &w.failed {
             return Err(LogError::Storage(why.clone()));
         }
-        if seq != w.next_seq {
-            return Err(LogError::Refused(format!("record {seq} appended where {} is next", w.next_seq)));
-        }
+        let seq = w.next_seq;
         let len = u32::try_from(bytes.len())
             .ok()
             .filter(|&l| u64::from(l) <= MAX_FRAME)
@@ -291,11 +289,12 @@ impl Store for SegmentStore {
         }
         w.buffer.extend_from_slice(&len.to_le_bytes());
         w.buffer.extend_from_slice(bytes);
-        w.next_seq += 1;
         if w.buffer.len() >= WRITE_OUT_BYTES {
             w.write_out()?;
         }
-        Ok(())
+        // Only now: a record whose append failed gets no number, as the trait promises.
+        w.next_seq += 1;
+        Ok(seq)
     }
 
     fn next_seq(&self) -> u64 {

@@ -52,10 +52,12 @@ impl SledStore {
 }
 
 impl Store for SledStore {
-    fn append(&self, seq: u64, bytes: &[u8]) -> Result<(), LogError> {
+    fn append(&self, bytes: &[u8]) -> Result<u64, LogError> {
+        // One writer at a time (the log's append lock), so nothing moves `next_seq` between these.
+        let seq = self.next_seq.load(std::sync::atomic::Ordering::Acquire);
         self.records.insert(seq.to_be_bytes(), bytes)?;
         self.next_seq.store(seq + 1, std::sync::atomic::Ordering::Release);
-        Ok(())
+        Ok(seq)
     }
 
     fn next_seq(&self) -> u64 {
