@@ -6,6 +6,7 @@ pub mod codec;
 pub mod html;
 pub mod log;
 mod model;
+pub mod plain;
 pub mod values;
 
 pub use builder::{HistoryBuilder, TxnBuilder};

@@ -139,6 +139,7 @@ impl fmt::Display for KeyName {
 }
 
 /// Interns key names, so that the rest of the system handles a `Key` (four bytes) instead of strings.
+/// Serialized as its names in `Key` order: the index is rebuilt from them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KeyTable {
     names: Vec<KeyName>,
@@ -185,6 +186,26 @@ impl KeyTable {
     /// All key names, in `Key` order.
     pub fn names(&self) -> &[KeyName] {
         &self.names
+    }
+}
+
+impl Serialize for KeyTable {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.names.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyTable {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let names = Vec::<KeyName>::deserialize(deserializer)?;
+        let mut table = KeyTable::default();
+        for name in names {
+            let len = table.len();
+            if table.intern(name).0 as usize != len {
+                return Err(serde::de::Error::custom("a key name appears twice in a key table"));
+            }
+        }
+        Ok(table)
     }
 }
 
@@ -394,8 +415,9 @@ pub struct LogGap {
     pub after_txns: u64,
 }
 
-/// A whole history: what the clients observed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// A whole history: what the clients observed. It serializes for compact binary encodings (the online
+/// verifier's checkpoint; transactions in the [`crate::plain`] shape); the exchange formats are its codecs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct History {
     /// The interned key names.
     pub keys: KeyTable,
@@ -403,6 +425,7 @@ pub struct History {
     pub statements: Vec<String>,
     /// Every transaction, committed or not, in the order recorded. Session order is given by
     /// `(session, seq)`, not by position here.
+    #[serde(with = "crate::plain::transactions")]
     pub transactions: Vec<Transaction>,
     /// Places where the log may have lost transactions.
     pub gaps: Vec<LogGap>,

@@ -292,3 +292,52 @@ fn serve_reports_the_verifier_lag_on_metrics_and_status() {
     assert!(sample("krait_verifier_verified_total ") >= 2.0);
     serve.stop();
 }
+
+/// Runs `sql` through the proxy with psql; asserts it succeeded.
+fn psql(port: u16, sql: &str) {
+    let out = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "test", "-X", "-q"])
+        .args(["-v", "ON_ERROR_STOP=1", "-c", sql])
+        .output()
+        .expect("runs psql");
+    assert!(out.status.success(), "psql through krait serve: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Issue 20, item 4: a restarted `krait serve` resumes from the checkpoint its verifier stored as it stopped,
+/// instead of verifying the log again from its first record, and goes on counting from where it stopped.
+#[test]
+fn a_restarted_serve_resumes_its_verifier_from_the_checkpoint() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let port = free_port();
+    let config = write_serve_config(dir.path(), port, None, "");
+    let data = dir.path().join("data");
+    let table = format!("krait_resume_{}", std::process::id());
+    let updates = |n: usize| {
+        (0..n)
+            .map(|_| format!("BEGIN; UPDATE {table} SET v = v + 1 WHERE k = 1; COMMIT;"))
+            .collect::<String>()
+    };
+
+    let mut serve = Serve::start(&config, &data, port);
+    serve.wait_for("how the verifier started", |line| {
+        line.contains("first record (it has no checkpoint yet)")
+    });
+    psql(port, &format!("DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int primary key, v int);"));
+    psql(port, &format!("BEGIN; INSERT INTO {table} VALUES (1, 0); COMMIT; {}", updates(20)));
+    let first = serve.stop();
+    let last = first.iter().find(|l| l.contains("stopped; verifier:")).expect("a final status line");
+    let (recorded, verified) = recorded_verified(last).expect("numbers in the final line");
+    assert!(recorded >= 21 && verified == recorded, "{last}");
+
+    let mut serve = Serve::start(&config, &data, port);
+    serve.wait_for("a resume from the checkpoint", |line| {
+        line.contains("resumed from its checkpoint at log record")
+    });
+    psql(port, &format!("{} DROP TABLE {table};", updates(10)));
+    serve.wait_for("the verifier caught up with the new transactions", |line| {
+        line.contains("verifier:")
+            && recorded_verified(line).is_some_and(|(r, v)| r >= recorded + 10 && v == r)
+    });
+    let second = serve.stop();
+    assert!(!second.iter().any(|l| l.contains("REJECT")), "{}", second.join("\n"));
+}

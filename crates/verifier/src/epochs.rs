@@ -31,9 +31,10 @@
 use std::collections::HashMap;
 
 use history::{Key, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId};
+use serde::{Deserialize, Serialize};
 
 /// The epoch state of one session.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct SessionEpochs {
     /// The epoch of the session's latest admitted fence.
     last_fence: Option<u64>,
@@ -44,7 +45,7 @@ struct SessionEpochs {
 }
 
 /// Epochs of the live transactions, and `epoch_agree`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Epochs {
     /// The fence key, fixed by the first fence.
     fence_key: Option<Key>,

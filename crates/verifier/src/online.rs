@@ -23,9 +23,18 @@ use std::time::{Duration, Instant};
 
 use history::log::{HistoryLog, IdMap, LogError, Replayed, ReplayedTxn, Replayer};
 use history::{Durability, Key, KeyTable, Op, Outcome, StmtRef, Transaction, TxnId};
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::{OnlineVerifier, Report, ReportStore, RoundOptions, RoundsError};
+
+mod checkpoint;
+
+use checkpoint::with_causes;
+pub use checkpoint::{
+    CHECKPOINT_EVERY_ROUNDS, CHECKPOINT_INTERVAL, CHECKPOINT_NAME, CheckpointError, Started,
+    StoreCheckpointError,
+};
 
 /// How often the verifier thread looks at the log.
 pub const POLL: Duration = Duration::from_millis(100);
@@ -69,7 +78,7 @@ impl RoundOptions {
 }
 
 /// What the online verifier has done so far, as status lines, `/metrics` and the demo show it.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Status {
     /// Log records read so far.
     pub records_read: u64,
@@ -101,11 +110,22 @@ pub struct Status {
     pub lag: Duration,
     /// When the oldest transaction not yet verified was read, so that the lag can be told between ticks
     /// (a long round publishes nothing while it runs).
+    #[serde(skip)]
     pub oldest_unverified: Option<Instant>,
     /// Transactions held after the last garbage collection.
     pub live: u64,
     /// Why the verifier stopped, if it failed.
+    #[serde(skip)]
     pub error: Option<String>,
+    /// How this run's verifier started (from a checkpoint or not), once it has.
+    #[serde(skip)]
+    pub started: Option<Started>,
+    /// The records the last checkpoint this run stored covers.
+    #[serde(skip)]
+    pub checkpoint_covers: Option<u64>,
+    /// Why the last checkpoint could not be stored, if it could not (verification goes on without it).
+    #[serde(skip)]
+    pub checkpoint_error: Option<String>,
 }
 
 impl Status {
@@ -126,7 +146,9 @@ impl Status {
     }
 }
 
-/// Feeds an [`OnlineVerifier`] from a history log; see the module documentation.
+/// Feeds an [`OnlineVerifier`] from a history log; see the module documentation. It serializes to its
+/// state, for its checkpoint ([`Feeder::checkpoint`]).
+#[derive(Serialize, Deserialize)]
 pub struct Feeder {
     replayer: Replayer,
     verifier: OnlineVerifier,
@@ -135,6 +157,7 @@ pub struct Feeder {
     next_seq: u64,
     status: Status,
     /// `(cumulative transactions pushed, when)` for each read that pushed some, to measure the lag.
+    #[serde(skip)]
     pushed_at: VecDeque<(u64, Instant)>,
     seen_rounds: usize,
     seen_rejects: usize,
@@ -326,6 +349,13 @@ impl Feeder {
         self.status.lag_txns = self.status.txns_read.saturating_sub(self.status.verified) + unread;
     }
 
+    /// After restoring a checkpoint: the transactions read and not yet verified count their lag from now.
+    fn restored(&mut self) {
+        if self.status.txns_read > self.status.verified {
+            self.pushed_at.push_back((self.status.txns_read, Instant::now()));
+        }
+    }
+
     /// The state now.
     pub fn status(&mut self) -> Status {
         self.after_push();
@@ -350,7 +380,7 @@ impl<'a> Names<'a> {
 /// key table, since garbage collection adds keys of its own to it (links, `gc` rule 6), so a transaction's
 /// keys and statements are translated as it is pushed, each interned the first time a pushed transaction
 /// cites it.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 struct VerifierIds {
     keys: IdMap<Key>,
     statements: IdMap<StmtRef>,
@@ -416,7 +446,8 @@ impl Tailer {
         let thread = std::thread::Builder::new()
             .name("krait-verifier".into())
             .spawn(move || {
-                let mut feeder = Feeder::new(options, store);
+                let (mut feeder, started) = Feeder::resume(log.as_ref(), options, store);
+                feeder.status.started = Some(started);
                 let publish = |feeder: &mut Feeder| {
                     let s = feeder.status();
                     if let Ok(mut g) = status2.lock() {
@@ -424,13 +455,17 @@ impl Tailer {
                     }
                     s
                 };
+                publish(&mut feeder);
+                let mut checkpoints = Checkpoints::new(&feeder);
                 let result = (|| -> Result<(), OnlineError> {
                     loop {
                         let stopping = stop2.load(Ordering::Acquire);
                         if stopping && give_up2.given_up() {
                             // What is left stays in the log, for the next run or `krait verify`; reading
-                            // nothing still counts it, so that the final state says how much is left.
+                            // nothing still counts it, so that the final state says how much is left. The
+                            // checkpoint lets the next run start where this one stopped.
                             feeder.read_log(log.as_ref(), 0)?;
+                            checkpoints.store(&mut feeder, log.as_ref());
                             return Ok(());
                         }
                         // Once stopping, the proxy has closed the log: the rest is read a tick's worth at a
@@ -444,6 +479,9 @@ impl Tailer {
                         }
                         for (id, line) in feeder.new_rejects() {
                             on_reject(id.as_deref(), &line);
+                        }
+                        if done || checkpoints.due(&feeder) {
+                            checkpoints.store(&mut feeder, log.as_ref());
                         }
                         publish(&mut feeder);
                         if done {
@@ -491,6 +529,45 @@ impl Tailer {
     }
 }
 
+/// When a [`Tailer`] stores its checkpoint: every [`CHECKPOINT_EVERY_ROUNDS`] rounds, at most once per
+/// [`CHECKPOINT_INTERVAL`], and when it stops.
+struct Checkpoints {
+    /// The rounds run when the last one was stored (or when the tailer started).
+    rounds: u64,
+    /// When the last one was stored (or when the tailer started).
+    at: Instant,
+}
+
+impl Checkpoints {
+    fn new(feeder: &Feeder) -> Self {
+        Checkpoints { rounds: feeder.verifier.rounds().len() as u64, at: Instant::now() }
+    }
+
+    fn due(&self, feeder: &Feeder) -> bool {
+        let rounds = feeder.verifier.rounds().len() as u64;
+        rounds >= self.rounds + CHECKPOINT_EVERY_ROUNDS && self.at.elapsed() >= CHECKPOINT_INTERVAL
+    }
+
+    /// Stores one if every record read is durable; a failure is noted in the status, not fatal: the next
+    /// start resumes from an older checkpoint, or reads the whole log.
+    fn store(&mut self, feeder: &mut Feeder, log: &dyn HistoryLog) {
+        match feeder.store_checkpoint(log) {
+            Ok(true) => {
+                self.rounds = feeder.verifier.rounds().len() as u64;
+                self.at = Instant::now();
+                feeder.status.checkpoint_covers = Some(feeder.next_seq);
+                feeder.status.checkpoint_error = None;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                // Tried again after the interval, not at every tick.
+                self.at = Instant::now();
+                feeder.status.checkpoint_error = Some(with_causes(&e));
+            }
+        }
+    }
+}
+
 /// Tells a stopping [`Tailer`] not to verify the rest of the log: `krait serve` gives up after its grace
 /// period, or at a second Ctrl-C, so that a backlog does not hold a stop for minutes. Nothing is lost: the
 /// log keeps every record, and the next run reads it from its start.
@@ -513,16 +590,4 @@ impl Drop for Tailer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
     }
-}
-
-/// An error and its causes on one line, outermost first.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut line = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        line.push_str(": ");
-        line.push_str(&c.to_string());
-        cause = c.source();
-    }
-    line
 }

@@ -827,6 +827,7 @@ impl Report {
     }
 }
 
+pub(crate) mod as_json;
 mod dot;
 mod html;
 mod labels;

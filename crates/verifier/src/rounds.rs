@@ -185,7 +185,7 @@ pub struct RoundStats {
 }
 
 /// What a collected write id was.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum Known {
     /// Written by a live transaction.
     Live,
@@ -205,11 +205,17 @@ enum Known {
 }
 
 /// Verifies a growing history round by round; see the module documentation.
+///
+/// It serializes to its state, without its options, its report store or its clock: what the online
+/// verifier's checkpoint stores ([`crate::online::Feeder::checkpoint`]).
+#[derive(Serialize, Deserialize)]
 pub struct OnlineVerifier {
+    #[serde(skip)]
     options: RoundOptions,
     /// The residual history: keys, statements and the live transactions.
     work: History,
     new_in_round: usize,
+    #[serde(with = "history::plain::queues")]
     waiting: BTreeMap<SessionId, VecDeque<Transaction>>,
     waiting_count: usize,
     /// Sessions that ended but still have waiting transactions.
@@ -218,15 +224,18 @@ pub struct OnlineVerifier {
     base: FastMap<Key, WriteId>,
     epochs: Epochs,
     rounds: Vec<RoundStats>,
+    #[serde(with = "crate::report::as_json")]
     rejects: Vec<Report>,
     report_ids: Vec<String>,
     rejects_in_round: usize,
+    #[serde(skip)]
     store: Option<ReportStore>,
     deleted: u64,
     admitted: u64,
     unverifiable_reads: u64,
     max_live: usize,
     round_size: usize,
+    #[serde(skip, default = "Instant::now")]
     last_round_at: Instant,
     last_rate: Option<f64>,
     growth: f64,
@@ -279,6 +288,19 @@ impl OnlineVerifier {
             links_added: 0,
             not_checked: Vec::new(),
         }
+    }
+
+    /// After restoring its state from a checkpoint: the options and the report store, which the state does
+    /// not hold, and a round interval that starts now.
+    pub(crate) fn restored(&mut self, options: RoundOptions, store: Option<ReportStore>) {
+        self.options = options;
+        self.store = store;
+        self.last_round_at = Instant::now();
+    }
+
+    /// The options it verifies with.
+    pub fn options(&self) -> &RoundOptions {
+        &self.options
     }
 
     /// Notes statements the collector could not map to row ops (an aggregate, a predicate read, DDL, …), so

@@ -574,7 +574,7 @@ impl TextTable {
 
 /// The reader's side: turns compact records back into the records the proxy appended, from the
 /// definitions read so far. Feed it every record from the first, in sequence order.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Resolver {
     statements: HashMap<u64, String>,
     namespaces: HashMap<u64, String>,

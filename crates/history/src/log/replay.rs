@@ -29,6 +29,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use serde::{Deserialize, Serialize};
+
 use super::LogError;
 use super::compact::Resolver;
 use super::record::{LogRecord, LoggedTxn};
@@ -70,10 +72,11 @@ pub enum Replayed {
 }
 
 /// A finished transaction, as [`Replayed::Transaction`] carries it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplayedTxn {
     /// The transaction. Its keys and statements refer to the replayer's tables ([`Replayer::keys`] and
     /// [`Replayer::statements`]).
+    #[serde(with = "crate::plain::transaction")]
     pub txn: Transaction,
     /// Its statements that the proxy could not map to reads and writes of rows.
     pub unchecked: Vec<UncheckedStatement>,
@@ -83,7 +86,7 @@ pub struct ReplayedTxn {
 }
 
 /// The database transaction ids a transaction owns, from its [`LogRecord::Xids`] records.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TxnXids {
     /// Its top-level id, if known.
     pub top: Option<u32>,
@@ -92,7 +95,10 @@ pub struct TxnXids {
 }
 
 /// Turns log records, fed in sequence order, into [`Replayed`] events; see the module documentation.
-#[derive(Debug, Default)]
+///
+/// It serializes to what it has read so far, so that a reader can stop, store it, and go on later from the
+/// next record as if it had never stopped (the online verifier's checkpoint).
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Replayer {
     /// Statement texts and namespaces defined so far, to expand compact records.
     resolver: Resolver,
@@ -463,7 +469,7 @@ impl Replayer {
 /// Another table's id for each entry of a replayer's table (its keys, its statements), filled the first time
 /// an entry is cited: how the merger of several logs and the online verifier move transactions into tables
 /// of their own.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct IdMap<T>(Vec<Option<T>>);
 
 impl<T> Default for IdMap<T> {
@@ -487,8 +493,10 @@ impl<T: Copy> IdMap<T> {
     }
 }
 
-/// Statement texts, each once, in the order first seen: what a [`StmtRef`] points into.
-#[derive(Debug, Default)]
+/// Statement texts, each once, in the order first seen: what a [`StmtRef`] points into. Serialized as its
+/// texts: the index is rebuilt from them.
+#[derive(Debug, Default, Deserialize)]
+#[serde(from = "Vec<String>")]
 pub(crate) struct StatementTable {
     texts: Vec<String>,
     /// Where each text sits in `texts`.
@@ -518,10 +526,26 @@ impl StatementTable {
     }
 }
 
+impl Serialize for StatementTable {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.texts.serialize(serializer)
+    }
+}
+
+impl From<Vec<String>> for StatementTable {
+    fn from(texts: Vec<String>) -> Self {
+        let mut table = StatementTable::default();
+        for text in texts {
+            table.intern(&text);
+        }
+        table
+    }
+}
+
 /// A set of transaction ids kept as ranges. The proxy allocates a run's ids from a counter, so the ids seen
 /// are a few long ranges (one per run, split only where an id was allocated and never logged, and briefly
 /// where records arrive out of id order): an online verifier remembers every id without growing with them.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct IdRanges {
     /// The first id of each range and its last (inclusive); ranges neither overlap nor touch.
     ranges: BTreeMap<u64, u64>,

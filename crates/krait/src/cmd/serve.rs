@@ -245,6 +245,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tokio::pin!(stop);
         // A failed log ends the proxy as a signal does, but the exit says so (see `proxy::run`).
         let mut log_failure = None;
+        let (mut announced, mut checkpoint_error) = (false, None);
         loop {
             tokio::select! {
                 _ = &mut stop => break,
@@ -256,6 +257,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 _ = publisher.tick() => {
                     let (s, next_seq) = (tailer.status(), handle.log().next_seq());
                     published.publish(&s, &handle.metrics().verifier, Instant::now(), interval, next_seq);
+                    if !announced && let Some(started) = &s.started {
+                        eprintln!("krait serve: the verifier {}", started.line());
+                        announced = true;
+                    }
+                    if s.checkpoint_error != checkpoint_error {
+                        if let Some(e) = &s.checkpoint_error {
+                            eprintln!("krait serve: the verifier goes on without a new checkpoint: {e}");
+                        }
+                        checkpoint_error = s.checkpoint_error;
+                    }
                 }
                 _ = ticker.tick() => {
                     let s = published.with_lag(tailer.status());

@@ -1,0 +1,337 @@
+//! The online verifier's checkpoint (issue 20, item 4): a feeder stopped anywhere in a log, stored, restored
+//! and fed the rest ends where reading the whole log in one go ends, on random logs with everything a proxy
+//! writes (intents waiting for outcomes, fences, statements, sessions that end, discovered writes, crashes
+//! and their Recovery records, stale reads that are rejected). And `krait serve`'s tailer resumes from the
+//! checkpoint it stored, without reading the log again: the test prints how long that took against reading
+//! the whole log.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use history::log::{HistoryLog, LoggedOp, LoggedTxn};
+use history::{DiskLog, Durability, KeyName, Observed, Outcome, SessionId, TxnId, WriteId};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use verifier::online::{CheckpointError, Feeder, Tailer};
+use verifier::{Level, RoundOptions, RoundStats};
+
+fn key(k: u32) -> KeyName {
+    KeyName { namespace: "kv".into(), bytes: format!("k{k}").into_bytes() }
+}
+
+fn fence_key() -> KeyName {
+    KeyName { namespace: "krait_fence".into(), bytes: b"F".to_vec() }
+}
+
+/// A session's transaction whose COMMIT reply is in flight: its intent is logged, and the database has
+/// ended it (its writes are in the store when it committed), but its outcome is not logged yet.
+struct InFlight {
+    txn: TxnId,
+    outcome: Outcome,
+}
+
+/// Appends a random log to `path`, as proxies would over a few runs: transactions of a few sessions reading
+/// and writing a few keys (now and then a stale read, which makes the history non-serializable), a fence
+/// every few transactions of each session, intents whose outcome comes later, sessions that end, writes
+/// discovered after their transaction finished, and crashes after which a new run starts new sessions.
+fn random_log(rng: &mut StdRng, path: &Path) -> DiskLog {
+    let mut log = DiskLog::open(path, Durability::Strict).expect("the log opens");
+    let keys = rng.gen_range(3..=8u32);
+    let steps = rng.gen_range(30..=160);
+    let stale_p = [0.0, 0.0, 0.02, 0.08][rng.gen_range(0..4)];
+    let fence_every = rng.gen_range(2..=5u64);
+    let mut store: HashMap<KeyName, Observed> = HashMap::new();
+    let mut history: Vec<HashMap<KeyName, Observed>> = vec![HashMap::new()];
+    let mut next_txn = 1u64;
+    let mut next_write = 1u64;
+    let mut next_session = 0u64;
+    let mut sessions: Vec<(SessionId, u64, Option<InFlight>)> = Vec::new();
+    let mut finished: Vec<TxnId> = Vec::new();
+    for _ in 0..steps {
+        while sessions.len() < 2 {
+            sessions.push((SessionId(next_session), 0, None));
+            next_session += 1;
+        }
+        let at = rng.gen_range(0..sessions.len());
+        let roll = rng.gen_range(0..100);
+        if roll < 2 {
+            // A crash: intents in flight stay without an outcome, and the next run's sessions are new.
+            log.drop_as_if_crashed();
+            log = DiskLog::open(path, Durability::Strict).expect("the log reopens after a crash");
+            sessions.clear();
+            continue;
+        }
+        if roll < 6 && sessions[at].2.is_none() {
+            let (session, seq, _) = sessions.swap_remove(at);
+            let _ = log.append_session_ended(session, seq.checked_sub(1)).expect("session ended");
+            continue;
+        }
+        if roll < 9
+            && let Some(&txn) = finished.last()
+        {
+            // A write by a SQL function that a later read revealed (DESIGN.md §3), by the transaction that
+            // committed last (so that no later writer came between).
+            let (k, w) = (key(rng.gen_range(0..keys)), WriteId(next_write));
+            next_write += 1;
+            let _ = log.append_discovered_write(txn, k.clone(), w).expect("discovered write");
+            store.insert(k, Observed::Version(w));
+            history.push(store.clone());
+            continue;
+        }
+        let (session, seq, in_flight) = &mut sessions[at];
+        if let Some(f) = in_flight.take() {
+            let _ = log.append_outcome(f.txn, f.outcome, Some(next_txn)).expect("outcome");
+            continue;
+        }
+        let mut t = LoggedTxn::new(TxnId(next_txn), *session, *seq);
+        next_txn += 1;
+        let mut writes = Vec::new();
+        // A session's first transaction is a fence, as the proxy runs one when a connection opens.
+        let fence = *seq % fence_every == 0;
+        *seq += 1;
+        if fence {
+            t.fence = true;
+            let seen = store.get(&fence_key()).copied().unwrap_or(Observed::PreHistory(0));
+            t.ops.push(LoggedOp::Read { key: fence_key(), observed: seen, stmt: None });
+            writes.push((fence_key(), WriteId(next_write)));
+        } else {
+            t.statements.push(format!("UPDATE kv SET v = v + 1 WHERE k = 'k{}'", rng.gen_range(0..keys)));
+            for _ in 0..rng.gen_range(1..=3) {
+                let k = key(rng.gen_range(0..keys));
+                let state = match rng.gen_bool(stale_p) {
+                    true => &history[rng.gen_range(0..history.len())],
+                    false => &store,
+                };
+                let seen = state.get(&k).copied().unwrap_or(Observed::PreHistory(0));
+                t.ops.push(LoggedOp::Read { key: k, observed: seen, stmt: Some(0) });
+            }
+            for _ in 0..rng.gen_range(1..=2) {
+                writes.push((key(rng.gen_range(0..keys)), WriteId(next_write + writes.len() as u64)));
+            }
+        }
+        next_write += writes.len() as u64 + 1;
+        for (k, w) in &writes {
+            t.ops.push(LoggedOp::Write { key: k.clone(), write: *w, stmt: None });
+        }
+        let (id, outcome) = (t.id, if rng.gen_bool(0.93) { Outcome::Committed } else { Outcome::Aborted });
+        if rng.gen_bool(0.4) {
+            let _ = log.append_intent(t).expect("intent");
+            *in_flight = Some(InFlight { txn: id, outcome });
+        } else {
+            let _ = log.append_finished(t, outcome, Some(next_txn)).expect("finished");
+        }
+        if outcome == Outcome::Committed {
+            store.extend(writes.into_iter().map(|(k, w)| (k, Observed::Version(w))));
+            history.push(store.clone());
+            finished.push(id);
+        }
+    }
+    log.sync().expect("durable");
+    log
+}
+
+/// What a feeder ended with, without timings.
+#[derive(Debug, PartialEq)]
+struct Ended {
+    counts: [u64; 10],
+    rounds: Vec<RoundStats>,
+    rejects: Vec<String>,
+    epoch_agree: u64,
+    pending: Vec<TxnId>,
+}
+
+fn ended(feeder: &mut Feeder) -> Ended {
+    let s = feeder.status();
+    let v = feeder.verifier();
+    let rounds = v.rounds().iter().map(|r| RoundStats { verify_ms: 0.0, gc_ms: 0.0, ..r.clone() }).collect();
+    let mut pending: Vec<TxnId> = feeder.replayer().pending().collect();
+    pending.sort();
+    Ended {
+        counts: [
+            s.records_read,
+            s.txns_read,
+            s.committed,
+            s.indeterminate,
+            s.ops_read,
+            s.verified,
+            v.deleted(),
+            v.live_transactions() as u64,
+            v.tombstones() as u64,
+            v.links_added(),
+        ],
+        rounds,
+        rejects: s.reject_lines,
+        epoch_agree: v.epoch_agree(),
+        pending,
+    }
+}
+
+fn options(round_size: usize) -> RoundOptions {
+    RoundOptions { round_size, round_interval: None, ..RoundOptions::default() }
+}
+
+/// Reads the log from `feeder` on and runs a last round.
+fn to_the_end(mut feeder: Feeder, log: &DiskLog) -> Ended {
+    feeder.read_log(log, usize::MAX).expect("reads");
+    feeder.finish().expect("a last round");
+    ended(&mut feeder)
+}
+
+#[test]
+fn a_feeder_restored_anywhere_ends_where_reading_the_whole_log_ends() {
+    let mut rng = StdRng::seed_from_u64(0xc4ec_0001);
+    let (mut cases, mut rejected, mut collected, mut splits) = (0, 0, 0, 0);
+    for case in 0..300 {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = random_log(&mut rng, &dir.path().join("log"));
+        let round_size = [1, 3, 8, 1_000][rng.gen_range(0..4)];
+        let whole = to_the_end(Feeder::new(options(round_size), None), &log);
+        let records = log.next_seq();
+        for _ in 0..4 {
+            let split = rng.gen_range(0..=records) as usize;
+            let mut first = Feeder::new(options(round_size), None);
+            assert_eq!(first.read_log(&log, split).expect("reads"), split);
+            let bytes = first.checkpoint().expect("the state encodes");
+            drop(first);
+            let restored = Feeder::from_checkpoint(&bytes, options(round_size), None).expect("it restores");
+            assert_eq!(restored.next_seq(), split as u64);
+            let resumed = to_the_end(restored, &log);
+            assert_eq!(
+                resumed, whole,
+                "case {case}, round size {round_size}: stopped at record {split} of {records}"
+            );
+            splits += 1;
+        }
+        cases += 1;
+        rejected += usize::from(!whole.rejects.is_empty());
+        collected += whole.counts[6];
+    }
+    println!("{cases} logs, {splits} restores; {rejected} logs rejected, {collected} transactions collected");
+    assert!(rejected > cases / 10 && rejected < cases * 9 / 10, "both verdicts should occur: {rejected}");
+    assert!(collected > 0, "collection should have run");
+}
+
+#[test]
+fn a_checkpoint_made_for_another_question_or_another_log_is_not_used() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = random_log(&mut StdRng::seed_from_u64(7), &dir.path().join("log"));
+    let mut feeder = Feeder::new(options(5), None);
+    feeder.read_log(&log, usize::MAX).expect("reads");
+    let bytes = feeder.checkpoint().expect("the state encodes");
+
+    let mut strict = options(5);
+    strict.verify.level = Level::StrictSerializable;
+    let other = Feeder::from_checkpoint(&bytes, strict, None).err().expect("another level is refused");
+    assert!(matches!(other, CheckpointError::OtherBasis { .. }), "{other}");
+    assert!(other.to_string().contains("strict-serializable"), "{other}");
+
+    let mut damaged = bytes.clone();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0x55;
+    let damaged = Feeder::from_checkpoint(&damaged, options(5), None).err().expect("damage is refused");
+    assert!(matches!(damaged, CheckpointError::Decode(_)), "{damaged}");
+
+    let mut newer = bytes.clone();
+    newer[0] = newer[0].wrapping_add(1);
+    let newer = Feeder::from_checkpoint(&newer, options(5), None).err().expect("another format is refused");
+    assert!(matches!(newer, CheckpointError::Format { .. }), "{newer}");
+
+    // A log that holds fewer records than the checkpoint covers is not the log it was made from.
+    log.store_checkpoint(verifier::online::CHECKPOINT_NAME, &bytes).expect("stored");
+    let fresh = DiskLog::open(dir.path().join("other"), Durability::Strict).expect("another log");
+    fresh.store_checkpoint(verifier::online::CHECKPOINT_NAME, &bytes).expect("stored");
+    let (resumed, started) = Feeder::resume(&fresh, options(5), None);
+    assert_eq!((resumed.next_seq(), started.resumed_at), (0, None));
+    assert!(started.not_used.as_deref().is_some_and(|w| w.contains("covers")), "{started:?}");
+    let (resumed, started) = Feeder::resume(&log, options(5), None);
+    assert_eq!(started.resumed_at, Some(log.next_seq()), "{started:?}");
+    assert_eq!(resumed.next_seq(), log.next_seq());
+}
+
+/// A log of `n` transactions over `keys` keys in 8 sessions, with a fence every 20 transactions of each, as
+/// a proxy leaves it.
+fn long_log(dir: &Path, n: u64, keys: u32) -> Arc<DiskLog> {
+    let log = DiskLog::open(dir.join("log"), Durability::Group).expect("the log opens");
+    let mut rng = StdRng::seed_from_u64(0x10_9106);
+    let mut store: HashMap<KeyName, Observed> = HashMap::new();
+    let mut seqs = [0u64; 8];
+    for i in 0..n {
+        let s = (i % 8) as usize;
+        let mut t = LoggedTxn::new(TxnId(i + 1), SessionId(s as u64), seqs[s]);
+        seqs[s] += 1;
+        let mut writes = Vec::new();
+        if seqs[s] % 20 == 0 {
+            t.fence = true;
+            let seen = store.get(&fence_key()).copied().unwrap_or(Observed::PreHistory(0));
+            t.ops.push(LoggedOp::Read { key: fence_key(), observed: seen, stmt: None });
+            writes.push(fence_key());
+        } else {
+            let k = key(rng.gen_range(0..keys));
+            let seen = store.get(&k).copied().unwrap_or(Observed::PreHistory(0));
+            t.ops.push(LoggedOp::Read { key: k.clone(), observed: seen, stmt: None });
+            writes.push(k);
+        }
+        for k in writes {
+            let w = WriteId(i + 1);
+            t.ops.push(LoggedOp::Write { key: k.clone(), write: w, stmt: None });
+            store.insert(k, Observed::Version(w));
+        }
+        let _ = log.append_finished(t, Outcome::Committed, Some(i)).expect("finished");
+    }
+    log.close().expect("closed");
+    Arc::new(log)
+}
+
+#[test]
+fn a_restarted_tailer_resumes_from_its_checkpoint_instead_of_reading_the_log_again() {
+    let n = 100_000;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = long_log(dir.path(), n, 10_000);
+    let options = || RoundOptions::online(10_000, Duration::from_secs(3600));
+
+    let start = Instant::now();
+    let first = Tailer::spawn(log.clone(), options(), None, |_, _| {}).expect("the tailer starts");
+    let first = first.finish().expect("the tailer finishes");
+    let whole = start.elapsed();
+    assert_eq!((first.verified, first.rejects), (n, 0), "{first:?}");
+    let started = first.started.as_ref().expect("it says how it started");
+    assert_eq!(started.resumed_at, None, "a new log has no checkpoint: {started:?}");
+    assert_eq!(first.checkpoint_covers, Some(log.next_seq()), "it stores one as it stops: {first:?}");
+
+    let start = Instant::now();
+    let second = Tailer::spawn(log.clone(), options(), None, |_, _| {}).expect("the tailer restarts");
+    let second = second.finish().expect("the tailer finishes");
+    let resume = start.elapsed();
+    let started = second.started.as_ref().expect("it says how it started");
+    assert_eq!(started.resumed_at, Some(log.next_seq()), "{started:?}");
+    assert_eq!((second.verified, second.txns_read, second.rounds), (n, n, first.rounds), "{second:?}");
+    println!(
+        "{n} transactions: verifying the whole log took {:.2} s; restarting from the checkpoint took {:.3} s \
+         (restoring it {:.3} s)",
+        whole.as_secs_f64(),
+        resume.as_secs_f64(),
+        started.took.as_secs_f64()
+    );
+}
+
+/// Under `durability = none` the feeder reads records a crash may still lose, so no checkpoint may cover them
+/// until the log makes them durable (at its close): a crash could otherwise cut records the checkpoint covers
+/// and the next run append others under their numbers.
+#[test]
+fn no_checkpoint_covers_records_that_are_not_durable() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = DiskLog::open(dir.path().join("log"), Durability::None).expect("the log opens");
+    for i in 0..10 {
+        let t = LoggedTxn::new(TxnId(i + 1), SessionId(1), i);
+        let _ = log.append_finished(t, Outcome::Committed, None).expect("finished");
+    }
+    let mut feeder = Feeder::new(options(5), None);
+    assert_eq!(feeder.read_log(&log, usize::MAX).expect("reads"), 10);
+    assert!(!feeder.store_checkpoint(&log).expect("no error"), "nothing is durable under none before close");
+    assert!(log.checkpoint(verifier::online::CHECKPOINT_NAME).expect("reads").is_none());
+    log.close().expect("closed");
+    assert!(feeder.store_checkpoint(&log).expect("stored"), "everything is durable after a clean close");
+    assert!(log.checkpoint(verifier::online::CHECKPOINT_NAME).expect("reads").is_some());
+}
