@@ -250,8 +250,8 @@ fn a_checkpoint_made_for_another_question_or_another_log_is_not_used() {
     assert_eq!(resumed.next_seq(), log.next_seq());
 }
 
-/// A log of `n` transactions over `keys` keys in 8 sessions, with a fence every 20 transactions of each, as
-/// a proxy leaves it.
+/// A log of `n` transactions of the chengRW shape (issue 20: each reads 4 and then writes 4 of `keys` keys
+/// chosen uniformly) in 8 sessions, with a fence every 20 transactions of each, as a proxy leaves it.
 fn long_log(dir: &Path, n: u64, keys: u32) -> Arc<DiskLog> {
     let log = DiskLog::open(dir.join("log"), Durability::Group).expect("the log opens");
     let mut rng = StdRng::seed_from_u64(0x10_9106);
@@ -268,13 +268,15 @@ fn long_log(dir: &Path, n: u64, keys: u32) -> Arc<DiskLog> {
             t.ops.push(LoggedOp::Read { key: fence_key(), observed: seen, stmt: None });
             writes.push(fence_key());
         } else {
-            let k = key(rng.gen_range(0..keys));
-            let seen = store.get(&k).copied().unwrap_or(Observed::PreHistory(0));
-            t.ops.push(LoggedOp::Read { key: k.clone(), observed: seen, stmt: None });
-            writes.push(k);
+            for _ in 0..4 {
+                let k = key(rng.gen_range(0..keys));
+                let seen = store.get(&k).copied().unwrap_or(Observed::PreHistory(0));
+                t.ops.push(LoggedOp::Read { key: k, observed: seen, stmt: None });
+            }
+            writes.extend((0..4).map(|_| key(rng.gen_range(0..keys))));
         }
-        for k in writes {
-            let w = WriteId(i + 1);
+        for (j, k) in writes.into_iter().enumerate() {
+            let w = WriteId(4 * i + j as u64 + 1);
             t.ops.push(LoggedOp::Write { key: k.clone(), write: w, stmt: None });
             store.insert(k, Observed::Version(w));
         }
@@ -307,12 +309,15 @@ fn a_restarted_tailer_resumes_from_its_checkpoint_instead_of_reading_the_log_aga
     let started = second.started.as_ref().expect("it says how it started");
     assert_eq!(started.resumed_at, Some(log.next_seq()), "{started:?}");
     assert_eq!((second.verified, second.txns_read, second.rounds), (n, n, first.rounds), "{second:?}");
+    let stored = log.checkpoint(verifier::online::CHECKPOINT_NAME).expect("reads").expect("stored");
     println!(
         "{n} transactions: verifying the whole log took {:.2} s; restarting from the checkpoint took {:.3} s \
-         (restoring it {:.3} s)",
+         (restoring it {:.3} s); the checkpoint is {} KB, {} live transactions",
         whole.as_secs_f64(),
         resume.as_secs_f64(),
-        started.took.as_secs_f64()
+        started.took.as_secs_f64(),
+        stored.len() / 1024,
+        second.live
     );
 }
 
