@@ -12,9 +12,10 @@
 //! For each workload (pgbench's built-in select-only `-S` and tpcb-like) and each path it prints tps, mean
 //! latency, the ratio to direct and the proxy's CPU per transaction (Krait's or PgBouncer's, from `/proc`).
 //! The paths: direct; through Krait with tagging off and `log.durability = none`, `group` and `strict`;
-//! through Krait recording everything (xmin tagging, a fence every 20 commits, `strict`), with and without
-//! parameters and row values (`[record] values`), and the same shipping its log to a NATS server started
-//! here (`[ship]`, when `nats-server` is installed); and through pgbouncer in session pooling. Nothing is
+//! through Krait recording everything (xmin tagging, a fence every 20 commits but at most one per 20 ms per
+//! connection, `strict`), with and without parameters and row values (`[record] values`), with a fence every
+//! 20 commits whatever the rate (`[fence] min_interval_ms = 0`), and the same shipping its log to a NATS
+//! server started here (`[ship]`, when `nats-server` is installed); and through pgbouncer in session pooling. Nothing is
 //! asserted: the figures depend on the machine, and only the ratios of one run compare.
 //!
 //! The cost of xmin tagging and fences on the tokio-postgres workloads of `krait workload run`, and the
@@ -186,11 +187,17 @@ fn main() {
         ),
         Err(_) => String::new(),
     };
-    let krait_paths: [(&str, &str, &str); 6] = [
+    let krait_paths: [(&str, &str, &str); 7] = [
         ("krait, tagging off, none", "none", OFF),
         ("krait, tagging off, group", "group", OFF),
         ("krait, tagging off, strict", "strict", OFF),
         ("krait, xmin + fences + strict", "strict", "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n"),
+        // Every 20 commits whatever the rate, as before the time floor (`[fence] min_interval_ms`).
+        (
+            "krait, xmin + fences + strict, no fence floor",
+            "strict",
+            "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\nmin_interval_ms = 0\n",
+        ),
         (
             "krait, xmin + fences + strict, no values",
             "strict",

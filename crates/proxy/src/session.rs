@@ -244,7 +244,7 @@ async fn message_loop(
         tagger.set_startup(&startup.user, startup.search_path.clone());
         tagger
     });
-    let injector = shared.tagging.as_ref().map(|t| Injector::new(t.clone(), shared.config.fence.every));
+    let injector = shared.tagging.as_ref().map(|t| Injector::new(t.clone(), &shared.config.fence));
     let mut machine = SessionMachine::with_tagging(tagger);
     machine.learnt_default_isolation(startup.isolation);
     let core = Mutex::new(Core { machine, recorder, injector, inject_send: None });

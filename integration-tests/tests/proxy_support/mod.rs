@@ -43,7 +43,7 @@ pub struct Opts {
     pub max_message_bytes: Option<usize>,
     /// `tagging.strategy` ("xmin" or "off"); the proxy's default when unset.
     pub tagging: Option<&'static str>,
-    /// `fence.every`; the proxy's default when unset.
+    /// `fence.every`, with no time floor (`fence.min_interval_ms = 0`); the proxy's defaults when unset.
     pub fence_every: Option<u64>,
     /// `record.exclusive`.
     pub exclusive: bool,
@@ -94,7 +94,8 @@ pub fn test_config(opts: &Opts, dir: &Path) -> Config {
         toml.push_str(&format!("[tagging]\nstrategy = \"{strategy}\"\n"));
     }
     if let Some(every) = opts.fence_every {
-        toml.push_str(&format!("[fence]\nevery = {every}\n"));
+        // Exactly every `every` commits, without the time floor, so that tests see the fences they ask for.
+        toml.push_str(&format!("[fence]\nevery = {every}\nmin_interval_ms = 0\n"));
     }
     if opts.exclusive || opts.record.is_some() {
         toml.push_str("[record]\n");

@@ -14,6 +14,8 @@
 //! latest committed version (the one the UPDATE then replaces), whatever the session's default isolation,
 //! and two concurrent fences queue on the row lock instead of failing with serialization errors.
 
+use std::time::{Duration, Instant};
+
 use bytes::Bytes;
 use history::Observed;
 use history::log::LoggedOp;
@@ -47,17 +49,22 @@ pub fn fence_sql(row: i32) -> String {
 /// The fence's second message.
 pub const FENCE_COMMIT: &str = "COMMIT";
 
-/// Counts committed client transactions on one connection and says when a fence is due.
+/// Counts committed client transactions on one connection and says when a fence is due: after `every`
+/// commits, once `min_interval` has passed since the last fence.
 #[derive(Debug, Clone)]
 pub struct FenceCounter {
     every: u64,
+    min_interval: Duration,
     since: u64,
+    /// When the last fence ran; `None` before the first, which is due at once.
+    last: Option<Instant>,
 }
 
 impl FenceCounter {
-    /// A counter that asks for a fence every `every` commits; 0 disables fences.
-    pub fn new(every: u64) -> Self {
-        FenceCounter { every, since: 0 }
+    /// A counter that asks for a fence every `every` commits, at most once per `min_interval`; `every` 0
+    /// disables fences.
+    pub fn new(every: u64, min_interval: Duration) -> Self {
+        FenceCounter { every, min_interval, since: 0, last: None }
     }
 
     /// Notes one committed client transaction.
@@ -67,12 +74,16 @@ impl FenceCounter {
 
     /// Whether a fence is due now.
     pub fn due(&self) -> bool {
-        self.every > 0 && self.since >= self.every
+        // The clock is read only once enough commits have passed.
+        self.every > 0
+            && self.since >= self.every
+            && self.last.is_none_or(|at| at.elapsed() >= self.min_interval)
     }
 
     /// Notes that a fence ran (whatever its outcome: an aborted fence is simply retried next time).
     pub fn fenced(&mut self) {
         self.since = 0;
+        self.last = Some(Instant::now());
     }
 }
 
@@ -300,7 +311,7 @@ mod tests {
 
     #[test]
     fn counter_fires_every_n_commits_and_zero_disables() {
-        let mut c = FenceCounter::new(3);
+        let mut c = FenceCounter::new(3, Duration::ZERO);
         for _ in 0..2 {
             c.committed();
             assert!(!c.due());
@@ -309,11 +320,30 @@ mod tests {
         assert!(c.due());
         c.fenced();
         assert!(!c.due());
-        let mut off = FenceCounter::new(0);
+        let mut off = FenceCounter::new(0, Duration::ZERO);
         for _ in 0..100 {
             off.committed();
         }
         assert!(!off.due());
+    }
+
+    #[test]
+    fn counter_waits_out_the_minimum_interval_after_a_fence() {
+        let mut c = FenceCounter::new(2, Duration::from_millis(150));
+        c.committed();
+        c.committed();
+        assert!(c.due(), "the first fence is due at once");
+        c.fenced();
+        for _ in 0..100 {
+            c.committed();
+        }
+        assert!(!c.due(), "enough commits, but too soon after the last fence");
+        std::thread::sleep(Duration::from_millis(160));
+        assert!(c.due(), "enough commits and long enough since the last fence");
+        c.fenced();
+        std::thread::sleep(Duration::from_millis(160));
+        c.committed();
+        assert!(!c.due(), "long enough, but not enough commits");
     }
 
     #[test]

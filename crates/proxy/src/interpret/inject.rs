@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use history::log::LoggedOp;
@@ -15,6 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use wire::pg::backend::tag as btag;
 use wire::pg::{FrontendMessage, Target, split_frame};
 
+use super::FenceConfig;
 use super::fence::{FenceCounter, Injected, InjectedReplies, Injection, Step};
 use super::shared::TaggingShared;
 
@@ -89,9 +91,10 @@ fn injected_frames<S: AsRef<str>>(statements: &[S]) -> Bytes {
 }
 
 impl Injector {
-    /// Injections for a new session, with a fence every `fence_every` commits (0: never).
-    pub fn new(shared: Arc<TaggingShared>, fence_every: u64) -> Self {
-        Injector { shared, fences: FenceCounter::new(fence_every), injecting: None }
+    /// Injections for a new session, with fences as `fence` says.
+    pub fn new(shared: Arc<TaggingShared>, fence: &FenceConfig) -> Self {
+        let fences = FenceCounter::new(fence.every, Duration::from_millis(fence.min_interval_ms));
+        Injector { shared, fences, injecting: None }
     }
 
     /// Notes a committed client transaction (for the fence counter).
@@ -220,7 +223,7 @@ mod tests {
     #[test]
     fn fences_are_due_after_the_catalog_and_every_n_commits() {
         let shared = Arc::new(TaggingShared::new());
-        let mut s = Injector::new(shared.clone(), 2);
+        let mut s = Injector::new(shared.clone(), &FenceConfig { every: 2, min_interval_ms: 0 });
         assert!(matches!(s.injection_due(), Some(Injection::Catalog { .. })));
         shared.set_catalog(Catalog::new());
         assert_eq!(s.injection_due(), None);

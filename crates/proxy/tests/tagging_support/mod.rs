@@ -180,13 +180,13 @@ impl Tagged {
             rec: rec.clone(),
             session,
             intent_ops: Vec::new(),
-            fences: FenceCounter::new(0),
+            fences: FenceCounter::new(0, std::time::Duration::ZERO),
         }
     }
 
     /// Runs a fence every `n` committed transactions, as the session does.
     pub fn fence_every(&mut self, n: u64) {
-        self.fences = FenceCounter::new(n);
+        self.fences = FenceCounter::new(n, std::time::Duration::ZERO);
     }
 
     /// Runs a due fence between two transactions, swallowing its replies, and records it.
