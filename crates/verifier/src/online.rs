@@ -530,31 +530,45 @@ impl Tailer {
 }
 
 /// When a [`Tailer`] stores its checkpoint: every [`CHECKPOINT_EVERY_ROUNDS`] rounds, at most once per
-/// [`CHECKPOINT_INTERVAL`], and when it stops.
+/// [`CHECKPOINT_INTERVAL`] or per [`CHECKPOINT_COST_SHARE`] times what the last one took, whichever is
+/// longer, and when it stops. The checkpoint grows with the collected write ids (one entry per collected
+/// write), so the cost floor keeps storing it to a small share of the verifier's time however long it runs.
 struct Checkpoints {
     /// The rounds run when the last one was stored (or when the tailer started).
     rounds: u64,
     /// When the last one was stored (or when the tailer started).
     at: Instant,
+    /// How long storing the last one took.
+    cost: Duration,
 }
+
+/// See [`Checkpoints`]: storing a checkpoint takes at most about 1/20 of the verifier thread's time.
+const CHECKPOINT_COST_SHARE: u32 = 20;
 
 impl Checkpoints {
     fn new(feeder: &Feeder) -> Self {
-        Checkpoints { rounds: feeder.verifier.rounds().len() as u64, at: Instant::now() }
+        Checkpoints {
+            rounds: feeder.verifier.rounds().len() as u64,
+            at: Instant::now(),
+            cost: Duration::ZERO,
+        }
     }
 
     fn due(&self, feeder: &Feeder) -> bool {
         let rounds = feeder.verifier.rounds().len() as u64;
-        rounds >= self.rounds + CHECKPOINT_EVERY_ROUNDS && self.at.elapsed() >= CHECKPOINT_INTERVAL
+        let interval = CHECKPOINT_INTERVAL.max(self.cost * CHECKPOINT_COST_SHARE);
+        rounds >= self.rounds + CHECKPOINT_EVERY_ROUNDS && self.at.elapsed() >= interval
     }
 
     /// Stores one if every record read is durable; a failure is noted in the status, not fatal: the next
     /// start resumes from an older checkpoint, or reads the whole log.
     fn store(&mut self, feeder: &mut Feeder, log: &dyn HistoryLog) {
+        let start = Instant::now();
         match feeder.store_checkpoint(log) {
             Ok(true) => {
                 self.rounds = feeder.verifier.rounds().len() as u64;
                 self.at = Instant::now();
+                self.cost = start.elapsed();
                 feeder.status.checkpoint_covers = Some(feeder.next_seq);
                 feeder.status.checkpoint_error = None;
             }
