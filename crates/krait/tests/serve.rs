@@ -308,8 +308,8 @@ fn psql(port: u16, sql: &str) {
 #[test]
 fn a_restarted_serve_resumes_its_verifier_from_the_checkpoint() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let port = free_port();
-    let config = write_serve_config(dir.path(), port, None, "");
+    let (port, admin_port) = (free_port(), free_port());
+    let config = write_serve_config(dir.path(), port, Some(admin_port), "");
     let data = dir.path().join("data");
     let table = format!("krait_resume_{}", std::process::id());
     let updates = |n: usize| {
@@ -333,6 +333,19 @@ fn a_restarted_serve_resumes_its_verifier_from_the_checkpoint() {
     serve.wait_for("a resume from the checkpoint", |line| {
         line.contains("resumed from its checkpoint at log record")
     });
+    let resumed_at: u64 = serve
+        .seen
+        .iter()
+        .find_map(|l| l.split("at log record ").nth(1)?.split_whitespace().next()?.parse().ok())
+        .expect("the record it resumed at");
+    assert!(resumed_at > 0);
+    // /metrics and /api/status say which records a restart would not read again.
+    let metrics = http_get(&format!("127.0.0.1:{admin_port}"), "/metrics");
+    let covers = format!("krait_verifier_checkpoint_covers {resumed_at}");
+    assert!(metrics.lines().any(|l| l == covers), "{covers} in /metrics:\n{metrics}");
+    let status = http_get(&format!("127.0.0.1:{admin_port}"), "/api/status");
+    let json: serde_json::Value = serde_json::from_str(&status).expect("/api/status is JSON");
+    assert_eq!(json["verifier"]["checkpoint_covers"].as_u64(), Some(resumed_at), "{status}");
     psql(port, &format!("{} DROP TABLE {table};", updates(10)));
     serve.wait_for("the verifier caught up with the new transactions", |line| {
         line.contains("verifier:")

@@ -337,7 +337,7 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
     let v = &m.verifier;
     if g(&v.attached) != 0 {
         let lag_s = g(&v.lag_ms) as f64 / 1e3;
-        let samples: [(&str, &str, &str, String); 7] = [
+        let samples: [(&str, &str, &str, String); 8] = [
             (
                 "krait_verifier_verified_total",
                 "counter",
@@ -369,6 +369,12 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
                 "gauge",
                 "Transactions held after the last garbage collection.",
                 g(&v.live).to_string(),
+            ),
+            (
+                "krait_verifier_checkpoint_covers",
+                "gauge",
+                "Log records the verifier's last checkpoint covers: a restart reads on from there.",
+                g(&v.checkpoint_covers).to_string(),
             ),
         ];
         for (name, kind, help, value) in samples {
@@ -460,6 +466,7 @@ fn status_json(state: &AdminState) -> serde_json::Value {
             "rounds": g(&v.rounds),
             "rejects": g(&v.rejects),
             "live_transactions": g(&v.live),
+            "checkpoint_covers": g(&v.checkpoint_covers),
             "level": v.level.get(),
             "garbage_collection": g(&v.collects_garbage) != 0,
         })

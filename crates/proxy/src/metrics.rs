@@ -67,6 +67,9 @@ pub struct VerifierMetrics {
     pub rejects: AtomicU64,
     /// Transactions held after the last garbage collection.
     pub live: AtomicU64,
+    /// The log records the verifier's last stored checkpoint covers (a restart reads on from there); 0
+    /// before it stores one.
+    pub checkpoint_covers: AtomicU64,
     /// The isolation level the verifier checks (`declared`, `serializable`, …), once it says.
     pub level: std::sync::OnceLock<String>,
     /// 1 when the verifier collects garbage between rounds at that level (serializability only).

@@ -120,7 +120,7 @@ pub struct Status {
     /// How this run's verifier started (from a checkpoint or not), once it has.
     #[serde(skip)]
     pub started: Option<Started>,
-    /// The records the last checkpoint this run stored covers.
+    /// The records the last checkpoint covers: the one this run stored last, or the one it resumed from.
     #[serde(skip)]
     pub checkpoint_covers: Option<u64>,
     /// Why the last checkpoint could not be stored, if it could not (verification goes on without it).
@@ -447,6 +447,8 @@ impl Tailer {
             .name("krait-verifier".into())
             .spawn(move || {
                 let (mut feeder, started) = Feeder::resume(log.as_ref(), options, store);
+                // The checkpoint it resumed from is the one a restart now would use.
+                feeder.status.checkpoint_covers = started.resumed_at;
                 feeder.status.started = Some(started);
                 let publish = |feeder: &mut Feeder| {
                     let s = feeder.status();
