@@ -1,7 +1,8 @@
 //! The online verifier's checkpoint (issue 20, item 4): a feeder stopped anywhere in a log, stored, restored
 //! and fed the rest ends where reading the whole log in one go ends, on random logs with everything a proxy
 //! writes (intents waiting for outcomes, fences, statements, sessions that end, discovered writes, crashes
-//! and their Recovery records, stale reads that are rejected). And `krait serve`'s tailer resumes from the
+//! and their Recovery records, stale reads that are rejected), at serializability (which collects garbage),
+//! snapshot isolation and `declared` (which keep every transaction). And `krait serve`'s tailer resumes from the
 //! checkpoint it stored, without reading the log again: the test prints how long that took against reading
 //! the whole log.
 
@@ -15,7 +16,7 @@ use history::{DiskLog, Durability, KeyName, Observed, Outcome, SessionId, TxnId,
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use verifier::online::{CheckpointError, Feeder, Tailer};
-use verifier::{Level, RoundOptions, RoundStats};
+use verifier::{Level, Options, RoundOptions, RoundStats};
 
 fn key(k: u32) -> KeyName {
     KeyName { namespace: "kv".into(), bytes: format!("k{k}").into_bytes() }
@@ -187,6 +188,14 @@ fn a_feeder_restored_anywhere_ends_where_reading_the_whole_log_ends() {
         let dir = tempfile::tempdir().expect("a temp dir");
         let log = random_log(&mut rng, &dir.path().join("log"));
         let round_size = [1, 3, 8, 1_000][rng.gen_range(0..4)];
+        // Mostly serializability, which collects garbage; the others keep every transaction and verify
+        // them all again each round.
+        let level = [Level::Serializable, Level::Serializable, Level::Declared, Level::SnapshotIsolation]
+            [rng.gen_range(0..4)];
+        let options = |round_size| RoundOptions {
+            verify: Options { level, ..Options::default() },
+            ..options(round_size)
+        };
         let whole = to_the_end(Feeder::new(options(round_size), None), &log);
         let records = log.next_seq();
         for _ in 0..4 {
@@ -199,8 +208,10 @@ fn a_feeder_restored_anywhere_ends_where_reading_the_whole_log_ends() {
             assert_eq!(restored.next_seq(), split as u64);
             let resumed = to_the_end(restored, &log);
             assert_eq!(
-                resumed, whole,
-                "case {case}, round size {round_size}: stopped at record {split} of {records}"
+                resumed,
+                whole,
+                "case {case}, {}, round size {round_size}: stopped at record {split} of {records}",
+                level.name()
             );
             splits += 1;
         }
