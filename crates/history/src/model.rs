@@ -143,7 +143,10 @@ impl fmt::Display for KeyName {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KeyTable {
     names: Vec<KeyName>,
-    index: HashMap<KeyName, Key>,
+    /// foldhash, not SipHash: every op of every transaction read or replayed is interned here. On a
+    /// 100,000-transaction TPC-C history (5.2M ops, 700k keys), `krait history stats` took 1.07–1.11 s with
+    /// SipHash and 0.97–1.00 s with foldhash.
+    index: HashMap<KeyName, Key, foldhash::fast::RandomState>,
 }
 
 impl KeyTable {
