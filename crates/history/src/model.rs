@@ -40,7 +40,7 @@ pub struct CollectorId(pub u32);
 /// is what a clock's discipline reports (chrony's and NTP's maximum error are per host), and because one
 /// sweep in time order then finds every real-time edge: shifting each start earlier and each commit later
 /// by its collector's bound turns "far enough apart" into plain order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClockBounds {
     /// The drift threshold between two clocks that have no bound of their own, in nanoseconds.
     pub uniform_drift_ns: u64,

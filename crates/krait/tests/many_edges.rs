@@ -517,3 +517,61 @@ async fn a_stretch_that_never_arrives_is_skipped_and_nothing_it_held_is_evidence
     assert!(last.contains(" 0 rejects"), "accepted:\n{all}");
     assert!(last.contains("1 hole (1 records never arrived"), "the verdict says it rests on a hole:\n{last}");
 }
+
+/// `krait serve --verify-only` stops and starts again: the second run resumes from the checkpoint the first
+/// stored at its stop (after the last stream message it took, not from the stream's first), and verifies on
+/// with what the first learnt: clients of proxy 2 read and overwrite versions that proxy 1's clients wrote
+/// before the restart, and the verdict is accept with every commit counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_verifier_resumes_from_its_checkpoint_after_the_messages_it_took() {
+    let edges = edges();
+    let table = format!("edges_resume_{}", std::process::id());
+    two_rows(&table).await;
+    let increment = |k: u32| {
+        format!(
+            "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT v FROM {table} WHERE k = {k}; \
+             UPDATE {table} SET v = v + 1 WHERE k = {k}; COMMIT"
+        )
+    };
+    let a = connect(edges.proxy(1)).await;
+    for i in 0..6 {
+        a.batch_execute(&increment(1 + i % 2)).await.expect("proxy 1's client increments");
+    }
+    let data = edges.dir.path().join("data");
+    let mut first = Verifier::start(edges.nats_port(), &data);
+    first.wait_committed(6, Duration::from_secs(30));
+    let lines = first.stop();
+    let all = lines.join("\n");
+    assert!(all.contains("reads the stream from its first message (it has no checkpoint yet)"), "{all}");
+    assert!(data.join("verifier.checkpoint").is_file(), "the stop stores a checkpoint:\n{all}");
+
+    let b = connect(edges.proxy(2)).await;
+    for i in 0..6 {
+        b.batch_execute(&increment(1 + i % 2)).await.expect("proxy 2's client increments");
+    }
+    a.batch_execute(&increment(1)).await.expect("proxy 1's client increments again");
+    drop((a, b));
+    let admin = free_port();
+    let admin_address = format!("127.0.0.1:{admin}");
+    let mut second = Verifier::start_with(edges.nats_port(), &data, &["--admin", &admin_address]);
+    second.wait_committed(13, Duration::from_secs(30));
+    let resumed_at = second
+        .seen
+        .iter()
+        .find_map(|l| l.split_once("resumed from its checkpoint at stream message ").map(|(_, rest)| rest))
+        .and_then(|rest| rest.split(' ').next()?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("the second run resumes:\n{}", second.seen.join("\n")));
+    assert!(resumed_at > 1, "it resumes after the messages the first run took: {resumed_at}");
+    let status = api_status(admin);
+    assert_eq!(status["verifier"]["committed"], 13, "every commit counted once: {status}");
+    let (next, this_run) = (&status["position"]["next_message"], &status["position"]["messages_this_run"]);
+    let (next, this_run) = (next.as_u64().expect("a position"), this_run.as_u64().expect("a count"));
+    assert!(this_run <= next - resumed_at, "it read only the messages after its checkpoint: {status}");
+    let lines = second.stop();
+    drop_table(&table).await;
+    let all = lines.join("\n");
+    let last = lines.iter().rev().find(|l| l.contains("stopped; verifier:")).expect("a final status line");
+    assert!(last.contains(" 0 rejects"), "accepted:\n{all}");
+    assert!(edges.reports().is_empty(), "no report:\n{all}");
+    println!("the second run resumed at stream message {resumed_at}");
+}

@@ -23,7 +23,7 @@ use history::{
     TxnId, WriteId,
 };
 use ship::local::LocalNats;
-use ship::{Counters, Incoming, ShipConfig, Shipper, Source};
+use ship::{Counters, Incoming, ShipConfig, Shipper, Source, StreamStart};
 use verifier::RoundOptions;
 use verifier::online::Feeder;
 
@@ -104,8 +104,9 @@ fn main() {
 
     // 2. Verifying what three collectors shipped.
     let started = Instant::now();
-    let (source, mut messages) =
-        runtime.block_on(async { Source::spawn(url.clone(), ship::DEFAULT_STREAM.into(), &[]) });
+    let (source, mut messages) = runtime.block_on(async {
+        Source::spawn(url.clone(), ship::DEFAULT_STREAM.into(), &[], StreamStart::default())
+    });
     let collectors: Vec<CollectorId> = logs.iter().map(|(c, _)| *c).collect();
     let mut merger = Merger::new(&collectors, history::ClockBounds::uniform(0));
     let mut options = RoundOptions::online(10_000, Duration::from_secs(1));
@@ -117,7 +118,7 @@ fn main() {
         let first = messages.recv_timeout(Duration::from_millis(50)).expect("the reader runs");
         let more: Vec<_> = std::iter::from_fn(|| messages.try_recv()).collect();
         for delivery in first.into_iter().chain(more) {
-            match delivery.expect("a readable message") {
+            match delivery.expect("a readable message").incoming {
                 Incoming::Record { collector, seq, record } => {
                     merger.record(collector, seq, record).expect("merges")
                 }

@@ -19,7 +19,7 @@ use thiserror::Error;
 
 pub use message::Incoming;
 pub use shipper::Shipper;
-pub use source::Source;
+pub use source::{Delivered, Source, StreamStart};
 
 /// The JetStream stream that holds every collector's subject, unless the configuration names another.
 pub const DEFAULT_STREAM: &str = "KRAIT";

@@ -1,10 +1,17 @@
-//! The verifier's side: read every collector's messages from JetStream, in order, from the start.
+//! The verifier's side: read every collector's messages from JetStream, in order.
 //!
 //! One ordered consumer on `krait.>` delivers the stream in stream order, so each collector's records and
-//! heartbeats arrive in the order its shipper published them. The verifier re-verifies from the start at
-//! every start (it has no checkpoint yet), so the consumer is ephemeral and begins at the stream's first
-//! message; after a failure it reconnects and resumes after the last stream sequence it delivered, or from
-//! the start again if the server lost messages it had delivered.
+//! heartbeats arrive in the order its shipper published them. Each delivery carries its place in the
+//! stream ([`Delivered::message`] and the stream's [`Delivered::generation`]), which a verifier stores
+//! with its checkpoint and gives back at its next start ([`StreamStart`]): reading then begins after the
+//! last message the checkpoint covers. The consumer is ephemeral: where it begins is kept with the
+//! verifier's state, in one file written at once, so that the two can never disagree (a durable consumer's
+//! acknowledged position would be a second record of the same thing, stored elsewhere and at other times).
+//!
+//! After a failure it reconnects and resumes after the last stream sequence it delivered. It reads the
+//! stream again from its first message when the server lost messages it had delivered, or when the stream
+//! was deleted and made again (its generation, the time it was made, changed): the merger drops every
+//! record it already has, so reading again costs time, never correctness.
 //!
 //! Messages go to the caller over a bounded channel ([`Deliveries`]) that a plain thread can read (the
 //! verifier runs on its own OS thread, never on an async runtime). The bound holds the reader back when the
@@ -40,7 +47,28 @@ enum Stop {
 }
 
 /// What the channel carries: a message, or a problem the reader cannot get past.
-pub type Delivery = Result<Incoming, ShipError>;
+pub type Delivery = Result<Delivered, ShipError>;
+
+/// A message, with its place in the stream.
+#[derive(Debug)]
+pub struct Delivered {
+    /// Its stream sequence number.
+    pub message: u64,
+    /// The stream's generation: when it was made, as the server says. A stream deleted and made again
+    /// numbers its messages from 1 again, so a position is a generation and a sequence number.
+    pub generation: String,
+    /// What it says.
+    pub incoming: Incoming,
+}
+
+/// Where to begin reading: after the messages a verifier's checkpoint covers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamStart {
+    /// The stream's generation when the checkpoint was made (`None`: no checkpoint, read from the start).
+    pub generation: Option<String>,
+    /// The first message to read (messages below it are covered).
+    pub next: u64,
+}
 
 /// The most messages read ahead of the verifier.
 const READ_AHEAD: usize = 65_536;
@@ -79,21 +107,25 @@ pub struct Source {
 }
 
 impl Source {
-    /// Starts reading `stream` at `url` on the current tokio runtime (call it inside one); messages of
-    /// collectors not in
-    /// `collectors` (when it is not empty) are skipped. Connection failures are retried (and logged); a
-    /// message that cannot be read is sent as an error, since skipping it would verify a history with a
-    /// record missing.
-    pub fn spawn(url: String, stream: String, collectors: &[CollectorId]) -> (Self, Deliveries) {
+    /// Starts reading `stream` at `url` on the current tokio runtime (call it inside one), at `start`;
+    /// messages of collectors not in `collectors` (when it is not empty) are skipped. Connection failures
+    /// are retried (and logged); a message that cannot be read is sent as an error, since skipping it would
+    /// verify a history with a record missing.
+    pub fn spawn(
+        url: String,
+        stream: String,
+        collectors: &[CollectorId],
+        start: StreamStart,
+    ) -> (Self, Deliveries) {
         let (tx, rx) = mpsc::channel(READ_AHEAD);
         let deliveries = Deliveries { rx, runtime: tokio::runtime::Handle::current() };
         let only: BTreeSet<CollectorId> = collectors.iter().copied().collect();
         let task = tokio::spawn(async move {
-            let mut next = 1;
+            let mut at = Position { generation: start.generation, next: start.next.max(1) };
             let mut backoff = MIN_BACKOFF;
             loop {
-                let from = next;
-                match read(&url, &stream, &only, &mut next, &tx).await {
+                let from = at.next;
+                match read(&url, &stream, &only, &mut at, &tx).await {
                     Ok(()) => return,
                     // Quiet: every live shipper sends a heartbeat at least every half second, so a silent
                     // consumer is one NATS lost (a restart); read again from where it stopped.
@@ -102,7 +134,7 @@ impl Source {
                         warn!("reading shipped logs stopped, retrying in {backoff:?}: {e}")
                     }
                 }
-                if next > from {
+                if at.next > from {
                     backoff = MIN_BACKOFF;
                 }
                 tokio::time::sleep(backoff).await;
@@ -118,12 +150,18 @@ impl Source {
     }
 }
 
-/// Delivers messages from stream sequence `next` on; returns `Ok` once the receiver is gone.
+/// Where the reader is: the generation of the stream it read last, and the next message to read.
+struct Position {
+    generation: Option<String>,
+    next: u64,
+}
+
+/// Delivers messages from `at` on; returns `Ok` once the receiver is gone.
 async fn read(
     url: &str,
     stream: &str,
     only: &BTreeSet<CollectorId>,
-    next: &mut u64,
+    at: &mut Position,
     tx: &mpsc::Sender<Delivery>,
 ) -> Result<(), Stop> {
     let nats = |why: String| Stop::Failed(ShipError::Nats { url: url.to_owned(), why });
@@ -134,8 +172,20 @@ async fn read(
         .map_err(|e| nats(e.to_string()))?;
     let js = jetstream::new(client);
     let mut stream_handle = js.get_stream(stream).await.map_err(|e| nats(format!("stream {stream}: {e}")))?;
-    let last =
-        stream_handle.info().await.map_err(|e| nats(format!("stream {stream}: {e}")))?.state.last_sequence;
+    let info = stream_handle.info().await.map_err(|e| nats(format!("stream {stream}: {e}")))?;
+    let (last, generation) = (info.state.last_sequence, info.created.to_string());
+    if at.generation.as_ref().is_some_and(|read| *read != generation) && at.next > 1 {
+        // Deleted and made again: its sequence numbers start again at 1 and name other messages. The
+        // merger drops every record it already has, so reading from the start loses nothing.
+        warn!(
+            "stream {stream} was made again (at {generation}) since message {} was read; reading it from \
+             the start",
+            at.next - 1
+        );
+        at.next = 1;
+    }
+    at.generation = Some(generation.clone());
+    let next = &mut at.next;
     if last + 1 < *next {
         // The server lost messages it had delivered (a crash within its sync interval, a stream deleted
         // and made again) and gives their sequence numbers to what shippers send now, some of which may
@@ -162,15 +212,17 @@ async fn read(
         let Ok(msg) = tokio::time::timeout(SILENCE, messages.next()).await else { return Err(Stop::Silent) };
         let Some(msg) = msg else { break };
         let msg = msg.map_err(|e| nats(format!("reading stream {stream}: {e}")))?;
-        if let Ok(info) = msg.info() {
-            *next = info.stream_sequence + 1;
-        }
+        // An ordered consumer delivers in stream order, so without its own number (never seen) a message
+        // is the one after the last.
+        let message = msg.info().map_or(*next, |info| info.stream_sequence);
+        *next = message + 1;
         let subject = msg.subject.as_str();
         let wanted = message::collector_of(subject).is_none_or(|c| only.is_empty() || only.contains(&c));
         if !wanted {
             continue;
         }
-        let delivery = message::decode(subject, msg.headers.as_ref(), &msg.payload);
+        let delivery = message::decode(subject, msg.headers.as_ref(), &msg.payload)
+            .map(|incoming| Delivered { message, generation: generation.clone(), incoming });
         if tx.send(delivery).await.is_err() {
             return Ok(());
         }

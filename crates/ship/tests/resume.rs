@@ -10,7 +10,7 @@ use history::{
     CollectorId, DiskLog, Durability, HistoryLog, LogRecord, LoggedTxn, Outcome, SessionId, TxnId,
 };
 use ship::local::LocalNats;
-use ship::{Counters, Incoming, ShipConfig, Shipper, Source, message};
+use ship::{Counters, Incoming, ShipConfig, Shipper, Source, StreamStart, message};
 
 const COLLECTOR: CollectorId = CollectorId(1);
 
@@ -52,11 +52,12 @@ async fn a_restarted_shipper_fills_the_hole_a_killed_one_left() {
     }
     shipper.finish(Duration::from_secs(5)).await;
 
-    let (source, mut deliveries) = Source::spawn(nats.url(), ship::DEFAULT_STREAM.to_owned(), &[]);
+    let (source, mut deliveries) =
+        Source::spawn(nats.url(), ship::DEFAULT_STREAM.to_owned(), &[], StreamStart::default());
     let seen = tokio::task::spawn_blocking(move || {
         let mut seen = BTreeSet::new();
         while let Ok(Some(delivery)) = deliveries.recv_timeout(Duration::from_secs(1)) {
-            if let Incoming::Record { seq, .. } = delivery.expect("a readable message") {
+            if let Incoming::Record { seq, .. } = delivery.expect("a readable message").incoming {
                 seen.insert(seq);
             }
         }
@@ -82,7 +83,8 @@ async fn a_reader_reads_again_what_a_stream_that_lost_messages_stores_under_thei
         (message::subject(COLLECTOR), headers, payload)
     };
     nats.publish(ship::DEFAULT_STREAM, (0..5).map(record).collect()).await.unwrap_or_else(|e| panic!("{e}"));
-    let (source, deliveries) = Source::spawn(nats.url(), ship::DEFAULT_STREAM.to_owned(), &[]);
+    let (source, deliveries) =
+        Source::spawn(nats.url(), ship::DEFAULT_STREAM.to_owned(), &[], StreamStart::default());
     let (deliveries, seen) = read_records(deliveries, 5, Duration::from_secs(10)).await;
     assert_eq!(seen, (0..5).collect::<BTreeSet<_>>());
 
@@ -108,7 +110,7 @@ async fn read_records(
         let mut seen = BTreeSet::new();
         while seen.len() < want && Instant::now() < deadline {
             if let Ok(Some(delivery)) = deliveries.recv_timeout(Duration::from_millis(200))
-                && let Incoming::Record { seq, .. } = delivery.expect("a readable message")
+                && let Incoming::Record { seq, .. } = delivery.expect("a readable message").incoming
             {
                 seen.insert(seq);
             }
@@ -161,7 +163,8 @@ async fn a_shipper_sends_again_what_a_restarted_server_lost() {
     copy_dir(&before, &store);
     let nats = LocalNats::start_on(&store, port).unwrap_or_else(|e| panic!("{e}"));
 
-    let (source, deliveries) = Source::spawn(nats.url(), ship::DEFAULT_STREAM.to_owned(), &[]);
+    let (source, deliveries) =
+        Source::spawn(nats.url(), ship::DEFAULT_STREAM.to_owned(), &[], StreamStart::default());
     let (_, seen) = read_records(deliveries, 10, Duration::from_secs(30)).await;
     source.stop();
     shipper.finish(Duration::from_secs(5)).await;
@@ -180,4 +183,54 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
             std::fs::copy(entry.path(), target).expect("copies a file");
         }
     }
+}
+
+/// The messages `deliveries` gives until a second passes with none: their stream sequence numbers and the
+/// stream's generation.
+async fn delivered(mut deliveries: ship::source::Deliveries) -> (Vec<u64>, BTreeSet<String>) {
+    tokio::task::spawn_blocking(move || {
+        let (mut messages, mut generations) = (Vec::new(), BTreeSet::new());
+        while let Ok(Some(delivery)) = deliveries.recv_timeout(Duration::from_secs(1)) {
+            let delivered = delivery.expect("a readable message");
+            messages.push(delivered.message);
+            generations.insert(delivered.generation);
+        }
+        (messages, generations)
+    })
+    .await
+    .expect("the reading thread")
+}
+
+/// A verifier that resumes from its checkpoint reads the stream from the message after it, in the stream
+/// it was made in; in a stream deleted and made again since (another generation, whose numbers name other
+/// messages), it reads from the first message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_resumes_after_its_checkpoint_only_in_the_stream_it_was_made_in() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let nats = LocalNats::start(&dir.path().join("nats")).unwrap_or_else(|e| panic!("{e}"));
+    let messages = (0..10u64)
+        .map(|seq| {
+            let txn = LoggedTxn::new(TxnId(seq + 1), SessionId(1), seq);
+            let record = LogRecord::Finished { txn, outcome: Outcome::Committed, commit_ns: Some(seq) };
+            let (headers, payload) = message::record_message(COLLECTOR, seq, &record).expect("encodes");
+            (message::subject(COLLECTOR), headers, payload)
+        })
+        .collect();
+    nats.publish(ship::DEFAULT_STREAM, messages).await.unwrap_or_else(|e| panic!("{e}"));
+    let read = |start| {
+        let (source, deliveries) = Source::spawn(nats.url(), ship::DEFAULT_STREAM.to_owned(), &[], start);
+        async move {
+            let seen = delivered(deliveries).await;
+            source.stop();
+            seen
+        }
+    };
+
+    let (all, generations) = read(StreamStart::default()).await;
+    assert_eq!(all, (1..=10).collect::<Vec<_>>());
+    let generation = generations.into_iter().next().expect("a generation");
+    let (after, _) = read(StreamStart { generation: Some(generation.clone()), next: 7 }).await;
+    assert_eq!(after, [7, 8, 9, 10], "resumes after message 6 of generation {generation}");
+    let (again, _) = read(StreamStart { generation: Some("a stream made earlier".into()), next: 7 }).await;
+    assert_eq!(again, (1..=10).collect::<Vec<_>>(), "another generation is read from its start");
 }

@@ -29,11 +29,12 @@ use thiserror::Error;
 use crate::{OnlineVerifier, Report, ReportStore, RoundOptions, RoundsError};
 
 mod checkpoint;
+pub mod edges;
 
 use checkpoint::with_causes;
 pub use checkpoint::{
-    CHECKPOINT_EVERY_ROUNDS, CHECKPOINT_INTERVAL, CHECKPOINT_NAME, CheckpointError, Started,
-    StoreCheckpointError,
+    CHECKPOINT_EVERY_ROUNDS, CHECKPOINT_INTERVAL, CHECKPOINT_NAME, CheckpointError, CheckpointSchedule,
+    Input, Started, StoreCheckpointError,
 };
 
 /// How often the verifier thread looks at the log.
@@ -349,6 +350,13 @@ impl Feeder {
         self.status.lag_txns = self.status.txns_read.saturating_sub(self.status.verified) + unread;
     }
 
+    /// Notes how it started, for its status: the checkpoint it resumed from, if any, is the one a restart
+    /// now would use.
+    pub fn started(&mut self, started: Started) {
+        self.status.checkpoint_covers = started.resumed_at;
+        self.status.started = Some(started);
+    }
+
     /// After restoring a checkpoint: the transactions read and not yet verified count their lag from now.
     fn restored(&mut self) {
         if self.status.txns_read > self.status.verified {
@@ -447,9 +455,7 @@ impl Tailer {
             .name("krait-verifier".into())
             .spawn(move || {
                 let (mut feeder, started) = Feeder::resume(log.as_ref(), options, store);
-                // The checkpoint it resumed from is the one a restart now would use.
-                feeder.status.checkpoint_covers = started.resumed_at;
-                feeder.status.started = Some(started);
+                feeder.started(started);
                 let publish = |feeder: &mut Feeder| {
                     let s = feeder.status();
                     if let Ok(mut g) = status2.lock() {
@@ -458,7 +464,7 @@ impl Tailer {
                     s
                 };
                 publish(&mut feeder);
-                let mut checkpoints = Checkpoints::new(&feeder);
+                let mut checkpoints = CheckpointSchedule::new(&feeder);
                 let result = (|| -> Result<(), OnlineError> {
                     loop {
                         let stopping = stop2.load(Ordering::Acquire);
@@ -467,7 +473,7 @@ impl Tailer {
                             // nothing still counts it, so that the final state says how much is left. The
                             // checkpoint lets the next run start where this one stopped.
                             feeder.read_log(log.as_ref(), 0)?;
-                            checkpoints.store(&mut feeder, log.as_ref());
+                            checkpoints.store(&mut feeder, |f| f.store_checkpoint(log.as_ref()));
                             return Ok(());
                         }
                         // Once stopping, the proxy has closed the log: the rest is read a tick's worth at a
@@ -483,7 +489,7 @@ impl Tailer {
                             on_reject(id.as_deref(), &line);
                         }
                         if done || checkpoints.due(&feeder) {
-                            checkpoints.store(&mut feeder, log.as_ref());
+                            checkpoints.store(&mut feeder, |f| f.store_checkpoint(log.as_ref()));
                         }
                         publish(&mut feeder);
                         if done {
@@ -527,59 +533,6 @@ impl Tailer {
             Some(Ok(result)) => result,
             Some(Err(_)) => Err(OnlineError::Panicked),
             None => Ok(self.status()),
-        }
-    }
-}
-
-/// When a [`Tailer`] stores its checkpoint: every [`CHECKPOINT_EVERY_ROUNDS`] rounds, at most once per
-/// [`CHECKPOINT_INTERVAL`] or per [`CHECKPOINT_COST_SHARE`] times what the last one took, whichever is
-/// longer, and when it stops. The checkpoint grows with the collected write ids (one entry per collected
-/// write), so the cost floor keeps storing it to a small share of the verifier's time however long it runs.
-struct Checkpoints {
-    /// The rounds run when the last one was stored (or when the tailer started).
-    rounds: u64,
-    /// When the last one was stored (or when the tailer started).
-    at: Instant,
-    /// How long storing the last one took.
-    cost: Duration,
-}
-
-/// See [`Checkpoints`]: storing a checkpoint takes at most about 1/20 of the verifier thread's time.
-const CHECKPOINT_COST_SHARE: u32 = 20;
-
-impl Checkpoints {
-    fn new(feeder: &Feeder) -> Self {
-        Checkpoints {
-            rounds: feeder.verifier.rounds().len() as u64,
-            at: Instant::now(),
-            cost: Duration::ZERO,
-        }
-    }
-
-    fn due(&self, feeder: &Feeder) -> bool {
-        let rounds = feeder.verifier.rounds().len() as u64;
-        let interval = CHECKPOINT_INTERVAL.max(self.cost * CHECKPOINT_COST_SHARE);
-        rounds >= self.rounds + CHECKPOINT_EVERY_ROUNDS && self.at.elapsed() >= interval
-    }
-
-    /// Stores one if every record read is durable; a failure is noted in the status, not fatal: the next
-    /// start resumes from an older checkpoint, or reads the whole log.
-    fn store(&mut self, feeder: &mut Feeder, log: &dyn HistoryLog) {
-        let start = Instant::now();
-        match feeder.store_checkpoint(log) {
-            Ok(true) => {
-                self.rounds = feeder.verifier.rounds().len() as u64;
-                self.at = Instant::now();
-                self.cost = start.elapsed();
-                feeder.status.checkpoint_covers = Some(feeder.next_seq);
-                feeder.status.checkpoint_error = None;
-            }
-            Ok(false) => {}
-            Err(e) => {
-                // Tried again after the interval, not at every tick.
-                self.at = Instant::now();
-                feeder.status.checkpoint_error = Some(with_causes(&e));
-            }
         }
     }
 }

@@ -4,17 +4,22 @@
 //! and their Recovery records, stale reads that are rejected), at serializability (which collects garbage),
 //! snapshot isolation and `declared` (which keep every transaction). And `krait serve`'s tailer resumes from the
 //! checkpoint it stored, without reading the log again: the test prints how long that took against reading
-//! the whole log.
+//! the whole log. The verifier that many edges feed (`krait serve --verify-only`) resumes likewise from the
+//! checkpoint file that holds its merger and its place in the stream.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use history::log::{HistoryLog, LoggedOp, LoggedTxn};
-use history::{DiskLog, Durability, KeyName, Observed, Outcome, SessionId, TxnId, WriteId};
+use history::log::merge::{Heartbeat, Merger};
+use history::log::{HistoryLog, LogRecord, LoggedOp, LoggedTxn};
+use history::{
+    ClockBounds, CollectorId, DiskLog, Durability, KeyName, Observed, Outcome, SessionId, TxnId, WriteId,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use verifier::online::edges::{EdgesCheckpoint, StreamPosition};
 use verifier::online::{CheckpointError, Feeder, Tailer};
 use verifier::{Level, Options, RoundOptions, RoundStats};
 
@@ -38,6 +43,19 @@ struct InFlight {
 /// every few transactions of each session, intents whose outcome comes later, sessions that end, writes
 /// discovered after their transaction finished, and crashes after which a new run starts new sessions.
 fn random_log(rng: &mut StdRng, path: &Path) -> DiskLog {
+    random_log_of(rng, path, 0)
+}
+
+/// [`random_log`] as collector `collector` records it: a collector other than 0 writes versions and keys
+/// of its own (and fences a row of its own, as proxies do), so that merged logs of several can be accepted.
+fn random_log_of(rng: &mut StdRng, path: &Path, collector: u32) -> DiskLog {
+    let own = |name: KeyName| match collector {
+        0 => name,
+        c => KeyName { bytes: [format!("c{c}/").into_bytes(), name.bytes].concat(), ..name },
+    };
+    let key = |k| own(key(k));
+    let fence_key = || own(fence_key());
+    let first_write = u64::from(collector) << 32 | 1;
     let mut log = DiskLog::open(path, Durability::Strict).expect("the log opens");
     let keys = rng.gen_range(3..=8u32);
     let steps = rng.gen_range(30..=160);
@@ -46,7 +64,7 @@ fn random_log(rng: &mut StdRng, path: &Path) -> DiskLog {
     let mut store: HashMap<KeyName, Observed> = HashMap::new();
     let mut history: Vec<HashMap<KeyName, Observed>> = vec![HashMap::new()];
     let mut next_txn = 1u64;
-    let mut next_write = 1u64;
+    let mut next_write = first_write;
     let mut next_session = 0u64;
     let mut sessions: Vec<(SessionId, u64, Option<InFlight>)> = Vec::new();
     let mut finished: Vec<TxnId> = Vec::new();
@@ -345,9 +363,166 @@ fn no_checkpoint_covers_records_that_are_not_durable() {
     }
     let mut feeder = Feeder::new(options(5), None);
     assert_eq!(feeder.read_log(&log, usize::MAX).expect("reads"), 10);
-    assert!(!feeder.store_checkpoint(&log).expect("no error"), "nothing is durable under none before close");
+    assert_eq!(
+        feeder.store_checkpoint(&log).expect("no error"),
+        None,
+        "nothing is durable under none before close"
+    );
     assert!(log.checkpoint(verifier::online::CHECKPOINT_NAME).expect("reads").is_none());
     log.close().expect("closed");
-    assert!(feeder.store_checkpoint(&log).expect("stored"), "everything is durable after a clean close");
+    assert!(
+        feeder.store_checkpoint(&log).expect("stored").is_some(),
+        "everything is durable after a clean close"
+    );
     assert!(log.checkpoint(verifier::online::CHECKPOINT_NAME).expect("reads").is_some());
+}
+
+/// What a verifier fed by many edges takes: a collector's record or heartbeat, as the stream delivers them.
+#[derive(Clone)]
+enum Message {
+    Record(CollectorId, u64, LogRecord),
+    Beat(CollectorId, Heartbeat),
+}
+
+/// Two collectors' random logs as one stream: their records interleaved, each collector's heartbeats after
+/// some of its records, now and then a record delivered twice or after the one that follows it (a shipper
+/// that reconnected), and last heartbeats that release everything.
+fn random_stream(rng: &mut StdRng, dir: &Path) -> Vec<Message> {
+    let logs: Vec<(CollectorId, Vec<(u64, LogRecord)>)> = [1u32, 2]
+        .into_iter()
+        .map(|c| {
+            let log = random_log_of(rng, &dir.join(format!("log{c}")), c);
+            let records = log.tail(0).map(|r| r.expect("reads")).collect();
+            (CollectorId(c), records)
+        })
+        .collect();
+    let mut next = [0usize; 2];
+    let mut stream = Vec::new();
+    let mut clock = 0u64;
+    let beat = |below: u64, clock: u64| Heartbeat { below, appended_before_ns: clock, read_at_ns: clock };
+    while next.iter().zip(&logs).any(|(n, (_, records))| *n < records.len()) {
+        let side = rng.gen_range(0..2);
+        let (collector, records) = &logs[side];
+        let Some((seq, record)) = records.get(next[side]).cloned() else { continue };
+        next[side] += 1;
+        clock += 1_000_000_000;
+        stream.push(Message::Record(*collector, seq, record));
+        if rng.gen_bool(0.05) {
+            let again = stream[rng.gen_range(0..stream.len())].clone();
+            stream.push(again);
+        }
+        let n = stream.len();
+        // A merger takes a collector's first record as where its log starts: only later ones overtake.
+        let first = |m: &Message| matches!(m, Message::Record(_, 0, _));
+        if n >= 2 && !first(&stream[n - 1]) && !first(&stream[n - 2]) && rng.gen_bool(0.08) {
+            stream.swap(n - 1, n - 2);
+        }
+        if rng.gen_bool(0.3) {
+            stream.push(Message::Beat(*collector, beat(seq + 1, clock)));
+        }
+    }
+    for (collector, records) in &logs {
+        stream.push(Message::Beat(*collector, beat(records.len() as u64, u64::MAX / 2)));
+    }
+    stream
+}
+
+/// Feeds `messages` through `merger` into `feeder` in passes of `pass` messages, as `krait serve
+/// --verify-only` does: every message of a pass into the merger, then what it releases into the feeder and
+/// a round if one is due.
+fn feed_stream(feeder: &mut Feeder, merger: &mut Merger, messages: &[Message], pass: usize) {
+    for chunk in messages.chunks(pass) {
+        for message in chunk {
+            match message.clone() {
+                Message::Record(c, seq, record) => merger.record(c, seq, record).expect("merges"),
+                Message::Beat(c, beat) => merger.heartbeat(c, beat),
+            }
+        }
+        let events = merger.release().expect("releases");
+        feeder.feed_events(events, merger.keys(), merger.statements()).expect("feeds");
+        feeder.poll().expect("a round");
+    }
+}
+
+/// The checkpoint of the verifier that many edges feed: stopped after any pass of a random two-collector
+/// stream, stored in its file, resumed and fed the rest of the stream, it ends where the verifier that read
+/// the whole stream ends: the same verifier state, and every collector's state in the merger (records,
+/// events held back, records waiting for earlier ones).
+#[test]
+fn a_verifier_fed_by_many_edges_resumed_anywhere_ends_where_reading_the_whole_stream_ends() {
+    let mut rng = StdRng::seed_from_u64(0xed9e_0001);
+    let collectors = [CollectorId(1), CollectorId(2)];
+    let (mut restores, mut held_at_split, mut rejected) = (0, 0, 0);
+    for case in 0..120 {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let stream = random_stream(&mut rng, dir.path());
+        let round_size = [1, 4, 1_000][rng.gen_range(0..3)];
+        let pass = rng.gen_range(1..=12);
+        let fresh =
+            || (Feeder::new(options(round_size), None), Merger::new(&collectors, ClockBounds::default()));
+        let (mut feeder, mut merger) = fresh();
+        feed_stream(&mut feeder, &mut merger, &stream, pass);
+        feeder.finish().expect("a last round");
+        let whole = (ended(&mut feeder), merger.holding());
+        rejected += usize::from(!whole.0.rejects.is_empty());
+        for _ in 0..3 {
+            let passes = stream.len().div_ceil(pass);
+            let split = rng.gen_range(0..=passes) * pass;
+            let split = split.min(stream.len());
+            let (mut feeder, mut merger) = fresh();
+            feed_stream(&mut feeder, &mut merger, &stream[..split], pass);
+            held_at_split += merger.holding().iter().map(|c| c.held).sum::<usize>();
+            let checkpoint = EdgesCheckpoint::new(dir.path(), "KRAIT", &collectors);
+            let at = StreamPosition { generation: "g1".into(), next_message: split as u64 + 1 };
+            checkpoint.store(&feeder, &merger, &at).expect("stored");
+            drop((feeder, merger));
+            let resumed = checkpoint.resume(options(round_size), None);
+            assert_eq!(resumed.at, Some(at), "case {case}: {}", resumed.started.line());
+            let (mut feeder, mut merger) = (resumed.feeder, resumed.merger);
+            feed_stream(&mut feeder, &mut merger, &stream[split..], pass);
+            feeder.finish().expect("a last round");
+            let resumed = (ended(&mut feeder), merger.holding());
+            assert_eq!(resumed, whole, "case {case}, round size {round_size}: stopped after message {split}");
+            restores += 1;
+        }
+    }
+    println!(
+        "{restores} restores, {held_at_split} events held in mergers at the splits, {rejected} rejected"
+    );
+    assert!(held_at_split > 0, "some splits should fall while the merger holds events back");
+    assert!(rejected > 0 && rejected < 100, "both verdicts should occur: {rejected} of 120 rejected");
+}
+
+/// A checkpoint made reading another stream, or for other collectors, is not used: the verifier reads the
+/// stream from its first message, and says why.
+#[test]
+fn a_checkpoint_of_another_stream_or_other_collectors_is_not_used() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let collectors = [CollectorId(1), CollectorId(2)];
+    let feeder = Feeder::new(options(5), None);
+    let merger = Merger::new(&collectors, ClockBounds::default());
+    let at = StreamPosition { generation: "g1".into(), next_message: 42 };
+    EdgesCheckpoint::new(dir.path(), "KRAIT", &collectors).store(&feeder, &merger, &at).expect("stored");
+    let resumed = EdgesCheckpoint::new(dir.path(), "KRAIT", &collectors).resume(options(5), None);
+    assert_eq!(resumed.started.resumed_at, Some(42), "{}", resumed.started.line());
+    assert!(resumed.started.line().contains("at stream message 42"), "{}", resumed.started.line());
+
+    let other_stream = EdgesCheckpoint::new(dir.path(), "OTHER", &collectors).resume(options(5), None);
+    assert_eq!(other_stream.at, None);
+    let line = other_stream.started.line();
+    assert!(line.contains("stream KRAIT, collectors 1,2") && line.contains("stream OTHER"), "{line}");
+
+    let other_collectors =
+        EdgesCheckpoint::new(dir.path(), "KRAIT", &collectors[..1]).resume(options(5), None);
+    assert_eq!(other_collectors.at, None, "{}", other_collectors.started.line());
+
+    let mut strict = options(5);
+    strict.verify.level = Level::StrictSerializable;
+    let other_level = EdgesCheckpoint::new(dir.path(), "KRAIT", &collectors).resume(strict, None);
+    assert_eq!(other_level.at, None, "{}", other_level.started.line());
+    assert!(other_level.started.line().contains("from its first message"), "{}", other_level.started.line());
+
+    let none =
+        EdgesCheckpoint::new(&dir.path().join("elsewhere"), "KRAIT", &collectors).resume(options(5), None);
+    assert_eq!((none.at, none.started.not_used), (None, None));
 }

@@ -116,7 +116,7 @@ pub fn qualify(collector: CollectorId, local: u64, what: &'static str) -> Result
 }
 
 /// One collector's side of the merge.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct Source {
     replayer: Replayer,
     /// Every record the collector appended before this time has been received, once a heartbeat said so.
@@ -169,7 +169,7 @@ impl Source {
 
 /// A stretch of a collector's log that never arrived and was given up on: records `from` up to `to`
 /// (excluded).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hole {
     /// The first missing record.
     pub from: u64,
@@ -200,7 +200,10 @@ pub struct CollectorStatus {
 }
 
 /// Merges the records of several collectors into one history; see the module documentation.
-#[derive(Debug)]
+///
+/// It serializes to what it has taken so far, so that a verifier can stop, store it, and go on later from
+/// the next message as if it had never stopped (the checkpoint of `krait serve --verify-only`).
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Merger {
     clocks: ClockBounds,
     sources: BTreeMap<CollectorId, Source>,

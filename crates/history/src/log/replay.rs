@@ -40,7 +40,7 @@ use crate::{
 };
 
 /// What a log record finished, in the order it finished it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Replayed {
     /// A transaction whose outcome is now known (Indeterminate when none will ever come).
     Transaction(ReplayedTxn),

@@ -36,7 +36,8 @@ pub struct ServeArgs {
     #[arg(long, short, value_name = "FILE", required_unless_present = "verify_only")]
     pub(crate) config: Option<PathBuf>,
     /// Where reject reports go (`DATA_DIR/reports/`). Defaults to the directory that holds the log directory
-    /// (with --verify-only, the current directory).
+    /// (with --verify-only, the current directory, where the verifier also keeps its checkpoint,
+    /// `verifier.checkpoint`, from which a restart resumes).
     #[arg(long, value_name = "DIR")]
     pub(crate) data_dir: Option<PathBuf>,
     /// Run no proxy: verify the logs that proxies at many edges ship to NATS JetStream (their `[ship]`

@@ -4,8 +4,9 @@
 //! ([`ship::Source`]), merges the collectors into one history ([`history::log::merge::Merger`]: ids
 //! qualified by collector, reads of another proxy's writes joined to them, each transaction held until
 //! every proxy has shipped what it recorded up to then) and verifies it online, in rounds, as `krait serve`
-//! does ([`verifier::online::Feeder`]). Reject reports go into `DATA_DIR/reports/`. The status line says
-//! which collector holds the others back when one falls silent.
+//! does ([`verifier::online::Feeder`]). Reject reports go into `DATA_DIR/reports/`, and the verifier's
+//! checkpoint into `DATA_DIR/verifier.checkpoint` ([`verifier::online::edges`]), from which a restart
+//! resumes. The status line says which collector holds the others back when one falls silent.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -17,7 +18,8 @@ use anyhow::Context;
 use history::log::merge::{CollectorStatus, Merger};
 use history::{CollectorId, now_ns};
 use ship::Incoming;
-use verifier::online::{Feeder, POLL};
+use verifier::online::edges::{EdgesCheckpoint, StreamPosition};
+use verifier::online::{CheckpointSchedule, Feeder, POLL};
 use verifier::{ReportStore, RoundOptions};
 
 use crate::cmd::serve::{ServeArgs, chosen_level};
@@ -45,9 +47,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.verify.clock_drift_ms = args.drift_ms;
     options.verify.clock_errors_ms = crate::cmd::clocks::clock_errors(&args.clock_error_ms);
     let collectors: Vec<CollectorId> = args.collectors.iter().copied().map(CollectorId).collect();
+    let checkpoint = EdgesCheckpoint::new(&data_dir, &args.stream, &collectors);
+    let resumed = checkpoint.resume(options, Some(store));
+    let start = ship::StreamStart {
+        generation: resumed.at.as_ref().map(|at| at.generation.clone()),
+        next: resumed.at.as_ref().map_or(1, |at| at.next_message),
+    };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let (source, messages) =
-        runtime.block_on(async { ship::Source::spawn(url.clone(), args.stream.clone(), &collectors) });
+        runtime.block_on(async { ship::Source::spawn(url.clone(), args.stream.clone(), &collectors, start) });
     eprintln!(
         "krait serve: verifying the logs shipped to {url} (stream {}), {}; reject reports in {}",
         args.stream,
@@ -58,6 +66,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         reports_dir.display()
     );
     eprintln!("krait serve: the verifier checks {}", level.name());
+    eprintln!("krait serve: the verifier {}", resumed.started.line());
     let status = Arc::new(Mutex::new(serde_json::Value::Null));
     // The status server runs until this is dropped, when the command returns.
     let (_admin_running, admin_shutdown) = tokio::sync::watch::channel(false);
@@ -79,14 +88,22 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let stop = Arc::new(AtomicBool::new(false));
     let mut verifier = {
         let stop = stop.clone();
-        let merger = Merger::new(&collectors, options.verify.clocks());
         let status_every = Duration::from_secs(args.status_every.max(1));
-        let feeder = Feeder::new(options, Some(store));
+        let mut feeder = resumed.feeder;
+        feeder.started(resumed.started);
+        let state = Verifying {
+            schedule: CheckpointSchedule::new(&feeder),
+            merger: resumed.merger,
+            feeder,
+            checkpoint,
+            at: resumed.at,
+            taken: 0,
+        };
         let status = status.clone();
         let skip_holes_after =
             (args.skip_holes_after > 0).then(|| Duration::from_secs(args.skip_holes_after));
         let settings = Settings { status_every, skip_holes_after };
-        runtime.spawn_blocking(move || verify(messages, merger, feeder, &stop, settings, &status))
+        runtime.spawn_blocking(move || verify(messages, state, &stop, settings, &status))
     };
     // Until Ctrl-C or SIGTERM, or until the verifier stops on its own (a shipped log it cannot read).
     let finished = runtime.block_on(async {
@@ -118,23 +135,50 @@ struct Settings {
     skip_holes_after: Option<Duration>,
 }
 
-/// The verifier thread: messages into the merger, released events into the feeder, rounds, status lines.
-/// Returns the last status line.
+/// What the verifier thread works on.
+struct Verifying {
+    merger: Merger,
+    feeder: Feeder,
+    /// Where the checkpoint goes, and when.
+    checkpoint: EdgesCheckpoint,
+    schedule: CheckpointSchedule,
+    /// After the last message taken (or where the checkpoint resumed): `None` until there is one.
+    at: Option<StreamPosition>,
+    /// Messages taken by this run: after a restart, only those after the checkpoint.
+    taken: u64,
+}
+
+impl Verifying {
+    /// Stores a checkpoint of what the merger and the feeder have taken; a failure is noted in the status
+    /// (and said once), never fatal.
+    fn store_checkpoint(&mut self) {
+        let Some(at) = &self.at else { return };
+        let before = self.feeder.status().checkpoint_error;
+        let (checkpoint, merger) = (&self.checkpoint, &self.merger);
+        self.schedule.store(&mut self.feeder, |feeder| checkpoint.store(feeder, merger, at));
+        let after = self.feeder.status().checkpoint_error;
+        if let Some(e) = after.filter(|e| before.as_ref() != Some(e)) {
+            eprintln!("krait serve: the verifier goes on without a new checkpoint: {e}");
+        }
+    }
+}
+
+/// The verifier thread: messages into the merger, released events into the feeder, rounds, checkpoints,
+/// status lines. Returns the last status line.
 fn verify(
     messages: ship::source::Deliveries,
-    mut merger: Merger,
-    mut feeder: Feeder,
+    mut state: Verifying,
     stop: &AtomicBool,
     settings: Settings,
     published: &Mutex<serde_json::Value>,
 ) -> anyhow::Result<String> {
-    let verified = verify_until(messages, &mut merger, &mut feeder, stop, settings, published);
+    let verified = verify_until(messages, &mut state, stop, settings, published);
     if let Err(e) = &verified {
         // The status server says why verification stopped, for whoever looks before the process is gone.
-        let mut state = status_json(&mut feeder, &merger);
-        state["stopped"] = format!("{e:#}").into();
-        if let Ok(mut shown) = published.lock() {
-            *shown = state;
+        let mut shown = status_json(&mut state);
+        shown["stopped"] = format!("{e:#}").into();
+        if let Ok(mut published) = published.lock() {
+            *published = shown;
         }
     }
     verified
@@ -143,8 +187,7 @@ fn verify(
 /// [`verify`] until told to stop or until a shipped log cannot be read.
 fn verify_until(
     mut messages: ship::source::Deliveries,
-    merger: &mut Merger,
-    feeder: &mut Feeder,
+    state: &mut Verifying,
     stop: &AtomicBool,
     settings: Settings,
     published: &Mutex<serde_json::Value>,
@@ -157,11 +200,18 @@ fn verify_until(
     while !stop.load(Ordering::Relaxed) {
         let Ok(first) = messages.recv_timeout(POLL) else { break };
         let more = std::iter::from_fn(|| messages.try_recv()).take(MAX_MESSAGES_PER_PASS);
+        let Verifying { merger, feeder, .. } = state;
         for delivery in first.into_iter().chain(more) {
-            match delivery.context("a shipped log cannot be read")? {
+            let delivered = delivery.context("a shipped log cannot be read")?;
+            match delivered.incoming {
                 Incoming::Record { collector, seq, record } => merger.record(collector, seq, record)?,
                 Incoming::Heartbeat { collector, beat } => merger.heartbeat(collector, beat),
             }
+            state.at = Some(StreamPosition {
+                generation: delivered.generation,
+                next_message: delivered.message + 1,
+            });
+            state.taken += 1;
         }
         if let Some(after) = settings.skip_holes_after {
             skip_old_holes(merger, &mut waiting, after)?;
@@ -175,6 +225,17 @@ fn verify_until(
                 None => eprintln!("krait serve: {line}"),
             }
         }
+        if state.schedule.due(&state.feeder) {
+            state.store_checkpoint();
+        }
+        if last_published.elapsed() >= PUBLISH_EVERY {
+            last_published = Instant::now();
+            let shown = status_json(state);
+            if let Ok(mut published) = published.lock() {
+                *published = shown;
+            }
+        }
+        let Verifying { merger, feeder, .. } = state;
         if !warned_gc && let Some(why) = feeder.verifier().gc_disabled() {
             warned_gc = true;
             eprintln!(
@@ -191,30 +252,25 @@ fn verify_until(
                  ones (start every proxy before traffic flows)"
             );
         }
-        if last_published.elapsed() >= PUBLISH_EVERY {
-            last_published = Instant::now();
-            let state = status_json(feeder, merger);
-            if let Ok(mut shown) = published.lock() {
-                *shown = state;
-            }
-        }
         if last_status.elapsed() >= settings.status_every {
             last_status = Instant::now();
             eprintln!("krait serve: verifier: {}", status_line(feeder, merger));
         }
     }
-    feeder.finish()?;
-    for (id, line) in feeder.new_rejects() {
+    state.feeder.finish()?;
+    for (id, line) in state.feeder.new_rejects() {
         eprintln!("krait serve: {line}{}", id.map(|id| format!(" (report {id})")).unwrap_or_default());
     }
-    let held: usize = merger.holding().iter().map(|c| c.held).sum();
+    // The next start reads on from here.
+    state.store_checkpoint();
+    let held: usize = state.merger.holding().iter().map(|c| c.held).sum();
     if held > 0 {
         eprintln!(
-            "krait serve: {held} events were left unverified, waiting for other proxies' records; they are in \
-             the stream, and the next run verifies them"
+            "krait serve: {held} events were left unverified, waiting for other proxies' records; the \
+             checkpoint (or else the stream) keeps them, and the next run verifies them"
         );
     }
-    Ok(status_line(feeder, merger))
+    Ok(status_line(&mut state.feeder, &state.merger))
 }
 
 /// Gives up on the records a collector has waited for longer than `after` (see `--skip-holes-after`).
@@ -266,7 +322,8 @@ fn status_line(feeder: &mut Feeder, merger: &Merger) -> String {
 }
 
 /// What `/api/status` shows: the verifier's progress and each collector's state.
-fn status_json(feeder: &mut Feeder, merger: &Merger) -> serde_json::Value {
+fn status_json(state: &mut Verifying) -> serde_json::Value {
+    let Verifying { feeder, merger, at, taken, .. } = state;
     let status = feeder.status();
     let now_ns = now_ns();
     let collectors: Vec<serde_json::Value> = merger
@@ -300,6 +357,12 @@ fn status_json(feeder: &mut Feeder, merger: &Merger) -> serde_json::Value {
             "rejects": status.rejects,
             "report_ids": status.report_ids,
             "live_transactions": status.live,
+            "checkpoint_covers": status.checkpoint_covers,
+            "checkpoint_error": status.checkpoint_error,
+        },
+        "position": {
+            "next_message": at.as_ref().map(|at| at.next_message),
+            "messages_this_run": taken,
         },
         "collectors": collectors,
         "horizons_differ": merger.horizons_differ(),

@@ -134,6 +134,12 @@ fn metrics(state: &serde_json::Value) -> String {
             one(number(&v["live_transactions"])),
         ),
         (
+            "krait_verifier_checkpoint_covers",
+            "gauge",
+            "Stream messages the verifier's last checkpoint covers: a restart reads on from the next one.",
+            one(number(&v["checkpoint_covers"])),
+        ),
+        (
             "krait_verifier_stopped",
             "gauge",
             "1 once verification has stopped on an error (/healthz says why).",

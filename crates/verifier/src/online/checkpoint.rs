@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use history::CollectorId;
 use history::log::{HistoryLog, LogError, RecordError, decode_framed, encode_framed};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -80,6 +81,17 @@ pub enum CheckpointError {
     /// The log could not give it back.
     #[error("it could not be read")]
     Read(#[source] LogError),
+    /// Its file could not be read.
+    #[error("its file could not be read")]
+    ReadFile(#[source] std::io::Error),
+    /// It was made reading another stream, or for other collectors ([`super::edges`]).
+    #[error("it was made reading {stored}, and this run reads {now}")]
+    OtherStream {
+        /// What it read.
+        stored: String,
+        /// What this run reads.
+        now: String,
+    },
 }
 
 /// The options a checkpoint's state depends on: what is checked (level, clock drift) and what collection
@@ -126,38 +138,63 @@ impl Basis {
 
 /// The stored form, after [`FORMAT`] as four little-endian bytes (outside the encoding, so that a checkpoint
 /// of another format is named as such rather than as one that does not decode): `F` is `&Feeder` when
-/// storing and `Feeder` when restoring, so one definition says the layout both ways.
+/// storing and `Feeder` when restoring, so one definition says the layout both ways. `position` is where
+/// the feeder's input stands beside the feeder's own state: nothing (`()`, which encodes as no bytes) for a
+/// feeder that reads a local log, and the merger and the stream position for one fed by many edges
+/// ([`super::edges`]).
 #[derive(Serialize, Deserialize)]
-struct Stored<F> {
+struct Stored<F, P> {
     basis: Basis,
     feeder: F,
+    position: P,
     end: u64,
 }
 
-/// How a [`Feeder`] started: from a checkpoint, or from the log's first record and why.
+/// How a [`Feeder`] started: from a checkpoint, or from its input's start and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Started {
-    /// The record it resumed at, when it restored a checkpoint covering the records before it.
+    /// Where it resumed, when it restored a checkpoint covering what came before: a log record, or a stream
+    /// message.
     pub resumed_at: Option<u64>,
     /// Why a stored checkpoint was not used, when there was one.
     pub not_used: Option<String>,
     /// How long reading and restoring the checkpoint took.
     pub took: Duration,
+    /// What it reads.
+    pub input: Input,
+}
+
+/// What a [`Feeder`] reads, for saying where it resumed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// A local history log (`krait serve`).
+    Log,
+    /// The stream the proxies ship their logs to (`krait serve --verify-only`).
+    Stream,
+}
+
+impl Input {
+    /// Its first unit, and what one unit is called.
+    fn words(self) -> (&'static str, &'static str) {
+        match self {
+            Input::Log => ("the log from its first record", "log record"),
+            Input::Stream => ("the stream from its first message", "stream message"),
+        }
+    }
 }
 
 impl Started {
     /// One line for a person.
     pub fn line(&self) -> String {
+        let (from_start, unit) = self.input.words();
         match (self.resumed_at, &self.not_used) {
             (Some(at), _) => format!(
-                "resumed from its checkpoint at log record {at} in {:.0} ms (the records before it are not read \
+                "resumed from its checkpoint at {unit} {at} in {:.0} ms (what comes before it is not read \
                  again)",
                 self.took.as_secs_f64() * 1e3
             ),
-            (None, Some(why)) => {
-                format!("did not use the stored checkpoint ({why}): it reads the log from its first record")
-            }
-            (None, None) => "reads the log from its first record (it has no checkpoint yet)".to_owned(),
+            (None, Some(why)) => format!("did not use the stored checkpoint ({why}): it reads {from_start}"),
+            (None, None) => format!("reads {from_start} (it has no checkpoint yet)"),
         }
     }
 }
@@ -165,7 +202,14 @@ impl Started {
 impl Feeder {
     /// The state so far, encoded: what [`Feeder::from_checkpoint`] restores.
     pub fn checkpoint(&self) -> Result<Vec<u8>, RecordError> {
-        let stored = Stored { basis: Basis::of(self.verifier.options()), feeder: self, end: END_MARK };
+        self.checkpoint_with(&())
+    }
+
+    /// The state so far and `position`, where its input stands, encoded together: what
+    /// [`Feeder::from_checkpoint_with`] restores.
+    pub(crate) fn checkpoint_with<P: Serialize>(&self, position: &P) -> Result<Vec<u8>, RecordError> {
+        let stored =
+            Stored { basis: Basis::of(self.verifier.options()), feeder: self, position, end: END_MARK };
         let mut bytes = FORMAT.to_le_bytes().to_vec();
         bytes.extend(encode_framed(&stored)?);
         Ok(bytes)
@@ -178,6 +222,15 @@ impl Feeder {
         options: RoundOptions,
         store: Option<ReportStore>,
     ) -> Result<Feeder, CheckpointError> {
+        Feeder::from_checkpoint_with::<()>(bytes, options, store).map(|(feeder, ())| feeder)
+    }
+
+    /// A feeder and its input's position, as [`Feeder::checkpoint_with`] encoded them.
+    pub(crate) fn from_checkpoint_with<P: DeserializeOwned>(
+        bytes: &[u8],
+        options: RoundOptions,
+        store: Option<ReportStore>,
+    ) -> Result<(Feeder, P), CheckpointError> {
         let (format, framed) = bytes
             .split_first_chunk::<4>()
             .ok_or(CheckpointError::Decode(RecordError::Truncated { len: bytes.len() }))?;
@@ -185,7 +238,7 @@ impl Feeder {
         if format != FORMAT {
             return Err(CheckpointError::Format { found: format });
         }
-        let stored: Stored<Feeder> = decode_framed(framed).map_err(CheckpointError::Decode)?;
+        let stored: Stored<Feeder, P> = decode_framed(framed).map_err(CheckpointError::Decode)?;
         if stored.end != END_MARK {
             return Err(CheckpointError::Decode(RecordError::Malformed { reason: "no end mark".into() }));
         }
@@ -196,7 +249,7 @@ impl Feeder {
         let mut feeder = stored.feeder;
         feeder.verifier.restored(options, store);
         feeder.restored();
-        Ok(feeder)
+        Ok((feeder, stored.position))
     }
 
     /// A feeder for `log`: restored from the checkpoint stored in it when there is one that serves, else
@@ -228,22 +281,83 @@ impl Feeder {
             }
             Some(Err(why)) => (Feeder::new(options, store), None, Some(with_causes(&why))),
         };
-        (feeder, Started { resumed_at, not_used, took: start.elapsed() })
+        (feeder, Started { resumed_at, not_used, took: start.elapsed(), input: Input::Log })
     }
 
-    /// Stores a checkpoint in `log` if every record read so far is durable there; returns whether it did.
-    pub fn store_checkpoint(&self, log: &dyn HistoryLog) -> Result<bool, StoreCheckpointError> {
+    /// Stores a checkpoint in `log` if every record read so far is durable there; returns the records it
+    /// covers (those below the returned sequence number), or `None` when it stored none.
+    pub fn store_checkpoint(&self, log: &dyn HistoryLog) -> Result<Option<u64>, StoreCheckpointError> {
         if self.next_seq > log.durable_below() {
-            return Ok(false);
+            return Ok(None);
         }
         let bytes = self.checkpoint().map_err(StoreCheckpointError::Encode)?;
         log.store_checkpoint(CHECKPOINT_NAME, &bytes).map_err(StoreCheckpointError::Write)?;
-        Ok(true)
+        Ok(Some(self.next_seq))
     }
 
     /// The sequence number of the next record it reads: a checkpoint of it covers every record below.
     pub fn next_seq(&self) -> u64 {
         self.next_seq
+    }
+}
+
+/// When a running verifier stores its checkpoint (a [`super::Tailer`], `krait serve --verify-only`): every [`CHECKPOINT_EVERY_ROUNDS`] rounds, at most once per
+/// [`CHECKPOINT_INTERVAL`] or per [`CHECKPOINT_COST_SHARE`] times what the last one took, whichever is
+/// longer, and when it stops. The checkpoint grows with the collected write ids (one entry per collected
+/// write), so the cost floor keeps storing it to a small share of the verifier's time however long it runs.
+pub struct CheckpointSchedule {
+    /// The rounds run when the last one was stored (or when the tailer started).
+    rounds: u64,
+    /// When the last one was stored (or when the tailer started).
+    at: Instant,
+    /// How long storing the last one took.
+    cost: Duration,
+}
+
+/// See [`CheckpointSchedule`]: storing a checkpoint takes at most about 1/20 of the verifier thread's time.
+const CHECKPOINT_COST_SHARE: u32 = 20;
+
+impl CheckpointSchedule {
+    /// A schedule that counts from now and from `feeder`'s rounds so far.
+    pub fn new(feeder: &Feeder) -> Self {
+        CheckpointSchedule {
+            rounds: feeder.verifier.rounds().len() as u64,
+            at: Instant::now(),
+            cost: Duration::ZERO,
+        }
+    }
+
+    /// Whether one is due.
+    pub fn due(&self, feeder: &Feeder) -> bool {
+        let rounds = feeder.verifier.rounds().len() as u64;
+        let interval = CHECKPOINT_INTERVAL.max(self.cost * CHECKPOINT_COST_SHARE);
+        rounds >= self.rounds + CHECKPOINT_EVERY_ROUNDS && self.at.elapsed() >= interval
+    }
+
+    /// Stores one with `store`, which says what it covers (`None`: it stored none, since what the feeder
+    /// read is not durable yet); a failure is noted in the status, not fatal: the next start resumes from an
+    /// older checkpoint, or reads its input from the start.
+    pub fn store(
+        &mut self,
+        feeder: &mut Feeder,
+        store: impl FnOnce(&Feeder) -> Result<Option<u64>, StoreCheckpointError>,
+    ) {
+        let start = Instant::now();
+        match store(feeder) {
+            Ok(Some(covers)) => {
+                self.rounds = feeder.verifier.rounds().len() as u64;
+                self.at = Instant::now();
+                self.cost = start.elapsed();
+                feeder.status.checkpoint_covers = Some(covers);
+                feeder.status.checkpoint_error = None;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                // Tried again after the interval, not at every tick.
+                self.at = Instant::now();
+                feeder.status.checkpoint_error = Some(with_causes(&e));
+            }
+        }
     }
 }
 
@@ -257,6 +371,15 @@ pub enum StoreCheckpointError {
     /// The log did not store it.
     #[error("cannot store the verifier's checkpoint in the log")]
     Write(#[source] LogError),
+    /// Its file could not be written.
+    #[error("cannot write the verifier's checkpoint to {}", path.display())]
+    WriteFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// An error and its causes on one line, outermost first.
