@@ -113,7 +113,10 @@ pub struct StoreConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SessionError {
     /// The model's execution test refused the commit; the transaction is rolled back and may be retried.
-    #[error("could not serialize access: the {model} execution test refused the commit of {txn}")]
+    #[error(
+        "could not serialize access: the {model} execution test refused this transaction's commit (the store \
+         numbers it {txn})"
+    )]
     Refused {
         /// The model in force.
         model: Model,

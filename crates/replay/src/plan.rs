@@ -20,6 +20,12 @@
 //!
 //! When the cycle's dependencies admit no order (the database broke more than the level it was asked for),
 //! the order is the times' alone, and the plan says so in its notes.
+//!
+//! Each BEGIN is sent just before its transaction's first statement, with no other session's step
+//! between: where a database takes a transaction's snapshot, or starts it in real time, varies (PostgreSQL
+//! at the first statement, the embedded store at BEGIN), and with nothing between the two every database
+//! sees the same interleaving. Moving a BEGIN later breaks no edge: only its own session's earlier steps
+//! and the real-time edges of other transactions' commits come before it.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -148,7 +154,7 @@ impl ReplayPlan {
                     .to_owned(),
             );
         }
-        let steps: Vec<Step> = order.into_iter().map(|n| nodes[n].step.clone()).collect();
+        let steps = begins_next_to_first_statements(order.into_iter().map(|n| nodes[n].step.clone()));
         let mut sessions: Vec<SessionId> = Vec::new();
         for step in &steps {
             let s = txns[step.txn].session;
@@ -347,6 +353,24 @@ fn dependency_edges(
     edges
 }
 
+/// `steps` with each BEGIN moved later, to just before its transaction's next step (see the module docs).
+fn begins_next_to_first_statements(steps: impl Iterator<Item = Step>) -> Vec<Step> {
+    let mut out = Vec::new();
+    let mut held: Vec<Step> = Vec::new();
+    for step in steps {
+        if step.kind == StepKind::Begin {
+            held.push(step);
+            continue;
+        }
+        if let Some(at) = held.iter().position(|b| b.txn == step.txn) {
+            out.push(held.remove(at));
+        }
+        out.push(step);
+    }
+    out.extend(held);
+    out
+}
+
 /// Kahn's algorithm, taking among the ready nodes the one with the earliest time (then the report's order);
 /// `None` when the edges have a cycle.
 fn topological(nodes: &[Node], edges: &[(usize, usize)]) -> Option<Vec<usize>> {
@@ -436,6 +460,47 @@ mod tests {
             "{order:#?}"
         );
         assert_eq!(order[0], "T1: BEGIN ISOLATION LEVEL REPEATABLE READ", "{order:#?}");
+    }
+
+    /// The transaction of session 4 reads the write of session 3's and overwrites it, and its recorded start
+    /// falls before the other's commit: a plan that sent its BEGIN at that time, before the COMMIT, would
+    /// make the two concurrent writers of x
+    /// wherever BEGIN starts the transaction (the embedded store), and first-committer-wins refuses one.
+    #[test]
+    fn a_begin_is_sent_just_before_its_first_statement_after_what_its_snapshot_must_see() {
+        let (b, select) = HistoryBuilder::new().statement("SELECT v FROM t");
+        let (b, update) = b.statement("UPDATE t SET v = v + 1");
+        let h = b
+            .txn(1, |t| t.stmt(select).read_init("x").stmt(update).write("z", 1))
+            .at(0, 300)
+            .txn(3, |t| t.stmt(update).write("x", 3))
+            .at(10, 100)
+            .txn(4, |t| t.stmt(select).read("x", 3).read_init("z").stmt(update).write("x", 4))
+            .at(50, 200)
+            .build();
+        let report = verifier::verify(&h, &Options::default()).unwrap();
+        assert_eq!(report.verdict, Verdict::Reject, "{report}");
+        let plan = ReplayPlan::new("r1", &report, Some(IsolationLevel::RepeatableRead)).unwrap();
+        for (i, step) in plan.steps.iter().enumerate() {
+            if step.kind == StepKind::Begin {
+                let next = plan.steps.get(i + 1).map(|s| s.txn);
+                assert_eq!(
+                    next,
+                    Some(step.txn),
+                    "a BEGIN is followed by its own statement: {:#?}",
+                    order(&plan)
+                );
+            }
+        }
+        let order = order(&plan);
+        // One transaction per session here: the builder's first argument.
+        let label = |session: u64| {
+            let i =
+                plan.txns.iter().position(|t| t.session == SessionId(session)).expect("the report cites it");
+            plan.label(i)
+        };
+        let t4_begin = position(&order, &format!("{}: BEGIN ISOLATION LEVEL REPEATABLE READ", label(4)));
+        assert!(t4_begin > position(&order, &format!("{}: COMMIT", label(3))), "{order:#?}");
     }
 
     #[test]
