@@ -408,6 +408,29 @@ impl Transaction {
     pub fn is_read_only(&self) -> bool {
         !self.ops.iter().any(|op| matches!(op, Op::Write { .. }))
     }
+
+    /// Keeps only the ops `keep` says to, in order, and moves the recorded values with them (each row
+    /// stays with its op, each statement run before the same ops): a verifier that drops ops it cannot use
+    /// (reads of collected versions, of unrecorded writers) must not leave the rest showing another op's
+    /// row and parameters. Returns how many were dropped.
+    pub fn retain_ops(&mut self, mut keep: impl FnMut(&Op) -> bool) -> usize {
+        let mut dropped = Vec::new();
+        let mut index = 0u32;
+        self.ops.retain(|op| {
+            let kept = keep(op);
+            if !kept {
+                dropped.push(index);
+            }
+            index += 1;
+            kept
+        });
+        if let Some(values) = self.values.as_deref_mut()
+            && !dropped.is_empty()
+        {
+            values.drop_ops(&dropped);
+        }
+        dropped.len()
+    }
 }
 
 /// A point in the log where transactions may have been lost (a crash under `group` or `none` durability).

@@ -98,6 +98,20 @@ impl TxnValues {
         }));
     }
 
+    /// Forgets the rows of the ops at `dropped` (ascending indices, in the numbering before) and renumbers
+    /// the rest, and the runs' places, as the ops that remain are numbered
+    /// ([`crate::Transaction::retain_ops`]).
+    pub fn drop_ops(&mut self, dropped: &[u32]) {
+        let before = |op: u32| dropped.partition_point(|&d| d < op) as u32;
+        self.rows.retain(|r| dropped.binary_search(&r.op).is_err());
+        for row in &mut self.rows {
+            row.op -= before(row.op);
+        }
+        for run in &mut self.runs {
+            run.before_op -= before(run.before_op);
+        }
+    }
+
     /// The row behind op `op`, with its column names.
     pub fn row_of(&self, op: usize) -> Option<(&OpRow, &[String])> {
         let row = self.rows.iter().find(|r| r.op as usize == op)?;
@@ -192,6 +206,41 @@ mod tests {
         assert_eq!(early.rows[2], OpRow { op: 2, run: 1, values: vec![Value::Text("0".into())] });
         assert_eq!(early.describe_row(2).as_deref(), Some("v = '0'"));
         assert_eq!(early.describe_row(3), None);
+    }
+
+    /// A transaction read `k = 3` and `k = 4` (a statement run each) and wrote `k = 3`; a verifier drops the
+    /// first read (its version was collected). The rows and parameters stay with the ops that remain: the
+    /// read of 4 shows `k = 4` bound as `$1 = '4'`, and the write its own row and parameters.
+    #[test]
+    fn dropping_ops_keeps_each_remaining_op_with_its_row_and_parameters() {
+        use crate::{Key, Observed, SessionId, Transaction, TxnId, WriteId};
+        let select = Some(StmtRef(0));
+        let update = Some(StmtRef(1));
+        let run = |stmt, param: &str, before_op| StatementRun {
+            stmt,
+            params: vec![Value::Text(param.into())],
+            columns: vec!["k".into()],
+            before_op,
+        };
+        let row = |op, run, k: &str| OpRow { op, run, values: vec![Value::Text(k.into())] };
+        let mut t = Transaction::new(TxnId(1), SessionId(1), 0);
+        t.ops = vec![
+            Op::Read { key: Key(3), observed: Observed::Version(WriteId(1)), stmt: select },
+            Op::Read { key: Key(4), observed: Observed::Version(WriteId(2)), stmt: select },
+            Op::Write { key: Key(3), write: WriteId(3), stmt: update },
+        ];
+        t.values = Some(Box::new(TxnValues {
+            runs: vec![run(select, "3", 0), run(select, "4", 1), run(update, "3", 2)],
+            rows: vec![row(0, 0, "3"), row(1, 1, "4"), row(2, 2, "3")],
+        }));
+        let dropped = t.retain_ops(|op| !matches!(op, Op::Read { key: Key(3), .. }));
+        assert_eq!(dropped, 1);
+        let values = t.values.as_deref().expect("values");
+        assert_eq!(values.describe_row(0).as_deref(), Some("k = '4'"));
+        assert_eq!(values.describe_params(0, select).as_deref(), Some("$1 = '4'"));
+        assert_eq!(values.describe_row(1).as_deref(), Some("k = '3'"));
+        assert_eq!(values.describe_params(1, update).as_deref(), Some("$1 = '3'"));
+        assert_eq!(values.runs.iter().map(|r| r.before_op).collect::<Vec<_>>(), [0, 0, 1]);
     }
 
     #[test]

@@ -198,7 +198,7 @@ pub fn run(cmd: ReportCommand) -> anyhow::Result<ExitCode> {
 
 /// Replays `plan` on a fresh embedded reference store running `model`, behind its PostgreSQL-wire front on
 /// a local port: the rows go straight into the store at their values before the first step (the store's
-/// table is `kv(k, v)`), so the recording proxy sees them as versions from before recording began.
+/// tables are `kv(k, v)` and the fence table `krait_fence(id, epoch)`), so the recording proxy sees them as versions from before recording began.
 async fn replay_on_embedded(
     plan: &replay::ReplayPlan,
     model: refstore::Model,
@@ -208,26 +208,39 @@ async fn replay_on_embedded(
     let store = refstore::SharedStore::new(config).context("invalid reference store settings")?;
     let mut load = store.connect();
     for (key, before) in replay::rows_before(plan) {
-        let k = match (key.table.as_str(), key.pk.as_slice()) {
-            ("kv", [k]) => k.parse::<i64>().ok(),
+        let table = match key.table.as_str() {
+            "kv" => Some(refstore::Table::Kv),
+            "krait_fence" => Some(refstore::Table::Fence),
+            _ => None,
+        };
+        let row = match (table, key.pk.as_slice()) {
+            (Some(table), [k]) => k.parse::<i64>().ok().map(|key| refstore::Row { table, key }),
             _ => None,
         }
         .with_context(|| {
-            format!("{}:{} is not a row of the embedded store's kv(k, v)", key.table, key.pk.join(","))
+            format!(
+                "{}:{} is not a row of the embedded store's kv(k, v) or krait_fence(id, epoch)",
+                key.table,
+                key.pk.join(",")
+            )
         })?;
+        let (name, value_column) = (row.table.name(), row.table.value_column());
         match before {
             replay::Before::Row(values) => {
-                let v = values.iter().find(|c| c.column == "v").and_then(|c| match &c.value {
+                let v = values.iter().find(|c| c.column == value_column).and_then(|c| match &c.value {
                     history::values::Value::Text(v) => v.parse::<i64>().ok(),
                     _ => None,
                 });
-                let v = v.with_context(|| format!("kv:{k}: the recorded row has no integer v"))?;
-                load.write(refstore::RowKey(k), Some(v)).context("cannot load the store")?;
+                let v = v.with_context(|| {
+                    format!("{name}:{}: the recorded row has no integer {value_column}", row.key)
+                })?;
+                load.write(row, Some(v)).context("cannot load the store")?;
             }
             replay::Before::Absent => {}
-            replay::Before::Unknown => {
-                println!("note: kv:{k}: its value before the first step was not recorded; it starts absent")
-            }
+            replay::Before::Unknown => println!(
+                "note: {name}:{}: its value before the first step was not recorded; it starts absent",
+                row.key
+            ),
         }
     }
     load.commit().context("cannot load the store")?;

@@ -199,7 +199,7 @@ impl OnlineVerifier {
         }
         if !drop_ops.is_empty() {
             let mut i = 0;
-            t.ops.retain(|_| {
+            t.retain_ops(|_| {
                 let keep = !drop_ops.contains(&i);
                 i += 1;
                 keep
@@ -276,11 +276,10 @@ impl OnlineVerifier {
             self.known.insert(*w, Known::Quarantined);
         }
         for t in &mut self.work.transactions {
-            let before = t.ops.len();
-            t.ops.retain(
+            let dropped = t.retain_ops(
                 |op| !matches!(op, Op::Read { observed: Observed::Version(w), .. } if gone.contains(w)),
             );
-            self.unverifiable_reads += (before - t.ops.len()) as u64;
+            self.unverifiable_reads += dropped as u64;
         }
         self.epochs.forget(ids);
     }
