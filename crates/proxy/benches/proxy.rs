@@ -10,7 +10,9 @@
 //! its own, `krait_bench`.
 //!
 //! For each workload (pgbench's built-in select-only `-S` and tpcb-like) and each path it prints tps, mean
-//! latency, the ratio to direct and the proxy's CPU per transaction (Krait's or PgBouncer's, from `/proc`).
+//! latency, the 99th percentile of latency (from pgbench's per-transaction log of one transaction in ten),
+//! the ratios of tps and p99 to direct, and the proxy's CPU per transaction (Krait's or PgBouncer's, from
+//! `/proc`).
 //! The paths: direct; through Krait with tagging off and `log.durability = none`, `group` and `strict`;
 //! through Krait recording everything (xmin tagging, a fence every 20 commits but at most one per 20 ms per
 //! connection, `strict`), with and without parameters and row values (`[record] values`), with a fence every
@@ -41,9 +43,20 @@ fn run(cmd: &mut Command) -> Result<String, String> {
     }
 }
 
-/// One pgbench run: (tps, mean latency in ms, the proxy's CPU per transaction in µs: Krait's, which runs in
-/// this process, or PgBouncer's), or why it failed.
-type Run = Result<(f64, f64, Option<f64>), String>;
+/// What one pgbench run measured.
+#[derive(Clone, Copy, Debug)]
+struct Measured {
+    tps: f64,
+    /// Mean latency, ms.
+    mean_ms: f64,
+    /// 99th percentile of latency, ms, from pgbench's per-transaction log (a sample of one in ten).
+    p99_ms: f64,
+    /// The proxy's CPU per transaction in µs: Krait's, which runs in this process, or PgBouncer's.
+    cpu_us: Option<f64>,
+}
+
+/// One pgbench run, or why it failed.
+type Run = Result<Measured, String>;
 
 /// CPU seconds process `pid` (`"self"` for this one) has used, all threads, from `/proc/<pid>/stat`;
 /// `None` where there is none. For this process that is the proxy's runtime and its log's threads (pgbench
@@ -66,9 +79,10 @@ fn pgbouncer_pid(runuser: u32) -> Option<String> {
 /// One pgbench run through a process other than this one (`pid`), with that process's CPU per transaction.
 fn pgbench_measuring(pid: Option<&str>, port: u16, workload: &[&str], seconds: u64) -> Run {
     let before = pid.and_then(process_cpu);
-    let (tps, lat, _) = pgbench(port, workload, seconds)?;
-    let cpu = before.zip(pid.and_then(process_cpu)).map(|(b, a)| (a - b) * 1e6 / (tps * seconds as f64));
-    Ok((tps, lat, cpu))
+    let measured = pgbench(port, workload, seconds)?;
+    let cpu_us =
+        before.zip(pid.and_then(process_cpu)).map(|(b, a)| (a - b) * 1e6 / (measured.tps * seconds as f64));
+    Ok(Measured { cpu_us, ..measured })
 }
 
 /// pgbench's query protocol (`-M`): `KRAIT_BENCH_PROTOCOL`, `prepared` unless set. `simple` sends every
@@ -81,10 +95,20 @@ fn pgbench(port: u16, workload: &[&str], seconds: u64) -> Run {
     let port = port.to_string();
     let secs = seconds.to_string();
     let protocol = protocol();
+    // pgbench writes its per-transaction log (`-l`) as PREFIX.PID and PREFIX.PID.THREAD.
+    static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let logs = std::env::temp_dir().join(format!("krait-bench-latency-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&logs).map_err(|e| format!("cannot make {}: {e}", logs.display()))?;
+    let prefix = logs.join("txn").display().to_string();
     let mut args = vec!["-n", "-M", &protocol, "-c", CLIENTS, "-j", "2", "-T", &secs];
+    args.extend_from_slice(&["-l", "--sampling-rate", "0.1", "--log-prefix", &prefix]);
     args.extend_from_slice(workload);
     args.extend_from_slice(&["-h", "127.0.0.1", "-p", &port, "-U", "postgres", DB]);
-    let report = run(Command::new("pgbench").args(&args))?;
+    let report = run(Command::new("pgbench").args(&args));
+    let p99 = p99_ms(&logs);
+    let _ = std::fs::remove_dir_all(&logs);
+    let report = report?;
     let pick = |prefix: &str| {
         report
             .lines()
@@ -92,8 +116,25 @@ fn pgbench(port: u16, workload: &[&str], seconds: u64) -> Run {
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
     };
     let tps = pick("tps = ").ok_or_else(|| format!("no tps in {report}"))?;
-    let lat = pick("latency average = ").ok_or_else(|| format!("no latency in {report}"))?;
-    Ok((tps, lat, None))
+    let mean_ms = pick("latency average = ").ok_or_else(|| format!("no latency in {report}"))?;
+    Ok(Measured { tps, mean_ms, p99_ms: p99?, cpu_us: None })
+}
+
+/// The 99th percentile of the latencies in pgbench's per-transaction logs in `dir`, in ms. Each line is
+/// `client transaction latency_us script epoch_s epoch_us` (pgbench's documentation, "Per-Transaction
+/// Logging").
+fn p99_ms(dir: &Path) -> Result<f64, String> {
+    let mut latencies: Vec<u64> = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| e.to_string())?.flatten() {
+        let text = std::fs::read_to_string(entry.path()).map_err(|e| e.to_string())?;
+        latencies.extend(text.lines().filter_map(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok()));
+    }
+    if latencies.is_empty() {
+        return Err("pgbench logged no transaction".into());
+    }
+    latencies.sort_unstable();
+    let at = (latencies.len() * 99).div_ceil(100).saturating_sub(1);
+    Ok(latencies[at] as f64 / 1e3)
 }
 
 fn free_port() -> u16 {
@@ -170,8 +211,8 @@ fn main() {
         protocol()
     );
     println!(
-        "{:<14} {:<48} {:>10} {:>12} {:>9} {:>14}",
-        "workload", "path", "tps", "latency ms", "/direct", "proxy µs CPU/txn"
+        "{:<14} {:<48} {:>10} {:>12} {:>9} {:>9} {:>11} {:>14}",
+        "workload", "path", "tps", "latency ms", "/direct", "p99 ms", "p99/direct", "proxy µs CPU/txn"
     );
     // KRAIT_BENCH_ONLY=select-only (or tpcb-like) runs one workload, e.g. under a profiler.
     let only = std::env::var("KRAIT_BENCH_ONLY").ok();
@@ -245,7 +286,7 @@ fn main() {
                     .map_err(|e| e.to_string())?;
                     let cpu = cpu_before.zip(process_cpu("self")).map(|(b, a)| a - b);
                     handle.shutdown().await.map_err(|e| e.to_string())?;
-                    r.map(|(tps, lat, _)| (tps, lat, cpu.map(|c| c * 1e6 / (tps * seconds as f64))))
+                    r.map(|m| Measured { cpu_us: cpu.map(|c| c * 1e6 / (m.tps * seconds as f64)), ..m })
                 });
                 record(path, result);
                 let _ = std::fs::remove_dir_all(&log);
@@ -263,13 +304,19 @@ fn main() {
                 Err(e) => record("pgbouncer (session)", Err(e)),
             }
         }
-        let direct = results.first().and_then(|(_, rs)| median(rs)).map(|(tps, _, _)| tps);
+        let direct = results.first().and_then(|(_, rs)| median(rs));
         for (path, rs) in &results {
             match median(rs) {
-                Some((tps, lat, cpu)) => {
-                    let ratio = direct.map_or_else(|| "-".to_owned(), |d| format!("{:.2}", tps / d));
-                    let cpu = cpu.map_or_else(|| "-".to_owned(), |c| format!("{c:.0}"));
-                    println!("{name:<14} {path:<48} {tps:>10.0} {lat:>12.3} {ratio:>9} {cpu:>14}");
+                Some(m) => {
+                    let ratio = |of: fn(&Measured) -> f64| {
+                        direct.map_or_else(|| "-".to_owned(), |d| format!("{:.2}", of(&m) / of(&d)))
+                    };
+                    let (tps_ratio, p99_ratio) = (ratio(|m| m.tps), ratio(|m| m.p99_ms));
+                    let cpu = m.cpu_us.map_or_else(|| "-".to_owned(), |c| format!("{c:.0}"));
+                    println!(
+                        "{name:<14} {path:<48} {:>10.0} {:>12.3} {tps_ratio:>9} {:>9.3} {p99_ratio:>11} {cpu:>14}",
+                        m.tps, m.mean_ms, m.p99_ms
+                    );
                 }
                 None => {
                     let why = rs.iter().find_map(|r| r.as_ref().err()).cloned().unwrap_or_default();
@@ -283,9 +330,9 @@ fn main() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
-/// The run with the median throughput among those that succeeded: its (tps, latency, CPU).
-fn median(runs: &[Run]) -> Option<(f64, f64, Option<f64>)> {
-    let mut ok: Vec<(f64, f64, Option<f64>)> = runs.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
-    ok.sort_by(|a, b| a.0.total_cmp(&b.0));
+/// The run with the median throughput among those that succeeded.
+fn median(runs: &[Run]) -> Option<Measured> {
+    let mut ok: Vec<Measured> = runs.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+    ok.sort_by(|a, b| a.tps.total_cmp(&b.tps));
     ok.get(ok.len().checked_sub(1)? / 2).copied()
 }
