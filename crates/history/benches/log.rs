@@ -1,8 +1,10 @@
 //! Durable log throughput: commits (intent + outcome, waiting as the durability setting requires) per
 //! second for each durability setting and number of concurrent sessions, with the fsyncs group commit
 //! needed; then what recorded values (issue 18) cost an append, without and with values side by side in
-//! one run (durability `none`, one session: the encoding's CPU, not the disk's). Prints two tables; asserts
-//! nothing.
+//! one run (durability `none`, one session: the encoding's CPU, not the disk's); then how long opening a
+//! closed log takes as it grows (open walks every segment's frames to find the end and build the seek
+//! index; the files are in the page cache, as after a restart on the same machine, so this is the CPU and
+//! memory side of it, not the disk's). Prints three tables; asserts nothing.
 //!
 //! `cargo bench -p history --bench log` (set `KRAIT_BENCH_COMMITS` to change the commits per session).
 
@@ -82,6 +84,33 @@ fn values_table(count: u64) {
     }
 }
 
+/// Opening a closed log of `count` reading transactions (values on): (seconds, bytes on disk).
+fn reopen(count: u64) -> (f64, u64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = DiskLog::open(dir.path(), Durability::None).expect("open");
+    for id in 1..=count {
+        drop(log.append_finished(reading(id, true), Outcome::Committed, Some(id)).expect("append"));
+    }
+    log.close().expect("close");
+    drop(log);
+    let bytes = history::log::disk_bytes(dir.path());
+    let started = Instant::now();
+    let log = DiskLog::open(dir.path(), Durability::None).expect("reopen");
+    let took = started.elapsed().as_secs_f64();
+    assert!(log.next_seq() >= count, "every record is found again");
+    (took, bytes)
+}
+
+fn reopen_table() {
+    println!();
+    println!("{:>9} {:>10} {:>10} {:>12}", "txns", "MB", "open ms", "MB/s");
+    for count in [100_000u64, 300_000, 1_000_000] {
+        let (took, bytes) = reopen(count);
+        let mb = bytes as f64 / 1e6;
+        println!("{count:>9} {mb:>10.1} {:>10.1} {:>12.0}", took * 1e3, mb / took);
+    }
+}
+
 fn main() {
     let per_session: u64 =
         std::env::var("KRAIT_BENCH_COMMITS").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
@@ -141,4 +170,5 @@ fn main() {
         }
     }
     values_table(per_session * 40);
+    reopen_table();
 }
