@@ -5,7 +5,7 @@
 //! collector's log reader, the events held back for heartbeats, the records that overtook earlier ones, the
 //! holes given up on, the write ids every collector recorded); and the stream position after the last
 //! message both took. They are encoded together into one file that replaces the previous one at once
-//! (written beside it, flushed, renamed, the folder flushed), so the position never disagrees with the
+//! ([`replace_file`], as the log's own metadata is written), so the position never disagrees with the
 //! state it belongs to, whenever the process stops.
 //!
 //! **Why resuming is safe.** The merger drops every record it already has, by each collector's own
@@ -18,13 +18,12 @@
 //! heard from, so the merger's state depends on the list): the verifier then reads the stream from its
 //! first message, as before checkpoints, and says why.
 
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use history::CollectorId;
 use history::log::merge::Merger;
+use history::log::store::segments::replace_file;
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::with_causes;
@@ -167,21 +166,5 @@ fn describe(stream: &str, collectors: &[CollectorId]) -> String {
             let ids: Vec<String> = collectors.iter().map(|c| c.0.to_string()).collect();
             format!("stream {stream}, collectors {}", ids.join(","))
         }
-    }
-}
-
-/// Writes `bytes` to `path` so that a crash leaves either the old file or the new one whole: into a file
-/// beside it, flushed, renamed over it, and the folder flushed so that the rename lasts.
-fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let mut file = File::create(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => File::open(dir)?.sync_all(),
-        _ => File::open(".")?.sync_all(),
     }
 }

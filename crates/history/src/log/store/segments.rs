@@ -330,14 +330,8 @@ impl Store for SegmentStore {
 
     fn put_meta(&self, key: &str, value: &[u8]) -> Result<(), LogError> {
         let path = self.meta_path(key)?;
-        let mut tmp = path.clone().into_os_string();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
-        let failed = |source| LogError::Io { context: format!("cannot write {}", path.display()), source };
-        let mut file = private_file().write(true).truncate(true).open(&tmp).map_err(failed)?;
-        file.write_all(value).and_then(|()| file.sync_all()).map_err(failed)?;
-        std::fs::rename(&tmp, &path).map_err(failed)?;
-        sync_dir(&self.dir.join(META_DIR)).map_err(failed)
+        replace_file(&path, value)
+            .map_err(|source| LogError::Io { context: format!("cannot write {}", path.display()), source })
     }
 
     fn flush(&self) -> Result<(), LogError> {
@@ -580,6 +574,23 @@ fn private_file() -> OpenOptions {
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     options
+}
+
+/// Writes `bytes` to `path` so that a crash leaves either the old file or the new one whole: into a file
+/// beside it, fsynced, renamed over it, and its folder fsynced so that the rename lasts. The file is
+/// readable by its owner only (see [`private_file`]).
+pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut file = private_file().write(true).truncate(true).open(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => sync_dir(dir),
+        _ => sync_dir(Path::new(".")),
+    }
 }
 
 /// Fsyncs a folder, so that the files created, renamed or removed in it stay so.
