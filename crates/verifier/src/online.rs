@@ -357,6 +357,11 @@ impl Feeder {
         self.status.started = Some(started);
     }
 
+    /// Why the last checkpoint could not be stored, if it could not.
+    pub fn checkpoint_error(&self) -> Option<&str> {
+        self.status.checkpoint_error.as_deref()
+    }
+
     /// After restoring a checkpoint: the transactions read and not yet verified count their lag from now.
     fn restored(&mut self) {
         if self.status.txns_read > self.status.verified {

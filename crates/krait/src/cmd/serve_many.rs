@@ -153,11 +153,10 @@ impl Verifying {
     /// (and said once), never fatal.
     fn store_checkpoint(&mut self) {
         let Some(at) = &self.at else { return };
-        let before = self.feeder.status().checkpoint_error;
+        let before = self.feeder.checkpoint_error().map(str::to_owned);
         let (checkpoint, merger) = (&self.checkpoint, &self.merger);
         self.schedule.store(&mut self.feeder, |feeder| checkpoint.store(feeder, merger, at));
-        let after = self.feeder.status().checkpoint_error;
-        if let Some(e) = after.filter(|e| before.as_ref() != Some(e)) {
+        if let Some(e) = self.feeder.checkpoint_error().filter(|e| before.as_deref() != Some(*e)) {
             eprintln!("krait serve: the verifier goes on without a new checkpoint: {e}");
         }
     }
