@@ -300,19 +300,15 @@ impl Places<'_> {
         found.unwrap_or_else(|| (self.begin(t) + 1).min(self.end(t)))
     }
 
-    /// Where the snapshot of a read at `node` of `t` is taken (see the module docs).
-    fn snapshot(&self, t: usize, node: usize) -> usize {
+    /// Where the snapshot of op `op` of `t` is taken (see the module docs): its statement's, or the
+    /// transaction's first statement's at the levels that take one snapshot.
+    fn snapshot_of(&self, t: usize, op: usize) -> usize {
         match self.levels[t] {
             Some(IsolationLevel::RepeatableRead | IsolationLevel::Serializable) => {
                 (self.begin(t) + 1).min(self.end(t))
             }
-            _ => node,
+            _ => self.statement_node(t, op),
         }
-    }
-
-    /// The snapshot of op `op` of `t`.
-    fn snapshot_of(&self, t: usize, op: usize) -> usize {
-        self.snapshot(t, self.statement_node(t, op))
     }
 }
 
@@ -323,10 +319,6 @@ fn dependency_edges(
     index_of: &BTreeMap<TxnId, usize>,
     places: &Places<'_>,
 ) -> Vec<(usize, usize)> {
-    let end = |t: usize| places.end(t);
-    let begin = |t: usize| places.begin(t);
-    let statement_node = |t: usize, op: usize| places.statement_node(t, op);
-    let snapshot = |t: usize, node: usize| places.snapshot(t, node);
     // The first op of `t` of the given kind on `key`.
     let op_on = |t: usize, write: bool, key: &str| -> Option<usize> {
         let prefix = format!("{}({key}) = ", if write { "w" } else { "r" });
@@ -342,20 +334,20 @@ fn dependency_edges(
         match edge.kind {
             EdgeKind::Wr => {
                 if let Some(op) = op_on(to, false, key) {
-                    edges.push((end(from), snapshot(to, statement_node(to, op))));
+                    edges.push((places.end(from), places.snapshot_of(to, op)));
                 }
             }
             EdgeKind::Rw => {
                 if let Some(op) = op_on(from, false, key) {
-                    edges.push((snapshot(from, statement_node(from, op)), end(to)));
+                    edges.push((places.snapshot_of(from, op), places.end(to)));
                 }
             }
             EdgeKind::Ww => {
                 if let Some(op) = op_on(to, true, key) {
-                    edges.push((end(from), snapshot(to, statement_node(to, op))));
+                    edges.push((places.end(from), places.snapshot_of(to, op)));
                 }
             }
-            EdgeKind::Rt => edges.push((end(from), begin(to))),
+            EdgeKind::Rt => edges.push((places.end(from), places.begin(to))),
             EdgeKind::So => {}
         }
     }
@@ -368,12 +360,12 @@ fn dependency_edges(
             .filter_map(|o| {
                 let t = *index_of.get(&o.txn)?;
                 let op = txns[t].ops.get(o.op)?;
-                (!op.write).then(|| (t, snapshot(t, statement_node(t, o.op))))
+                (!op.write).then(|| (t, places.snapshot_of(t, o.op)))
             })
             .collect();
         for &(t, read) in &reads {
             for &(other, _) in reads.iter().filter(|(other, _)| *other != t) {
-                edges.push((read, end(other)));
+                edges.push((read, places.end(other)));
             }
         }
     }
@@ -394,9 +386,9 @@ fn dependency_edges(
         for &(writer, w) in ops.iter().filter(|(_, o)| o.write) {
             for &(reader, r) in ops.iter().filter(|(t, o)| !o.write && *t != writer && o.version == w.version)
             {
-                let read = snapshot(reader, statement_node(reader, r.index));
-                edges.push((statement_node(writer, w.index), read));
-                edges.push((read, end(writer)));
+                let read = places.snapshot_of(reader, r.index);
+                edges.push((places.statement_node(writer, w.index), read));
+                edges.push((read, places.end(writer)));
             }
         }
     }
