@@ -35,6 +35,12 @@ impl BitsetRows {
         );
         Ok(BitsetRows { words, rank, rows })
     }
+
+    /// Rows filled elsewhere (on a device): `words` 64-bit words per row, row `rank[v]` being node `v`'s.
+    #[cfg(feature = "gpu")]
+    pub(crate) fn from_rows(words: usize, rank: Vec<u32>, rows: Vec<u64>) -> Self {
+        BitsetRows { words, rank, rows }
+    }
 }
 
 impl Reachability for BitsetRows {

@@ -11,8 +11,10 @@ const PARALLEL_LEVEL: usize = 256;
 /// A cover of the nodes by disjoint paths of the graph: each node's chain and position on it.
 #[derive(Clone, Debug)]
 pub(crate) struct ChainCover {
-    chain: Vec<u32>,
-    pos: Vec<u32>,
+    /// Each node's chain.
+    pub(crate) chain: Vec<u32>,
+    /// Each node's position on its chain.
+    pub(crate) pos: Vec<u32>,
     chains: usize,
 }
 
@@ -102,6 +104,13 @@ impl ChainClocks {
             |v, row| row[cover.chain[v as usize] as usize] = cover.pos[v as usize],
         );
         Ok(ChainClocks { cover, rank, clocks })
+    }
+
+    /// Clocks filled elsewhere (on a device): `clocks` holds `max(chains, 1)` entries per row, row `rank[v]`
+    /// being node `v`'s.
+    #[cfg(feature = "gpu")]
+    pub(crate) fn from_rows(cover: ChainCover, rank: Vec<u32>, clocks: Vec<u32>) -> Self {
+        ChainClocks { cover, rank, clocks }
     }
 
     /// The number of chains the nodes were covered by.

@@ -6,8 +6,10 @@
 //! (sessions, RMW chains), so a node's reachable set is described by, for each chain, the first position on
 //! it that the node reaches ([`Backend::ChainClocks`]). When there are many chains, one bit per node pair is
 //! cheaper ([`Backend::BitsetRows`]). Both fill their rows level by level (all successors of a level lie on
-//! lower levels), so each level is computed in parallel with rayon. [`Backend::Dfs`] answers each query with
-//! a plain depth-first search; it exists to test the others.
+//! lower levels), so each level is computed in parallel with rayon. [`Backend::Cuda`] runs the same level
+//! fill on a CUDA device, for live sets so large that `nodes × chains` words outgrow a CPU's caches; it
+//! exists only in builds with the cargo feature `gpu` (the [`gpu`] module). [`Backend::Dfs`] answers each
+//! query with a plain depth-first search; it exists to test the others.
 //!
 //! ```
 //! use kernels::{Backend, Graph, reachability};
@@ -21,6 +23,9 @@
 mod bitset;
 mod clocks;
 mod dfs;
+#[cfg(feature = "gpu")]
+#[allow(unsafe_code)] // Kernel launches and the driver's loader are `unsafe` in cudarc; see the module.
+pub mod gpu;
 mod graph;
 mod levels;
 
@@ -34,13 +39,18 @@ pub use graph::Graph;
 /// Which reachability backend to use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Backend {
-    /// Choose by memory: chain clocks when `nodes × chains` words are fewer than `nodes²` bits.
+    /// Choose by memory: chain clocks when `nodes × chains` words are fewer than `nodes²` bits. In a build
+    /// with the `gpu` feature, the rows are filled on a CUDA device when one is present and the graph is
+    /// large enough to pay for the transfers; anything the device cannot do falls back to the CPU.
     #[default]
     Auto,
     /// Per-chain clocks: for each node and chain, the first position on the chain the node reaches.
     ChainClocks,
     /// One bitset row per node, OR-ed over its successors.
     BitsetRows,
+    /// The rows Auto's memory rule picks (chain clocks or bitset rows), filled level by level on a CUDA
+    /// device. An error where the build has no `gpu` feature or no device is present.
+    Cuda,
     /// A depth-first search per query; for tests.
     Dfs,
 }
@@ -52,6 +62,7 @@ impl Backend {
             Backend::Auto => "auto",
             Backend::ChainClocks => "chain-clocks",
             Backend::BitsetRows => "bitset-rows",
+            Backend::Cuda => "cuda",
             Backend::Dfs => "dfs",
         }
     }
@@ -62,11 +73,11 @@ impl std::str::FromStr for Backend {
 
     /// Parses a backend's [`name`](Backend::name).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [Backend::Auto, Backend::ChainClocks, Backend::BitsetRows, Backend::Dfs]
+        [Backend::Auto, Backend::ChainClocks, Backend::BitsetRows, Backend::Cuda, Backend::Dfs]
             .into_iter()
             .find(|b| b.name() == s)
             .ok_or_else(|| {
-                format!("unknown reachability backend {s:?} (auto, chain-clocks, bitset-rows, dfs)")
+                format!("unknown reachability backend {s:?} (auto, chain-clocks, bitset-rows, cuda, dfs)")
             })
     }
 }
@@ -102,6 +113,12 @@ pub enum KernelError {
         /// The bytes it would take.
         bytes: u64,
     },
+    /// [`Backend::Cuda`] was asked for, but no CUDA device can be used.
+    #[error("no CUDA device for reachability: {reason}")]
+    NoDevice {
+        /// Why: a build without the `gpu` feature, no driver, no device, or a failure on the device.
+        reason: String,
+    },
 }
 
 /// The answer to "does `from` reach `to`?" for every pair of nodes of one acyclic graph. Reachability is
@@ -127,25 +144,63 @@ pub fn reachability(
     backend: Backend,
 ) -> Result<Box<dyn Reachability>, KernelError> {
     let order = graph.topo_order()?;
-    let choice = match backend {
+    match backend {
         Backend::Auto => {
-            let cover = clocks::ChainCover::new(graph, &order, chains)?;
-            let n = u64::from(graph.nodes());
-            let clock_bytes = n * cover.len() as u64 * 4;
-            let bit_bytes = n * n.div_ceil(64) * 8;
-            if clock_bytes <= bit_bytes {
-                return Ok(Box::new(ChainClocks::with_cover(graph, &order, cover)?));
+            let layout = Layout::for_graph(graph, &order, chains)?;
+            #[cfg(feature = "gpu")]
+            if gpu::worth_it(graph, &layout) {
+                // The device is an accelerator, not a dependency: whatever it cannot do, the CPU does.
+                if let Ok(reach) = gpu::reachability(graph, &order, layout.clone()) {
+                    return Ok(reach);
+                }
             }
-            Backend::BitsetRows
+            Ok(layout.fill_on_cpu(graph, &order)?)
         }
-        b => b,
-    };
-    Ok(match choice {
-        Backend::ChainClocks | Backend::Auto => {
+        Backend::ChainClocks => {
             let cover = clocks::ChainCover::new(graph, &order, chains)?;
-            Box::new(ChainClocks::with_cover(graph, &order, cover)?)
+            Ok(Box::new(ChainClocks::with_cover(graph, &order, cover)?))
         }
-        Backend::BitsetRows => Box::new(BitsetRows::new(graph, &order)?),
-        Backend::Dfs => Box::new(Dfs::new(graph.clone())),
+        Backend::BitsetRows => Ok(Box::new(BitsetRows::new(graph, &order)?)),
+        Backend::Cuda => on_device(graph, &order, Layout::for_graph(graph, &order, chains)?),
+        Backend::Dfs => Ok(Box::new(Dfs::new(graph.clone()))),
+    }
+}
+
+#[cfg(feature = "gpu")]
+fn on_device(graph: &Graph, order: &[u32], layout: Layout) -> Result<Box<dyn Reachability>, KernelError> {
+    gpu::reachability(graph, order, layout)
+}
+
+#[cfg(not(feature = "gpu"))]
+fn on_device(_: &Graph, _: &[u32], _: Layout) -> Result<Box<dyn Reachability>, KernelError> {
+    Err(KernelError::NoDevice {
+        reason: "this build has no GPU support (build with the cargo feature `gpu`)".to_string(),
     })
+}
+
+/// Which rows a closure is stored in: whichever takes less memory.
+#[derive(Clone, Debug)]
+pub(crate) enum Layout {
+    /// Per-chain clocks over this cover: `nodes × chains` 32-bit words.
+    Clocks(clocks::ChainCover),
+    /// Bitset rows: `nodes²` bits.
+    Bits,
+}
+
+impl Layout {
+    /// Chain clocks when `nodes × chains` words take no more memory than `nodes²` bits, else bitset rows.
+    fn for_graph(graph: &Graph, order: &[u32], chains: Option<&[Vec<u32>]>) -> Result<Self, KernelError> {
+        let cover = clocks::ChainCover::new(graph, order, chains)?;
+        let n = u64::from(graph.nodes());
+        let clock_bytes = n * cover.len() as u64 * 4;
+        let bit_bytes = n * n.div_ceil(64) * 8;
+        Ok(if clock_bytes <= bit_bytes { Layout::Clocks(cover) } else { Layout::Bits })
+    }
+
+    fn fill_on_cpu(self, graph: &Graph, order: &[u32]) -> Result<Box<dyn Reachability>, KernelError> {
+        Ok(match self {
+            Layout::Clocks(cover) => Box::new(ChainClocks::with_cover(graph, order, cover)?),
+            Layout::Bits => Box::new(BitsetRows::new(graph, order)?),
+        })
+    }
 }

@@ -1,39 +1,12 @@
 //! The backends must agree with each other and with plain depth-first search on random DAGs, with and
 //! without chain hints, including graphs large enough to take the parallel paths.
 
+mod common;
+
+use common::random_dag;
 use kernels::{Backend, BitsetRows, ChainClocks, Graph, KernelError, Reachability, reachability};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-
-/// A random DAG: edges only go from lower to higher numbers under a random relabelling, plus `sessions`
-/// session-like paths that are returned as chain hints.
-fn random_dag(rng: &mut StdRng, n: u32, extra: usize, sessions: u32) -> (Graph, Vec<Vec<u32>>) {
-    let mut label: Vec<u32> = (0..n).collect();
-    for i in (1..n as usize).rev() {
-        let j = rng.gen_range(0..=i);
-        label.swap(i, j);
-    }
-    let mut edges = Vec::new();
-    let mut chains = vec![Vec::new(); sessions.max(1) as usize];
-    for i in 0..n {
-        let k = rng.gen_range(0..chains.len());
-        chains[k].push(i);
-    }
-    for chain in &chains {
-        for w in chain.windows(2) {
-            edges.push((label[w[0] as usize], label[w[1] as usize]));
-        }
-    }
-    for _ in 0..extra {
-        let a = rng.gen_range(0..n);
-        let b = rng.gen_range(0..n);
-        if a < b {
-            edges.push((label[a as usize], label[b as usize]));
-        }
-    }
-    let chains = chains.into_iter().map(|c| c.into_iter().map(|v| label[v as usize]).collect()).collect();
-    (Graph::from_edges(n, &edges).unwrap(), chains)
-}
 
 fn assert_agree(g: &Graph, chains: &[Vec<u32>]) {
     let reference = reachability(g, None, Backend::Dfs).unwrap();
@@ -113,4 +86,17 @@ fn a_chain_hint_that_is_not_a_path_is_refused() {
 #[test]
 fn an_edge_out_of_range_is_an_error() {
     assert!(matches!(Graph::from_edges(2, &[(0, 2)]), Err(KernelError::NodeOutOfRange { .. })));
+}
+
+#[cfg(not(feature = "gpu"))]
+#[test]
+fn the_cuda_backend_says_the_build_has_no_gpu_support() {
+    let g = Graph::from_edges(2, &[(0, 1)]).unwrap();
+    match reachability(&g, None, Backend::Cuda) {
+        Err(KernelError::NoDevice { reason }) => assert!(reason.contains("feature `gpu`"), "{reason}"),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("a build without the gpu feature claimed a device"),
+    }
+    // Auto never needs the device.
+    assert_eq!(reachability(&g, None, Backend::Auto).unwrap().backend(), Backend::ChainClocks);
 }

@@ -113,12 +113,15 @@ impl From<LevelArg> for Level {
 /// `--reachability` values.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum BackendArg {
-    /// Choose by the shape of the graph.
+    /// Choose by the shape of the graph (and, in a build with the `gpu` feature, fill large graphs on a
+    /// CUDA device when one is present).
     Auto,
     /// Per-chain clocks.
     ChainClocks,
     /// Bitset rows, in parallel.
     BitsetRows,
+    /// Chain clocks or bitset rows, filled on a CUDA device (needs a build with the `gpu` feature).
+    Cuda,
     /// A depth-first search per query (slow; for cross-checking).
     Dfs,
 }
@@ -185,6 +188,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             BackendArg::Auto => Backend::Auto,
             BackendArg::ChainClocks => Backend::ChainClocks,
             BackendArg::BitsetRows => Backend::BitsetRows,
+            BackendArg::Cuda => Backend::Cuda,
             BackendArg::Dfs => Backend::Dfs,
         },
     };
