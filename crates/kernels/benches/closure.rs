@@ -119,7 +119,7 @@ fn main() {
         let chain_count = cpu.map(|c| c.chains()).unwrap_or(0);
         let bits =
             (nodes <= BITSET_UP_TO).then(|| time(runs, || reachability(&g, None, Backend::BitsetRows)));
-        let (cuda_ms, cuda) = time(runs, || reachability(&g, Some(&chains), Backend::Cuda));
+        let ((cuda_ms, cuda), phases) = cuda_fill(&g, &chains, runs);
         let layout = if u64::from(nodes) * chain_count as u64 * 4
             <= u64::from(nodes) * u64::from(nodes).div_ceil(64) * 8
         {
@@ -138,6 +138,7 @@ fn main() {
             cell(bits, &mut notes),
             cell(square, &mut notes),
         );
+        notes.extend(phases);
         notes.dedup();
         for note in notes {
             println!("    {note}");
@@ -161,6 +162,27 @@ fn device_line() -> String {
 #[cfg(not(feature = "gpu"))]
 fn device_line() -> String {
     "none: built without the `gpu` feature".to_string()
+}
+
+/// The level fill on the device, and where its last run's time went.
+#[cfg(feature = "gpu")]
+fn cuda_fill(g: &Graph, chains: &[Vec<u32>], runs: usize) -> (Timed, Option<String>) {
+    let mut phases = None;
+    let timed = time(runs, || {
+        kernels::gpu::fill_with_phases(g, Some(chains)).map(|(reach, p)| {
+            phases = Some(format!(
+                "cuda: {} levels in {} launches; prepare {:.1} ms, upload {:.1} ms, fill {:.1} ms, download {:.1} ms",
+                p.levels, p.launches, p.prepare_ms, p.upload_ms, p.fill_ms, p.download_ms
+            ));
+            reach
+        })
+    });
+    (timed, phases)
+}
+
+#[cfg(not(feature = "gpu"))]
+fn cuda_fill(g: &Graph, chains: &[Vec<u32>], runs: usize) -> (Timed, Option<String>) {
+    (time(runs, || reachability(g, Some(chains), Backend::Cuda)), None)
 }
 
 #[cfg(feature = "gpu")]

@@ -1,7 +1,8 @@
 //! The level-by-level fill both closure backends share ([`ChainClocks`](crate::ChainClocks) and
-//! [`BitsetRows`](crate::BitsetRows); Cobra §5 computes the closure on a GPU instead, DESIGN.md §4 says why
-//! Krait does not). Nodes are grouped by height, so every successor of a node lies in an earlier group; one
-//! group's rows depend only on rows already filled, so each group is filled in parallel with rayon.
+//! [`BitsetRows`](crate::BitsetRows); Cobra §5 computes the closure on a GPU by repeated squaring instead,
+//! DESIGN.md §4 says why Krait does not, and the `gpu` module runs this same fill on a CUDA device). Nodes
+//! are grouped by height, so every successor of a node lies in an earlier group; one group's rows depend
+//! only on rows already filled, so each group is filled in parallel with rayon.
 
 use rayon::prelude::*;
 

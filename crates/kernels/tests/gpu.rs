@@ -71,8 +71,17 @@ fn auto_fills_large_graphs_on_the_device_and_small_ones_on_the_cpu() {
     let mut rng = StdRng::seed_from_u64(31);
     let (small, small_chains) = random_dag(&mut rng, 1000, 2000, 8);
     assert_ne!(reachability(&small, Some(&small_chains), Backend::Auto).unwrap().backend(), Backend::Cuda);
-    // 400k nodes on 200 chains: 80M clock entries, past the threshold.
-    let (large, large_chains) = random_dag(&mut rng, 400_000, 400_000, 200);
+    // Much work, but rows 24 wide: one block fills most levels, and the CPU's caches do better.
+    let (narrow, narrow_chains) = random_dag(&mut rng, 1_000_000, 1_000_000, 24);
+    assert_ne!(reachability(&narrow, Some(&narrow_chains), Backend::Auto).unwrap().backend(), Backend::Cuda);
+    // Wide rows, but (100k nodes + ~200k edges) × 200 = 60M of work: the transfers cost more than the fill
+    // saves.
+    let (few, few_chains) = random_dag(&mut rng, 100_000, 100_000, 200);
+    assert_ne!(reachability(&few, Some(&few_chains), Backend::Auto).unwrap().backend(), Backend::Cuda);
+    // 400k nodes on 400 chains: (400k + ~800k edges) × 400 = 480M of work, past both thresholds, and 160M
+    // clock entries (640 MB, so they come back through the staging buffer in three chunks, the last
+    // partial).
+    let (large, large_chains) = random_dag(&mut rng, 400_000, 400_000, 400);
     let reach = reachability(&large, Some(&large_chains), Backend::Auto).unwrap();
     assert_eq!(reach.backend(), Backend::Cuda);
     let cpu = reachability(&large, Some(&large_chains), Backend::ChainClocks).unwrap();
