@@ -108,6 +108,15 @@ pub(crate) fn normalize(h: &History) -> Normalized {
     normalize_with(h, &|_| true)
 }
 
+/// Fills `into` with each key `ops` write and the index of its last write there: the one write of the key
+/// other transactions can see (the earlier ones are intermediate).
+fn last_writes(ops: &[Op], into: &mut FastMap<Key, usize>) {
+    into.clear();
+    into.extend(
+        ops.iter().enumerate().filter(|(_, op)| matches!(op, Op::Write { .. })).map(|(i, op)| (op.key(), i)),
+    );
+}
+
 /// Runs stage 1. Where `repeatable` says no for a transaction (its index in the history), two external reads
 /// of one key that return different versions are not an anomaly (read committed allows them); both are
 /// resolved and kept in `ordered_reads`.
@@ -119,14 +128,11 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
     // an id (an `xmin` cannot tell them apart); that is one version, not a duplicate.
     let mut sites: FastMap<WriteId, WriteSite> = FastMap::default();
     let mut duplicates: Vec<(WriteId, usize, usize, usize, usize)> = Vec::new();
+    // One map for every transaction's last writes, cleared between them: online, this runs every round
+    // over the whole residual history, and a map per transaction was a fifth of normalisation's time.
+    let mut last_write: FastMap<Key, usize> = FastMap::default();
     for (ti, t) in txns.iter().enumerate() {
-        let last_write: FastMap<Key, usize> = t
-            .ops
-            .iter()
-            .enumerate()
-            .filter(|(_, op)| matches!(op, Op::Write { .. }))
-            .map(|(i, op)| (op.key(), i))
-            .collect();
+        last_writes(&t.ops, &mut last_write);
         for (oi, op) in t.ops.iter().enumerate() {
             let Op::Write { key, write, .. } = *op else { continue };
             let visible = last_write.get(&key) == Some(&oi);
@@ -195,12 +201,7 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
     let mut version_of: FastMap<WriteId, u32> = FastMap::default();
     for (v, nt) in out.txns.iter_mut().enumerate() {
         let ops = &txns[nt.hist].ops;
-        let last_write: FastMap<Key, usize> = ops
-            .iter()
-            .enumerate()
-            .filter(|(_, op)| matches!(op, Op::Write { .. }))
-            .map(|(i, op)| (op.key(), i))
-            .collect();
+        last_writes(ops, &mut last_write);
         for (oi, op) in ops.iter().enumerate() {
             let Op::Write { key, write, .. } = *op else { continue };
             if last_write.get(&key) == Some(&oi) {
@@ -220,14 +221,16 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
     }
     let gap_start = h.gaps.iter().map(|g| g.after_txns).min();
     let mut initial_of: FastMap<(Key, Observed), u32> = FastMap::default();
+    // Per key, in the transaction at hand: the own write seen so far, and the first external read.
+    let mut own: FastMap<Key, (WriteId, usize)> = FastMap::default();
+    let mut external: FastMap<Key, (Observed, usize)> = FastMap::default();
     for vertex in 0..out.txns.len() {
         let ti = out.txns[vertex].hist;
         let t = &txns[ti];
         let repeatable = repeatable(ti);
         let after_gap = gap_start.is_some_and(|g| ti as u64 >= g);
-        // Per key: the own write seen so far, and the first external read.
-        let mut own: FastMap<Key, (WriteId, usize)> = FastMap::default();
-        let mut external: FastMap<Key, (Observed, usize)> = FastMap::default();
+        own.clear();
+        external.clear();
         let mut reads = Vec::new();
         let mut ordered = Vec::new();
         for (oi, op) in t.ops.iter().enumerate() {

@@ -17,13 +17,25 @@ use super::{Known, OnlineVerifier, RoundsError};
 use crate::certificate::txn_report;
 use crate::gc::{base_tag, is_initial};
 use crate::report::OpRef;
-use crate::{Anomaly, AnomalyClass, Report, Verdict, verify};
+use crate::{Anomaly, AnomalyClass, FastSet, Report, Verdict, verify};
+
+/// The write ids `t` writes, in a set sized for them at once (growing it by rehashing showed in profiles).
+fn own_writes(t: &Transaction) -> FastSet<WriteId> {
+    let mut own = FastSet::with_capacity_and_hasher(t.ops.len(), Default::default());
+    own.extend(t.ops.iter().filter_map(|op| match *op {
+        Op::Write { write, .. } => Some(write),
+        _ => None,
+    }));
+    own
+}
 
 impl OnlineVerifier {
     /// Whether every version `t` reads is known. A foreign read (`[record] exclusive`) waits for a write
     /// of its tag too: the writer's row may have reached the proxy after the reader's, and its record then
     /// comes later. If none comes before admission is forced, the pipeline reports the read.
     fn admissible(&self, t: &Transaction) -> bool {
+        // A search of the ops, not a set of own writes: a blocked head is checked again on every push, and
+        // building a set each time cost more than the search (measured on TPC-C).
         t.ops.iter().all(|op| {
             let w = match *op {
                 Op::Read { observed: Observed::Version(w), .. } => w,
@@ -91,14 +103,7 @@ impl OnlineVerifier {
     /// base versions, and adds it to the residual history.
     fn admit(&mut self, mut t: Transaction) -> Result<(), RoundsError> {
         self.epochs.admit(&t);
-        let own: HashSet<WriteId> = t
-            .ops
-            .iter()
-            .filter_map(|op| match *op {
-                Op::Write { write, .. } => Some(write),
-                _ => None,
-            })
-            .collect();
+        let own = own_writes(&t);
         let judged = t.outcome == Outcome::Committed;
         let mut found: Vec<(AnomalyClass, String, usize)> = Vec::new();
         let mut drop_ops: Vec<usize> = Vec::new();
