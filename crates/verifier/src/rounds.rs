@@ -218,6 +218,11 @@ pub struct OnlineVerifier {
     #[serde(with = "history::plain::queues")]
     waiting: BTreeMap<SessionId, VecDeque<Transaction>>,
     waiting_count: usize,
+    /// For a session whose first waiting transaction could not be admitted: the version it waits for.
+    /// Until that version is known the head is not searched again (every push searched every blocked
+    /// head's reads). Checking rebuilds it, so checkpoints do not store it.
+    #[serde(skip)]
+    head_waits_for: FastMap<SessionId, WriteId>,
     /// Sessions that ended but still have waiting transactions.
     ending: HashSet<SessionId>,
     known: FastMap<WriteId, Known>,
@@ -264,6 +269,7 @@ impl OnlineVerifier {
             options,
             new_in_round: 0,
             waiting: BTreeMap::new(),
+            head_waits_for: FastMap::default(),
             waiting_count: 0,
             ending: HashSet::new(),
             known: FastMap::default(),
@@ -378,7 +384,11 @@ impl OnlineVerifier {
         let op = Op::Write { key, write, stmt: None };
         let waiting = self.waiting.values_mut().flat_map(|q| q.iter_mut()).find(|t| t.id == txn);
         match waiting {
-            Some(t) if !t.ops.contains(&op) => t.ops.push(op),
+            Some(t) if !t.ops.contains(&op) => {
+                t.ops.push(op);
+                // The new write may be the very version a waiting head reads.
+                self.head_waits_for.clear();
+            }
             Some(_) => {}
             None => {
                 self.known.entry(write).or_insert(Known::DiscoveredLate);
