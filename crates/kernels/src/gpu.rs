@@ -3,7 +3,7 @@
 //! Cobra computes the closure on a GPU by repeated boolean squaring of the adjacency matrix (§5):
 //! `log(depth)` squarings of `nodes³ / 64` word operations each. The device here runs what the CPU backends
 //! run instead, the level-by-level fill of [`levels`](crate::levels): rows stored in level order, one launch
-//! per level, one thread per row entry. Its work grows with `edges × row width`, not `nodes³`, and it
+//! per wide level and one block for a run of narrow ones, one thread per row entry. Its work grows with `edges × row width`, not `nodes³`, and it
 //! serves the case the CPU does worst: live sets of millions of transactions over hundreds of chains, whose
 //! rows outgrow a CPU's caches. [`squaring_closure`] keeps Cobra's method, for the benchmark to compare.
 //!
@@ -84,7 +84,7 @@ fn device() -> Result<&'static Device, KernelError> {
     static DEVICE: OnceLock<Result<Device, String>> = OnceLock::new();
     DEVICE
         .get_or_init(|| {
-            // cudarc panics where a library or symbol is missing; no device must never be a crash.
+            // cudarc panics where a library or symbol is missing; a missing device must never be a crash.
             catch_unwind(AssertUnwindSafe(Device::open))
                 .unwrap_or_else(|_| Err("the CUDA driver or NVRTC could not be loaded".to_string()))
         })
