@@ -8,7 +8,7 @@
 //! cheaper ([`Backend::BitsetRows`]). Both fill their rows level by level (all successors of a level lie on
 //! lower levels), so each level is computed in parallel with rayon. [`Backend::Cuda`] runs the same level
 //! fill on a CUDA device, for live sets so large that `nodes × chains` words outgrow a CPU's caches; it
-//! exists only in builds with the cargo feature `gpu` (the [`gpu`] module). [`Backend::Dfs`] answers each
+//! works only in builds with the cargo feature `gpu` (the `gpu` module). [`Backend::Dfs`] answers each
 //! query with a plain depth-first search; it exists to test the others.
 //!
 //! ```
