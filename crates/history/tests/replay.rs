@@ -305,10 +305,17 @@ fn a_tail_passes_on_what_it_says_of_earlier_transactions_and_refuses_anything_el
     assert_eq!(t.xids[&TxnId(10)].top, Some(900));
     // Read as a whole log, the same records name strangers.
     assert!(replay(numbered(tail.clone())).is_err());
-    // An outcome, late ops or a second record of an earlier transaction cannot come from a later run.
-    for bad in [outcome(3, Outcome::Committed), intent(writes(5, 1, 1, "c")), discovered(12, "b", 1)] {
+    // An outcome or late ops of an earlier transaction cannot come from a later run, nor a second record
+    // of one the tail has seen.
+    for bad in [outcome(3, Outcome::Committed), intent(writes(10, 1, 1, "c")), discovered(12, "b", 1)] {
         let mut records = tail.clone();
         records.push(bad.clone());
         assert!(replay_tail(numbered(records), TxnId(10)).is_err(), "{bad:?}");
     }
+    // The first record of a transaction whose id is below the tail's start: it took its id before a cut
+    // in the middle of a run and appended after it.
+    let mut records = tail.clone();
+    records.push(intent(writes(5, 1, 1, "c")));
+    let t = replay_tail(numbered(records), TxnId(10)).expect("a transaction begun before a cut replays");
+    assert!(t.history.transactions.iter().any(|t| t.id == TxnId(5)));
 }

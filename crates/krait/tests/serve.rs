@@ -354,3 +354,76 @@ fn a_restarted_serve_resumes_its_verifier_from_the_checkpoint() {
     let second = serve.stop();
     assert!(!second.iter().any(|l| l.contains("REJECT")), "{}", second.join("\n"));
 }
+
+/// A number from a `/metrics` line `NAME VALUE`.
+fn metric_value(metrics: &str, name: &str) -> Option<u64> {
+    metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn serve_deletes_log_segments_nothing_needs_and_restarts_from_what_is_left() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (port, admin_port) = (free_port(), free_port());
+    let max_bytes = 256 << 10;
+    let config = write_serve_config(
+        dir.path(),
+        port,
+        Some(admin_port),
+        &format!("[log.retain]\nmax_bytes = {max_bytes}\n"),
+    );
+    // Small segments, so that a short run fills several.
+    let text = std::fs::read_to_string(&config).expect("reads the config");
+    std::fs::write(&config, text.replacen("[log]\n", "[log]\nsegment_bytes = 65536\n", 1))
+        .expect("writes it");
+    let data = dir.path().join("data");
+    let table = format!("krait_retain_{}", std::process::id());
+    let updates = |n: usize| {
+        (0..n)
+            .map(|i| format!("BEGIN; UPDATE {table} SET v = v + 1 WHERE k = {}; COMMIT;", i % 5))
+            .collect::<String>()
+    };
+    let admin = format!("127.0.0.1:{admin_port}");
+
+    let serve = Serve::start(&config, &data, port);
+    psql(port, &format!("DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int primary key, v int);"));
+    psql(port, &format!("INSERT INTO {table} SELECT g, 0 FROM generate_series(0, 4) g;"));
+    // Keep appending until retention has deleted segments (the verifier stores a checkpoint every 10 s or
+    // so, and only records below it may go).
+    // Paced, so that the verifier keeps up on two shared cores.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (deleted, appended) = loop {
+        psql(port, &updates(150));
+        std::thread::sleep(Duration::from_millis(500));
+        let metrics = http_get(&admin, "/metrics");
+        let deleted = metric_value(&metrics, "krait_log_bytes_deleted_total").unwrap_or(0);
+        if deleted > 0 {
+            break (deleted, metric_value(&metrics, "krait_log_bytes").expect("krait_log_bytes"));
+        }
+        assert!(Instant::now() < deadline, "retention deleted nothing in 90 s:\n{metrics}");
+    };
+    let status: serde_json::Value =
+        serde_json::from_str(&http_get(&admin, "/api/status")).expect("/api/status is JSON");
+    let first = status["log"]["first_record"].as_u64().expect("log.first_record");
+    let needed = status["log"]["needed_from"].as_u64().expect("log.needed_from");
+    assert!(first > 0 && first <= needed, "{status}");
+    eprintln!("retention deleted {deleted} bytes; the folder holds {appended} (bound {max_bytes})");
+    let stopped = serve.stop();
+    let last = stopped.iter().find(|l| l.contains("stopped; verifier:")).expect("a final status line");
+    let (recorded, verified) = recorded_verified(last).expect("numbers in the final line");
+    assert!(verified == recorded, "{last}");
+
+    // A restart resumes from the checkpoints (the book's and the verifier's), though the log's first
+    // records are gone, and goes on verifying.
+    let mut serve = Serve::start(&config, &data, port);
+    serve.wait_for("a resume from the checkpoint", |line| {
+        line.contains("resumed from its checkpoint at log record")
+    });
+    psql(port, &format!("{} DROP TABLE {table};", updates(20)));
+    serve.wait_for("the verifier caught up with the new transactions", |line| {
+        line.contains("verifier:")
+            && recorded_verified(line).is_some_and(|(r, v)| r >= recorded + 20 && v == r)
+    });
+    let second = serve.stop();
+    let all = [stopped, second].concat().join("\n");
+    assert!(!all.contains("REJECT") && !all.contains("retention could not run"), "{all}");
+}

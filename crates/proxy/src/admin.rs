@@ -321,6 +321,32 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
         "Size of the history log directory on disk.",
         &[("", history::log::disk_bytes(&state.log_path))],
     );
+    metric(
+        "krait_log_first_record",
+        "gauge",
+        "The first record the history log still holds; retention deleted those before it.",
+        &[("", state.log.first_seq())],
+    );
+    let r = &m.retention;
+    metric(
+        "krait_log_segments_deleted_total",
+        "counter",
+        "Segment files retention deleted ([log.retain]).",
+        &[("", g(&r.segments_deleted))],
+    );
+    metric(
+        "krait_log_bytes_deleted_total",
+        "counter",
+        "Bytes of the segment files retention deleted.",
+        &[("", g(&r.bytes_deleted))],
+    );
+    metric(
+        "krait_log_needed_from",
+        "gauge",
+        "The first record a reader (the verifier, the version book, the shipper) still needs; none from here \
+         on is deleted.",
+        &[("", g(&r.needed_from))],
+    );
     let _ = writeln!(
         out,
         "# HELP krait_log_fsync_seconds History-log fsync latency.\n# TYPE krait_log_fsync_seconds histogram"
@@ -509,6 +535,10 @@ fn status_json(state: &AdminState) -> serde_json::Value {
             "durability": state.log.durability().as_str(),
             "next_seq": state.log.next_seq(),
             "bytes": history::log::disk_bytes(&state.log_path),
+            "first_record": state.log.first_seq(),
+            "needed_from": g(&m.retention.needed_from),
+            "segments_deleted": g(&m.retention.segments_deleted),
+            "bytes_deleted": g(&m.retention.bytes_deleted),
             "appends": stats.appends,
             "fsyncs": stats.fsyncs,
             "fsync_mean_us": stats.fsync_ns_mean() / 1_000,

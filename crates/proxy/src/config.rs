@@ -231,6 +231,56 @@ pub struct LogConfig {
     /// The collector id stamped on every transaction, to tell proxies' clocks apart.
     #[serde(default)]
     pub collector: u32,
+    /// The size at which a new segment file is begun, in bytes (64 MiB by default): retention deletes
+    /// whole segments, so this is also how finely it deletes.
+    #[serde(default = "default_segment_bytes")]
+    pub segment_bytes: u64,
+    /// `[log.retain]`.
+    #[serde(default)]
+    pub retain: RetainConfig,
+}
+
+/// `[log.retain]`: under `krait serve`, how long the log keeps records that nothing needs any more
+/// (`history::log::retention`): verified, covered by the verifier's and the version book's checkpoints, and
+/// shipped. Records still needed are kept whatever their age or size.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetainConfig {
+    /// Whether to delete anything; `false` keeps the whole log.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Records older than this many seconds go (3,600 by default)…
+    #[serde(default = "default_retain_age_s")]
+    pub max_age_s: u64,
+    /// …and so do the oldest while the log's folder holds more than this many bytes (1 GiB by default).
+    #[serde(default = "default_retain_bytes")]
+    pub max_bytes: u64,
+}
+
+impl Default for RetainConfig {
+    fn default() -> Self {
+        RetainConfig { enabled: true, max_age_s: default_retain_age_s(), max_bytes: default_retain_bytes() }
+    }
+}
+
+impl RetainConfig {
+    /// The policy, or `None` when retention is off.
+    pub fn policy(&self) -> Option<history::log::retention::Retain> {
+        self.enabled.then(|| history::log::retention::Retain {
+            max_age: Duration::from_secs(self.max_age_s),
+            max_bytes: self.max_bytes,
+        })
+    }
+}
+
+fn default_segment_bytes() -> u64 {
+    history::log::store::segments::SEGMENT_BYTES
+}
+fn default_retain_age_s() -> u64 {
+    3_600
+}
+fn default_retain_bytes() -> u64 {
+    1 << 30
 }
 
 /// `[admin]`.
@@ -359,6 +409,9 @@ impl Config {
         }
         if self.log.group_interval_ms == 0 || self.log.group_interval_ms > 10_000 {
             return Err(invalid("log.group_interval_ms", "must be between 1 and 10000"));
+        }
+        if self.log.segment_bytes < 64 << 10 {
+            return Err(invalid("log.segment_bytes", "must be at least 65536"));
         }
         if self.log.path.as_os_str().is_empty() {
             return Err(invalid("log.path", "must name a directory"));

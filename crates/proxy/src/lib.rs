@@ -194,6 +194,8 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
     let log_path = config.log.path.clone();
     let mut options = LogOptions::new(config.log.durability);
     options.group_interval = Duration::from_millis(config.log.group_interval_ms);
+    options.segment_bytes = config.log.segment_bytes;
+    options.cut_every_bytes = config.log.segment_bytes / 4;
     let log: Arc<dyn HistoryLog> = {
         let path = log_path.clone();
         let opened = tokio::task::spawn_blocking(move || DiskLog::open_with(&path, options))

@@ -43,6 +43,8 @@ pub struct Metrics {
     pub session_buffer_bytes: AtomicU64,
     /// The co-located verifier's progress, when one runs (`krait serve`).
     pub verifier: VerifierMetrics,
+    /// What retention deleted from the log (`[log.retain]`, under `krait serve`).
+    pub retention: RetentionMetrics,
     /// The log shipper's counters, when `[ship]` is on.
     pub shipping: std::sync::OnceLock<std::sync::Arc<ship::Counters>>,
 }
@@ -74,6 +76,18 @@ pub struct VerifierMetrics {
     pub level: std::sync::OnceLock<String>,
     /// 1 when the verifier collects garbage between rounds at that level (serializability only).
     pub collects_garbage: AtomicU64,
+}
+
+/// What retention did to the log (`history::log::retention`); `krait serve` updates it.
+#[derive(Debug, Default)]
+pub struct RetentionMetrics {
+    /// Segment files deleted.
+    pub segments_deleted: AtomicU64,
+    /// Their bytes.
+    pub bytes_deleted: AtomicU64,
+    /// The first record a reader still needs (the smallest of the checkpoints and the shipper): nothing
+    /// from here on may be deleted.
+    pub needed_from: AtomicU64,
 }
 
 impl VerifierMetrics {

@@ -4,12 +4,13 @@
 //! Besides the records, the store's metadata hold the format marker, the run state and where the current run
 //! started (see the module doc of [`super`] for what recovery does with them), and the checkpoints.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::compact::{CompactOps, CompactTxn, NewText, TextTable};
 use super::group_commit::{FlushPolicy, GroupCommit};
+use super::retention::{self, Compaction, Cut, Retain};
 use super::store::segments::SegmentStore;
 use super::store::sled_store::{SledStore, hex};
 use super::store::{Store, StoredRecords, is_sled};
@@ -55,11 +56,38 @@ struct Inner {
     /// The statement texts and namespaces this open has defined (see [`super::compact`]). Empty at every
     /// open, so that this run cites only definitions it appended itself.
     texts: TextTable,
+    /// The latest cuts (see [`retention`]), oldest first; at most [`KEPT_CUTS`].
+    cuts: VecDeque<Cut>,
+    /// [`super::LogOptions::cut_every_bytes`].
+    cut_every: u64,
+    /// Bytes of records appended since the last cut.
+    bytes_since_cut: u64,
+}
+
+/// How many of the latest cuts the log remembers: enough that one is durable while the newest waits for
+/// its fsync.
+const KEPT_CUTS: usize = 16;
+
+impl Inner {
+    /// Takes a cut at `next_seq` if one is due and no intent is pending: the writer's table of texts and
+    /// rows starts afresh, so that the records from here on cite nothing before.
+    fn cut_if_due(&mut self, next_seq: u64) {
+        if self.bytes_since_cut < self.cut_every || !self.pending.is_empty() {
+            return;
+        }
+        self.texts = TextTable::default();
+        self.bytes_since_cut = 0;
+        if self.cuts.len() == KEPT_CUTS {
+            self.cuts.pop_front();
+        }
+        self.cuts.push_back(Cut { seq: next_seq, txns_below: TxnId(self.txn_floor) });
+    }
 }
 
 /// The durable history log. Cheap to share behind an `Arc`; appends from many threads are serialised by one
 /// short lock, and fsyncs are shared through group commit.
 pub struct DiskLog {
+    dir: PathBuf,
     store: Arc<dyn Store>,
     durability: Durability,
     inner: Mutex<Inner>,
@@ -129,7 +157,10 @@ impl DiskLog {
         let scan = match (&state, stored_floor) {
             (_, None) if next_seq > 0 => scan_run(store.records_from(0))?,
             (RunState::Crashed(_), _) => {
-                scan_run(store.records_from(read_u64(store.as_ref(), RUN_START_KEY)?.unwrap_or(0)))?
+                // Retention may have deleted the run's first records; none it deleted had an intent
+                // pending (it deletes only below a cut), and the floor was stored before it did.
+                let run_start = read_u64(store.as_ref(), RUN_START_KEY)?.unwrap_or(0);
+                scan_run(store.records_from(run_start.max(store.first_seq())))?
             }
             _ => RunScan::default(),
         };
@@ -170,6 +201,7 @@ impl DiskLog {
         )?;
 
         Ok(DiskLog {
+            dir: dir.to_owned(),
             store,
             durability: options.durability,
             inner: Mutex::new(Inner {
@@ -179,6 +211,10 @@ impl DiskLog {
                 open_floor: txn_floor,
                 crashed: false,
                 texts: TextTable::default(),
+                // A run's start is a cut: nothing is pending and the text table is empty.
+                cuts: VecDeque::from([Cut { seq: next_seq, txns_below: TxnId(txn_floor) }]),
+                cut_every: options.cut_every_bytes.max(1),
+                bytes_since_cut: 0,
             }),
             gc,
         })
@@ -212,6 +248,7 @@ impl DiskLog {
         }
         self.gc.check_usable()?;
         check(&inner)?;
+        inner.cut_if_due(self.store.next_seq());
         let seq = self.insert(&mut inner, &bytes)?;
         // Still under the lock, so the flusher sees appended seqs in order; before `after`, so that an
         // fsync the outcome's bookkeeping lets go covers the outcome itself.
@@ -235,6 +272,7 @@ impl DiskLog {
         }
         self.gc.check_usable()?;
         check(&inner)?;
+        inner.cut_if_due(self.store.next_seq());
         let mut new = Vec::new();
         let first = self.store.next_seq();
         let record = build(&mut inner.texts, first, &mut new);
@@ -254,8 +292,9 @@ impl DiskLog {
     }
 
     /// Hands `bytes` to the store as the next record; returns its sequence number. Only under the append
-    /// lock (`_held` is its guard's contents), so that sequence numbers follow the order of appends.
-    fn insert(&self, _held: &mut Inner, bytes: &[u8]) -> Result<u64, LogError> {
+    /// lock (`held` is its guard's contents), so that sequence numbers follow the order of appends.
+    fn insert(&self, held: &mut Inner, bytes: &[u8]) -> Result<u64, LogError> {
+        held.bytes_since_cut += bytes.len() as u64;
         self.store.append(bytes).inspect_err(|e| {
             // The store keeps a failed write and refuses every later one: the log has stopped. The failed
             // record got no number, so the next one is its.
@@ -433,6 +472,32 @@ impl HistoryLog for DiskLog {
 
     fn durable_below(&self) -> u64 {
         self.gc.durable_below()
+    }
+
+    fn first_seq(&self) -> u64 {
+        self.store.first_seq()
+    }
+
+    fn clean_cut(&self) -> Option<Cut> {
+        let durable = self.gc.durable_below();
+        self.lock().cuts.iter().rev().find(|c| c.seq <= durable).copied()
+    }
+
+    fn compact(&self, keep_from: u64, retain: &Retain) -> Result<Compaction, LogError> {
+        let segments = self.store.segments()?;
+        let folder = super::disk_bytes(&self.dir);
+        let now = std::time::SystemTime::now();
+        let Some(first_kept) = retention::plan(&segments, keep_from, folder, retain, now) else {
+            return Ok(Compaction { first_kept: self.store.first_seq(), ..Compaction::default() });
+        };
+        // The largest id used may be in what goes: a crashed run's scan must not lose it.
+        let floor = self.lock().txn_floor;
+        self.store.put_meta(TXN_FLOOR_KEY, &floor.to_be_bytes())?;
+        self.store.flush()?;
+        self.store.remove_before(first_kept)?;
+        let gone = segments.iter().take_while(|s| s.first_seq < first_kept);
+        let (count, bytes) = gone.fold((0, 0), |(n, b), s| (n + 1, b + s.bytes));
+        Ok(Compaction { segments: count, bytes, first_kept })
     }
 
     fn txn_id_floor(&self) -> TxnId {

@@ -98,6 +98,7 @@ pub mod merge;
 mod reader;
 pub mod record;
 pub mod replay;
+pub mod retention;
 pub mod store;
 
 use std::fmt;
@@ -198,11 +199,15 @@ pub struct LogOptions {
     /// their outcomes too (the idea of PostgreSQL's `commit_delay`, taken only when there is a commit to
     /// wait for). Zero turns it off.
     pub commit_delay: Duration,
+    /// A cut is taken at the first append with no intent pending once this many bytes of records were
+    /// appended since the last ([`retention::Cut`]). Retention deletes up to a cut, so a quarter of a
+    /// segment (the default) keeps at most about a segment more than the readers need.
+    pub cut_every_bytes: u64,
 }
 
 impl LogOptions {
-    /// Defaults for `durability`: a 10 ms group interval, a 64 MiB cache, 64 MiB segments and a 5 ms commit
-    /// delay.
+    /// Defaults for `durability`: a 10 ms group interval, a 64 MiB cache, 64 MiB segments, a 5 ms commit
+    /// delay and a cut every 16 MiB.
     pub fn new(durability: Durability) -> Self {
         LogOptions {
             durability,
@@ -210,6 +215,7 @@ impl LogOptions {
             cache_bytes: 64 << 20,
             segment_bytes: store::segments::SEGMENT_BYTES,
             commit_delay: Duration::from_millis(5),
+            cut_every_bytes: store::segments::SEGMENT_BYTES / 4,
         }
     }
 }
@@ -269,6 +275,18 @@ pub enum LogError {
     /// The log was closed.
     #[error("history log is closed")]
     Closed,
+    /// Records asked for were deleted by retention ([`retention`]): the log now starts at `first`.
+    #[error(
+        "history log records {from}..{first} were deleted by retention ([log.retain]): the log now starts at \
+         record {first}, and only the checkpoints stored in it (the verifier's, the proxy's version book) \
+         reach back further"
+    )]
+    Compacted {
+        /// The first record asked for.
+        from: u64,
+        /// The first record the log still holds.
+        first: u64,
+    },
     /// Another process holds the log open (its lock), most likely a proxy still running on it.
     #[error("history log {dir} is in use by another process (is a proxy still running on it?)")]
     Locked {
@@ -412,6 +430,23 @@ pub trait HistoryLog: Send + Sync {
     /// derived from the records below some sequence number, so that next time it reads only the records
     /// after it ([`record::encode_framed`] frames it with a checksum). The log never interprets it.
     fn store_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), LogError>;
+
+    /// The first record the log holds: 0, unless retention deleted older ones ([`HistoryLog::compact`]).
+    fn first_seq(&self) -> u64 {
+        0
+    }
+
+    /// The latest [`retention::Cut`] whose records before it are all durable, if the log takes cuts.
+    fn clean_cut(&self) -> Option<retention::Cut> {
+        None
+    }
+
+    /// Deletes the oldest records below `keep_from`, whole segments at a time, as far as `retain` asks
+    /// (see [`retention`]). A log whose engine cannot delete records (sled) deletes nothing.
+    fn compact(&self, keep_from: u64, retain: &retention::Retain) -> Result<retention::Compaction, LogError> {
+        let _ = (keep_from, retain);
+        Ok(retention::Compaction { first_kept: self.first_seq(), ..Default::default() })
+    }
 
     /// Makes everything durable and marks the log cleanly closed, so the next open records no crash.
     /// Later appends fail with [`LogError::Closed`]. Idempotent.

@@ -152,7 +152,10 @@ impl Replayer {
     /// restarting proxy reads after its checkpoint. A later run refers to them only to resolve a crash
     /// window ([`LogRecord::Resolved`]), to log a write a read discovered ([`LogRecord::DiscoveredWrite`]),
     /// or in a Recovery record; those records pass on as [`Replayed`] events (the one-shot
-    /// [`replay_tail`] collects them in [`ReplayedTail::earlier`]). Any other record about one is still an error.
+    /// [`replay_tail`] collects them in [`ReplayedTail::earlier`]). Any other record about one is still an
+    /// error, except its first: the records may also start at a cut in the middle of a run
+    /// ([`super::retention::Cut`]), and a transaction whose id was taken before the cut may append its
+    /// first record after it (ids are taken at `BEGIN`, records appended as statements run).
     pub fn after(mut self, earlier: TxnId) -> Self {
         self.earlier = Some(earlier);
         self
@@ -440,7 +443,9 @@ impl Replayer {
         outcome: Outcome,
         commit_ns: Option<u64>,
     ) -> Result<ReplayedTxn, LogError> {
-        if self.before_first(logged.id) || !self.seen.insert(logged.id) {
+        // Not `before_first`: an id below `earlier` whose first record comes now began before a cut
+        // (see `after`); a second record of one seen here is still an error.
+        if !self.seen.insert(logged.id) {
             return Err(inconsistent(seq, format!("a second record for {}", logged.id)));
         }
         let (mut txn, unchecked) = self.convert(seq, logged, outcome, commit_ns)?;

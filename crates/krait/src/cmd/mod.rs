@@ -7,6 +7,7 @@ pub mod history;
 pub mod proxy;
 pub mod refstore;
 pub mod report;
+pub mod retention;
 pub mod serve;
 pub mod serve_many;
 pub mod status_server;

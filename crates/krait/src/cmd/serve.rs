@@ -238,6 +238,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
             None => eprintln!("krait serve: {line}"),
         })?;
+        let retention = match config.log.retain.policy() {
+            Some(policy) => {
+                let (log, metrics) = (handle.log().clone(), handle.metrics().clone());
+                Some(tokio::spawn(crate::cmd::retention::run(log, metrics, policy)))
+            }
+            None => None,
+        };
         let mut ticker = tokio::time::interval(status_every);
         ticker.tick().await;
         let mut publisher = tokio::time::interval(PUBLISH_EVERY);
@@ -280,6 +287,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         }
         eprintln!("krait serve: shutting down");
+        if let Some(retention) = retention {
+            retention.abort();
+        }
         match &log_failure {
             // Closing a failed log fails with the same reason, already said.
             Some(_) => drop(handle.shutdown().await),

@@ -40,10 +40,42 @@ pub trait Store: Send + Sync {
     /// Makes every append and metadata change so far durable.
     fn flush(&self) -> Result<(), LogError>;
 
+    /// The first record the store holds: 0, unless retention deleted the oldest ([`Store::remove_before`]).
+    fn first_seq(&self) -> u64 {
+        0
+    }
+
+    /// The files records are kept in, oldest first, for retention to choose from; empty where the engine
+    /// cannot delete records (sled).
+    fn segments(&self) -> Result<Vec<SegmentInfo>, LogError> {
+        Ok(Vec::new())
+    }
+
+    /// Deletes the files of every record below `first_kept`, which must be where a file
+    /// ([`Store::segments`]) starts, and not the last file's start: the file appends go to stays.
+    fn remove_before(&self, first_kept: u64) -> Result<(), LogError> {
+        Err(LogError::Refused(format!("this log's engine cannot delete records (below {first_kept})")))
+    }
+
     /// Deals with what a crash may have left half-written at the end of the records, before the log reads
     /// them: cuts it when `crashed` (the previous run did not close cleanly), and reports it as damage when
     /// not (a cleanly closed log has nothing half-written).
     fn recover_torn_tail(&self, crashed: bool) -> Result<(), LogError>;
+}
+
+/// One file of records, as retention sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentInfo {
+    /// Its first record.
+    pub first_seq: u64,
+    /// One more than its last record (the next file's first).
+    pub end_seq: u64,
+    /// Its size on disk.
+    pub bytes: u64,
+    /// When it was last written: when its newest record went in, for a file no longer appended to.
+    pub modified: std::time::SystemTime,
+    /// Whether appends go to it (the last file), so that it is never deleted.
+    pub current: bool,
 }
 
 /// Which engine holds the log in `dir`: sled's where sled's files are and no segments, else the segment store

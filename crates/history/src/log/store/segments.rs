@@ -42,7 +42,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{LockMode, Store, StoredRecords, lock_waiting};
+use super::{LockMode, SegmentInfo, Store, StoredRecords, lock_waiting};
 use crate::log::LogError;
 use crate::log::disk_log::{create_private_dir, open_error};
 use crate::log::record::{HEADER_LEN, MAX_PAYLOAD_BYTES, header_checks_out};
@@ -306,6 +306,10 @@ impl Store for SegmentStore {
         if let Err(e) = w.write_out() {
             return Box::new(std::iter::once(Err(e)));
         }
+        let first = w.segments[0].first_seq;
+        if from_seq < first {
+            return Box::new(std::iter::once(Err(LogError::Compacted { from: from_seq, first })));
+        }
         let start = w.mark_for(from_seq);
         Box::new(SegmentReader {
             segments: w.segments[start.segment..].to_vec(),
@@ -317,6 +321,56 @@ impl Store for SegmentStore {
             end: w.next_seq,
             done: false,
         })
+    }
+
+    fn first_seq(&self) -> u64 {
+        self.lock().segments[0].first_seq
+    }
+
+    fn segments(&self) -> Result<Vec<SegmentInfo>, LogError> {
+        let w = self.lock();
+        let last = w.segments.len() - 1;
+        w.segments
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let meta = std::fs::metadata(&s.path)
+                    .map_err(|source| LogError::Io { context: format!("cannot stat {}", path(s)), source })?;
+                Ok(SegmentInfo {
+                    first_seq: s.first_seq,
+                    end_seq: w.segments.get(i + 1).map_or(w.next_seq, |n| n.first_seq),
+                    // The last file's appends may still be in the buffer.
+                    bytes: meta.len() + if i == last { w.buffer.len() as u64 } else { 0 },
+                    modified: meta.modified().unwrap_or_else(|_| std::time::SystemTime::now()),
+                    current: i == last,
+                })
+            })
+            .collect()
+    }
+
+    fn remove_before(&self, first_kept: u64) -> Result<(), LogError> {
+        let mut w = self.lock();
+        let Some(count) = w.segments.iter().position(|s| s.first_seq == first_kept) else {
+            return Err(LogError::Refused(format!("no segment starts at record {first_kept}")));
+        };
+        if count == 0 {
+            return Ok(());
+        }
+        // Oldest first, and the list updated as each goes: a crash part way leaves a log that starts at a
+        // later file, never one with a hole. Readers already past these files hold their own handles.
+        for segment in w.segments.drain(..count).collect::<Vec<_>>() {
+            std::fs::remove_file(&segment.path).map_err(|source| LogError::Io {
+                context: format!("cannot delete {}", path(&segment)),
+                source,
+            })?;
+        }
+        w.index.retain(|m| m.segment >= count);
+        for mark in &mut w.index {
+            mark.segment -= count;
+        }
+        let folder = self.dir.join(SEGMENTS_DIR);
+        sync_dir(&folder)
+            .map_err(|source| LogError::Io { context: format!("cannot fsync {}", folder.display()), source })
     }
 
     fn get_meta(&self, key: &str) -> Result<Option<Vec<u8>>, LogError> {

@@ -171,6 +171,28 @@ pub fn seed(book: &VersionBook, log: &dyn HistoryLog) -> Result<(Vec<(TxnId, u32
     Ok((next.crash_window, seeded))
 }
 
+/// Moves the log's version-book checkpoint forward to its latest durable cut ([`HistoryLog::clean_cut`]),
+/// so that retention may delete the records before it (`history::log::retention`); returns the records the
+/// checkpoint covers now, or `None` when the log has none that decodes (then nothing before the run may
+/// go).
+///
+/// The checkpoint is advanced the way a start advances it, by the records from where it stood to the cut,
+/// but on a book of its own: the running book holds versions whose records may not be in the log yet, and
+/// a checkpoint must hold only what the records say. A cut has no intent pending before it and the records
+/// after it cite nothing before it, so the next start replays from it as it replays from a run's start
+/// (`tests::a_checkpoint_advanced_to_a_cut_in_the_middle_of_a_run_equals_one_from_the_whole_log`).
+pub fn advance_to_cut(log: &dyn HistoryLog) -> Result<Option<u64>, LogError> {
+    let Some(bytes) = log.checkpoint(CHECKPOINT_NAME)? else { return Ok(None) };
+    let Ok(stored) = decode_framed::<BookCheckpoint>(&bytes) else { return Ok(None) };
+    let Some(cut) = log.clean_cut().filter(|cut| cut.seq > stored.covers) else {
+        return Ok(Some(stored.covers));
+    };
+    let (mut next, _) = advance(&VersionBook::new(), log, &stored, cut.seq)?;
+    next.txns_below = cut.txns_below.0;
+    store(log, &next)?;
+    Ok(Some(next.covers))
+}
+
 /// Stores `c` as the log's version-book checkpoint.
 fn store(log: &dyn HistoryLog, c: &BookCheckpoint) -> Result<(), LogError> {
     encode_framed(c)

@@ -173,3 +173,121 @@ fn a_checkpoint_that_does_not_serve_is_dropped_for_the_whole_log() {
     }
     log.close().unwrap();
 }
+
+/// `c` with its owners sorted. The book evicts owners oldest first in the order it learnt them, and a
+/// checkpoint advanced cut by cut learns a transaction that appended after a cut after the larger ids
+/// before it, where one replay of the whole log sorts them all. Either order is safe: the book remembers
+/// the newest id it evicted, and treats every unowned id up to it as possibly owned.
+fn owners_sorted(mut c: BookCheckpoint) -> BookCheckpoint {
+    c.owned.sort_unstable();
+    c
+}
+
+/// The checkpoint a replay of the records below `cut` gives, into a fresh book: the oracle for a
+/// checkpoint advanced to a cut in the middle of a run.
+fn from_the_records_below(log: &DiskLog, cut: history::log::retention::Cut) -> BookCheckpoint {
+    let records = log.tail(0).take_while(|r| r.as_ref().map_or(true, |(seq, _)| *seq < cut.seq));
+    let (h, mut xids) = history::log::replay::replay_keeping_xids(records).unwrap();
+    let book = VersionBook::new();
+    book.seed_from(&h);
+    let mut owned: Vec<_> = xids.iter().map(|(id, x)| (*id, x.xids.clone())).collect();
+    owned.sort_unstable_by_key(|(id, _)| *id);
+    for (id, x) in owned {
+        book.own(&x, id);
+    }
+    let crash_window = h
+        .transactions
+        .iter()
+        .filter(|t| t.outcome == Outcome::Indeterminate)
+        .filter_map(|t| Some((t.id, xids.remove(&t.id)?.top?)))
+        .collect();
+    let mut c = BookCheckpoint {
+        covers: cut.seq,
+        txns_below: cut.txns_below.0,
+        crash_window,
+        ..BookCheckpoint::default()
+    };
+    book.save(&mut c);
+    c
+}
+
+/// A run whose sessions take their transaction ids at `BEGIN` and append their records later, in between
+/// one another's, so that ids are appended out of order and some straddle the cuts the log takes; the
+/// version book's checkpoint is advanced to the latest cut now and then, as `krait serve` does.
+fn run_advancing(log: &DiskLog, rng: &mut StdRng) -> usize {
+    let mut next = log.txn_id_floor().0;
+    let mut begun: Vec<TxnId> = Vec::new();
+    let mut advanced = 0;
+    let session = SessionId(next * 10 + 7);
+    let mut seq = 0;
+    for _ in 0..rng.gen_range(20..80) {
+        if begun.is_empty() || rng.gen_bool(0.4) {
+            begun.push(TxnId(next));
+            next += 1;
+            continue;
+        }
+        let id = begun.swap_remove(rng.gen_range(0..begun.len()));
+        let mut txn = LoggedTxn::new(id, session, seq);
+        seq += 1;
+        for _ in 0..rng.gen_range(1..4) {
+            let k = key(rng.gen_range(0..20));
+            txn.ops.push(LoggedOp::Write { key: k, write: WriteId(rng.r#gen()), stmt: None });
+        }
+        let xid = 1000 + id.0 as u32;
+        if rng.gen_bool(0.5) {
+            let _ = log.append_finished(txn, Outcome::Committed, Some(id.0)).unwrap();
+        } else {
+            let _ = log.append_intent(txn).unwrap();
+            let _ = log.append_outcome(id, Outcome::Committed, Some(id.0)).unwrap();
+        }
+        let _ = log.append_xids(id, Some(xid), vec![xid]).unwrap();
+        if rng.gen_bool(0.2) {
+            let _ = log.append_discovered_write(id, key(rng.gen_range(0..20)), WriteId(rng.r#gen()));
+        }
+        if rng.gen_bool(0.2) {
+            // Cuts count once the records before them are durable.
+            log.sync().unwrap();
+            let before = stored(log).covers;
+            let cut = log.clean_cut().expect("a log takes a cut at every open");
+            let covers = advance_to_cut(log).unwrap();
+            assert_eq!(covers, Some(cut.seq.max(before)));
+            if cut.seq > before {
+                let expected = owners_sorted(from_the_records_below(log, cut));
+                assert_eq!(owners_sorted(stored(log)), expected, "the checkpoint at {cut:?}");
+                advanced += 1;
+            }
+        }
+    }
+    advanced
+}
+
+#[test]
+fn a_checkpoint_advanced_to_a_cut_in_the_middle_of_a_run_equals_one_from_the_whole_log() {
+    let mut advanced = 0;
+    for case in 0..40u64 {
+        let mut rng = StdRng::seed_from_u64(1_000 + case);
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = history::log::LogOptions::new(Durability::None);
+        options.cut_every_bytes = rng.gen_range(200..1_200);
+        let mut earlier = Vec::new();
+        for r in 0..rng.gen_range(2..5) {
+            let log = DiskLog::open_with(dir.path(), options).unwrap();
+            let book = VersionBook::new();
+            let (window, _) = seed(&book, &log).unwrap();
+            let whole = owners_sorted(from_the_whole_log(&log));
+            assert_eq!(owners_sorted(stored(&log)), whole, "case {case}, run {r}: the stored checkpoint");
+            run(&log, &mut rng, &window, &mut earlier, false);
+            advanced += run_advancing(&log, &mut rng);
+            match rng.gen_bool(0.4) {
+                true => log.drop_as_if_crashed(),
+                false => log.close().unwrap(),
+            }
+        }
+        // The next start replays from a cut in the middle of the last run, and gets what the whole log says.
+        let log = DiskLog::open_with(dir.path(), options).unwrap();
+        let (_, seeded) = seed(&VersionBook::new(), &log).unwrap();
+        assert!(seeded.from_checkpoint, "case {case}");
+        assert_eq!(owners_sorted(stored(&log)), owners_sorted(from_the_whole_log(&log)), "case {case}");
+    }
+    assert!(advanced >= 40, "{advanced} checkpoints advanced to a cut");
+}
