@@ -35,7 +35,7 @@ enum Command {
     /// Check configuration files.
     #[command(subcommand)]
     Config(cmd::proxy::ConfigCommand),
-    /// List and show the reject reports stored under a data directory (works offline).
+    /// List, show, re-check and replay the reject reports stored under a data directory (works offline).
     #[command(subcommand)]
     Report(cmd::report::ReportCommand),
     /// Run a small contended workload and verify it online as it runs: through Krait (TLS on) into the local

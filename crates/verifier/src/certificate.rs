@@ -52,6 +52,8 @@ pub(crate) struct Certifier<'a> {
     adj: Vec<Vec<u32>>,
     pub derivations: Vec<Derivation>,
     memo: HashMap<(u8, u32, u32), usize>,
+    /// The history indices of the transactions the edges explained so far name (the report carries them
+    /// and what else `report::carried` adds).
     pub involved: BTreeSet<usize>,
 }
 
@@ -632,13 +634,6 @@ impl<'a> Certifier<'a> {
         }
         Some(cycle)
     }
-
-    /// The transactions involved, with their ops.
-    pub(crate) fn transactions(&self, extra: impl IntoIterator<Item = usize>) -> Vec<TxnReport> {
-        let mut all = self.involved.clone();
-        all.extend(extra);
-        all.into_iter().map(|i| txn_report(self.h, i)).collect()
-    }
 }
 
 /// The report of transaction number `i` of the history.
@@ -676,7 +671,18 @@ pub(crate) fn txn_report(h: &History, i: usize) -> TxnReport {
                     })
                     .collect()
             });
-            OpReport { index, text, sql, version: Some(version), row, params, write, key, values }
+            OpReport {
+                index,
+                text,
+                sql,
+                version: Some(version),
+                row,
+                params,
+                write,
+                key,
+                values,
+                key_id: Some(op.key().0),
+            }
         })
         .collect();
     let statements = history::values::statement_steps(&t.ops, t.values.as_deref())

@@ -52,6 +52,23 @@ pub struct CheckSummary {
     pub refutations_proved: u64,
 }
 
+impl std::fmt::Display for CheckSummary {
+    /// What the check covered, in one line (what `krait verify --check-report` and `krait report check`
+    /// print after `REPORT CHECKED:`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} cycle edges, {} version-order facts proved from the history, {} taken from the solver's \
+             refutation (checked for consistency only), {} omitted, {} transactions replayed",
+            self.edges,
+            self.derivations_proved,
+            self.derivations_assumed,
+            self.derivations_omitted,
+            self.replayed
+        )
+    }
+}
+
 /// Re-checks `report` against `history`.
 pub fn check_report(history: &History, report: &Report) -> Result<(), CheckError> {
     check_report_detailed(history, report).map(|_| ())

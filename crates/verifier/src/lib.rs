@@ -68,8 +68,9 @@ pub use kernels::Backend;
 pub use options::{Level, Options};
 pub use pipeline::verify;
 pub use report::{
-    Anomaly, AnomalyClass, ColumnValue, CycleEdge, DeclaredLevels, EdgeKind, OpReport, Report, RowKey,
-    SeenHow, StatementReport, TxnReport, UnverifiableCause, Verdict,
+    Anomaly, AnomalyClass, CitedError, CitedHistory, CitedSummary, ColumnValue, CycleEdge, DeclaredLevels,
+    EdgeKind, OpReport, Report, RowKey, SeenHow, StatementReport, TxnReport, UnverifiableCause, Verdict,
+    check_cited,
 };
 pub use report_store::{ReportStore, ReportStoreError, ReportSummary};
 pub use rounds::{OnlineVerifier, RoundOptions, RoundStats, RoundsError, RoundsOutcome, verify_in_rounds};

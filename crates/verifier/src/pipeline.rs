@@ -18,7 +18,7 @@ use std::time::Instant;
 use history::{ClockBounds, History, Outcome, TxnId};
 use kernels::Backend;
 
-use crate::certificate::{Certifier, txn_report};
+use crate::certificate::Certifier;
 use crate::chains::Chains;
 use crate::constraints::Constraint;
 use crate::error::VerifyError;
@@ -28,7 +28,7 @@ use crate::options::{Level, Options};
 use crate::prune::Decision;
 use crate::report::{
     self, Anomaly, Counts, EdgeKind, OptionsUsed, RealTime, Report, SCHEMA_VERSION, Timings, Unverifiable,
-    Verdict,
+    Verdict, carried,
 };
 use crate::solve::Solved;
 use crate::{chains, constraints, known_graph, normalize, prune, realtime, saturate, si, solve};
@@ -286,7 +286,7 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
         });
         anomaly.uses_real_time |= in_proofs;
         report.anomalies.push(anomaly);
-        report.transactions = cert.transactions([]);
+        report.transactions = carried::transactions(h, &report, cert.involved.iter().copied());
     }
     report.timings.report_ms = (ms(after_prune) - report.timings.solve_ms).max(0.0);
     Ok(report)
@@ -328,7 +328,7 @@ fn verify_by_saturation(h: &History, options: &Options, mut report: Report, star
         Some((anomaly, involved)) => {
             report.verdict = Verdict::Reject;
             report.anomalies.push(anomaly);
-            report.transactions = involved.into_iter().map(|i| txn_report(h, i)).collect();
+            report.transactions = carried::transactions(h, &report, involved);
         }
     }
     report.timings.report_ms = ms(after);
@@ -467,7 +467,7 @@ fn verify_snapshot_isolation(
             report.verdict = Verdict::Reject;
             report.derivations = std::mem::take(&mut cert.derivations);
             report.anomalies.push(anomaly);
-            report.transactions = cert.transactions([]);
+            report.transactions = carried::transactions(h, &report, cert.involved.iter().copied());
         }
     }
     report.timings.report_ms = ms(after);
@@ -497,7 +497,7 @@ fn non_cycle_reject(h: &History, mut report: Report, found: Vec<Found>, start: I
             refutation: None,
         });
     }
-    report.transactions = involved.into_iter().map(|i| txn_report(h, i)).collect();
+    report.transactions = carried::transactions(h, &report, involved);
     report.timings.construct_ms = ms(start);
     report
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::options::Level;
 
 /// The version of the report's JSON schema.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Accept or reject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -391,6 +391,11 @@ pub struct OpReport {
     /// The row behind it, value by value, where recorded (what `row` prints). Schema 3.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub values: Vec<ColumnValue>,
+    /// The key's index in the history's key table, as edges and derivations name it: so that the report's
+    /// own transactions can be checked against its edges without the history ([`Report::cited_history`]),
+    /// even where two keys print alike. Schema 4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<u32>,
 }
 
 /// A SQL row's key: its table and its primary-key values in text format.
@@ -773,7 +778,9 @@ pub struct Report {
     /// Version-order facts that ww/rw edges cite by index; a derivation only cites lower indices.
     #[serde(default)]
     pub derivations: Vec<Derivation>,
-    /// Every transaction the anomalies mention, with its ops.
+    /// Every transaction the report cites, with all its ops: those its anomalies and proofs mention, the
+    /// writers of the versions its derivations chain, and what else the checker reads (schema 4), so that
+    /// the report can be re-checked on its own ([`check_cited`]).
     #[serde(default)]
     pub transactions: Vec<TxnReport>,
     /// On accept: a serial order of the included transactions that explains every read.
@@ -828,6 +835,9 @@ impl Report {
 }
 
 pub(crate) mod as_json;
+pub(crate) mod carried;
+mod cited;
+pub use cited::{CitedError, CitedHistory, CitedSummary, check_cited};
 mod dot;
 mod html;
 mod labels;

@@ -1,5 +1,6 @@
-//! `krait report list|show`: the reject reports the online verifier wrote into `DATA_DIR/reports/`. It needs
-//! nothing but the data directory: no proxy, no database, no running verifier. [`StoredReports`] hands the
+//! `krait report list|show|check|replay`: the reject reports the online verifier wrote into
+//! `DATA_DIR/reports/`. It needs nothing but the data directory: no proxy, no database, no running verifier,
+//! and (for `check`) not the history log, which compaction may since have cut short. [`StoredReports`] hands the
 //! same directory to the admin server of `krait serve`, for its status page and `/reports/ID`.
 
 use std::path::PathBuf;
@@ -7,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use proxy::status_page::{ReportLink, ReportList, ReportPages};
-use verifier::{ReportStore, ReportStoreError};
+use verifier::{CitedError, Report, ReportStore, ReportStoreError};
 
 /// Subcommands of `krait report`.
 #[derive(Debug, clap::Subcommand)]
@@ -36,6 +37,19 @@ pub enum ReportCommand {
         /// How to print it.
         #[arg(long, value_enum, default_value_t = ShowFormat::Text)]
         format: ShowFormat,
+    },
+    /// Re-check a reject report against the transactions it carries, without the history log it came from
+    /// (which compaction may have cut since): every stated edge must follow from those transactions and
+    /// every cycle must close, as `krait verify --check-report` checks a report against a whole history.
+    /// Exit code: 0 the report holds, 1 it does not, 2 error (an unreadable report; an accept, whose
+    /// evidence is the whole history; or a report from before reports carried every transaction they cite,
+    /// schema 4, that its own transactions do not bear out).
+    Check {
+        /// The report's id, as `list` prints it (for example r000001).
+        id: String,
+        /// The data directory (its `reports/` folder holds the reports).
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
     },
     /// Replay a reject report's anomaly (CLOTHO): write one SQL script per session and the interleaving
     /// that produced it, and with --target run them against a database, recorded by an in-process proxy,
@@ -132,6 +146,10 @@ pub fn run(cmd: ReportCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        ReportCommand::Check { id, data_dir } => {
+            let report = ReportStore::open_read_only(&data_dir).load(&id)?;
+            check(&report)
+        }
         ReportCommand::Replay {
             id,
             data_dir,
@@ -192,6 +210,34 @@ pub fn run(cmd: ReportCommand) -> anyhow::Result<ExitCode> {
             } else {
                 ExitCode::from(1)
             })
+        }
+    }
+}
+
+/// `krait report check`: says what re-checking `report` against its own transactions covered, or why it
+/// does not hold.
+fn check(report: &Report) -> anyhow::Result<ExitCode> {
+    match verifier::check_cited(report) {
+        Ok(covered) => {
+            println!("REPORT CHECKED: {}", covered.check);
+            println!(
+                "checked against the {} transaction(s) the report carries, without the history it came from",
+                covered.transactions
+            );
+            if covered.absences_unproved > 0 {
+                println!(
+                    "not checked: {} anomal{} claim that no recorded transaction wrote the version read, which \
+                     only the whole history can show (krait verify --check-report)",
+                    covered.absences_unproved,
+                    if covered.absences_unproved == 1 { "y" } else { "ies" }
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(err @ (CitedError::Accept | CitedError::Incomplete { .. })) => Err(anyhow::Error::new(err)),
+        Err(err) => {
+            println!("REPORT REFUTED: {err}");
+            Ok(ExitCode::from(1))
         }
     }
 }
