@@ -4,96 +4,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::serve::{Serve, http_get, psql, recorded_verified};
 use common::{free_port, write_serve_config};
-
-/// A running `krait serve` and the lines it writes to stderr.
-struct Serve {
-    child: std::process::Child,
-    lines: mpsc::Receiver<String>,
-    reader: std::thread::JoinHandle<()>,
-    seen: Vec<String>,
-}
-
-impl Serve {
-    fn start(config: &std::path::Path, data: &std::path::Path, port: u16) -> Serve {
-        Serve::start_with(config, data, port, &[])
-    }
-
-    /// As [`Serve::start`], with more arguments for `krait serve`.
-    fn start_with(config: &std::path::Path, data: &std::path::Path, port: u16, more: &[&str]) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_krait"))
-            .args(["serve", "--config", config.to_str().expect("utf-8 path")])
-            .args(more)
-            .args(["--data-dir", data.to_str().expect("utf-8 path"), "--status-every", "1"])
-            .args(["--round-interval-ms", "200"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starts krait serve");
-        let (tx, lines) = mpsc::channel::<String>();
-        let stderr = child.stderr.take().expect("piped stderr");
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "krait serve did not start listening");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Serve { child, lines, reader, seen: Vec::new() }
-    }
-
-    /// Waits (bounded) for a stderr line that satisfies `want`.
-    fn wait_for(&mut self, what: &str, want: impl Fn(&str) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(200)) {
-                let hit = want(&line);
-                self.seen.push(line);
-                if hit {
-                    return;
-                }
-            }
-        }
-        panic!("no line shows {what}:\n{}", self.seen.join("\n"));
-    }
-
-    /// SIGTERM, then waits (bounded) for a clean exit; returns every stderr line.
-    fn stop(mut self) -> Vec<String> {
-        let pid = self.child.id().to_string();
-        let killed = Command::new("kill").args(["-TERM", &pid]).status().expect("runs kill");
-        assert!(killed.success());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("waits for krait serve") {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "krait serve did not stop after SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        self.reader.join().expect("the stderr reader ends");
-        self.seen.extend(self.lines.try_iter());
-        assert!(status.success(), "krait serve exited with {status}:\n{}", self.seen.join("\n"));
-        self.seen
-    }
-}
-
-/// The numbers after "recorded" and "verified" in a verifier status line.
-fn recorded_verified(line: &str) -> Option<(u64, u64)> {
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let after = |w: &str| -> Option<u64> {
-        let i = words.iter().position(|x| *x == w)?;
-        words.get(i + 1)?.trim_end_matches(',').parse().ok()
-    };
-    Some((after("recorded")?, after("verified")?))
-}
 
 #[test]
 fn serve_verifies_psql_transactions_online_and_stops_cleanly_on_sigterm() {
@@ -225,18 +140,6 @@ fn common_check(config: &std::path::Path) -> std::process::Output {
         .expect("runs krait config check")
 }
 
-/// One HTTP/1.1 GET on the admin server; returns the body.
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connects to the admin server");
-    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("sets a timeout");
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("sends");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("reads the reply");
-    assert!(response.starts_with("HTTP/1.1 200"), "{path}: {response}");
-    response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
-}
-
 /// `/metrics` and `/api/status` of a running `krait serve` carry the verifier's state: transactions
 /// verified, the lag in transactions and in seconds, and whether it has fallen behind.
 #[test]
@@ -293,16 +196,6 @@ fn serve_reports_the_verifier_lag_on_metrics_and_status() {
     serve.stop();
 }
 
-/// Runs `sql` through the proxy with psql; asserts it succeeded.
-fn psql(port: u16, sql: &str) {
-    let out = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "test", "-X", "-q"])
-        .args(["-v", "ON_ERROR_STOP=1", "-c", sql])
-        .output()
-        .expect("runs psql");
-    assert!(out.status.success(), "psql through krait serve: {}", String::from_utf8_lossy(&out.stderr));
-}
-
 /// Issue 20, item 4: a restarted `krait serve` resumes from the checkpoint its verifier stored as it stopped,
 /// instead of verifying the log again from its first record, and goes on counting from where it stopped.
 #[test]
@@ -353,77 +246,4 @@ fn a_restarted_serve_resumes_its_verifier_from_the_checkpoint() {
     });
     let second = serve.stop();
     assert!(!second.iter().any(|l| l.contains("REJECT")), "{}", second.join("\n"));
-}
-
-/// A number from a `/metrics` line `NAME VALUE`.
-fn metric_value(metrics: &str, name: &str) -> Option<u64> {
-    metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-}
-
-#[test]
-fn serve_deletes_log_segments_nothing_needs_and_restarts_from_what_is_left() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let (port, admin_port) = (free_port(), free_port());
-    let max_bytes = 256 << 10;
-    let config = write_serve_config(
-        dir.path(),
-        port,
-        Some(admin_port),
-        &format!("[log.retain]\nmax_bytes = {max_bytes}\n"),
-    );
-    // Small segments, so that a short run fills several.
-    let text = std::fs::read_to_string(&config).expect("reads the config");
-    std::fs::write(&config, text.replacen("[log]\n", "[log]\nsegment_bytes = 65536\n", 1))
-        .expect("writes it");
-    let data = dir.path().join("data");
-    let table = format!("krait_retain_{}", std::process::id());
-    let updates = |n: usize| {
-        (0..n)
-            .map(|i| format!("BEGIN; UPDATE {table} SET v = v + 1 WHERE k = {}; COMMIT;", i % 5))
-            .collect::<String>()
-    };
-    let admin = format!("127.0.0.1:{admin_port}");
-
-    let serve = Serve::start(&config, &data, port);
-    psql(port, &format!("DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int primary key, v int);"));
-    psql(port, &format!("INSERT INTO {table} SELECT g, 0 FROM generate_series(0, 4) g;"));
-    // Keep appending until retention has deleted segments (the verifier stores a checkpoint every 10 s or
-    // so, and only records below it may go).
-    // Paced, so that the verifier keeps up on two shared cores.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let (deleted, appended) = loop {
-        psql(port, &updates(150));
-        std::thread::sleep(Duration::from_millis(500));
-        let metrics = http_get(&admin, "/metrics");
-        let deleted = metric_value(&metrics, "krait_log_bytes_deleted_total").unwrap_or(0);
-        if deleted > 0 {
-            break (deleted, metric_value(&metrics, "krait_log_bytes").expect("krait_log_bytes"));
-        }
-        assert!(Instant::now() < deadline, "retention deleted nothing in 90 s:\n{metrics}");
-    };
-    let status: serde_json::Value =
-        serde_json::from_str(&http_get(&admin, "/api/status")).expect("/api/status is JSON");
-    let first = status["log"]["first_record"].as_u64().expect("log.first_record");
-    let needed = status["log"]["needed_from"].as_u64().expect("log.needed_from");
-    assert!(first > 0 && first <= needed, "{status}");
-    eprintln!("retention deleted {deleted} bytes; the folder holds {appended} (bound {max_bytes})");
-    let stopped = serve.stop();
-    let last = stopped.iter().find(|l| l.contains("stopped; verifier:")).expect("a final status line");
-    let (recorded, verified) = recorded_verified(last).expect("numbers in the final line");
-    assert!(verified == recorded, "{last}");
-
-    // A restart resumes from the checkpoints (the book's and the verifier's), though the log's first
-    // records are gone, and goes on verifying.
-    let mut serve = Serve::start(&config, &data, port);
-    serve.wait_for("a resume from the checkpoint", |line| {
-        line.contains("resumed from its checkpoint at log record")
-    });
-    psql(port, &format!("{} DROP TABLE {table};", updates(20)));
-    serve.wait_for("the verifier caught up with the new transactions", |line| {
-        line.contains("verifier:")
-            && recorded_verified(line).is_some_and(|(r, v)| r >= recorded + 20 && v == r)
-    });
-    let second = serve.stop();
-    let all = [stopped, second].concat().join("\n");
-    assert!(!all.contains("REJECT") && !all.contains("retention could not run"), "{all}");
 }

@@ -240,9 +240,9 @@ pub struct LogConfig {
     pub retain: RetainConfig,
 }
 
-/// `[log.retain]`: under `krait serve`, how long the log keeps records that nothing needs any more
-/// (`history::log::retention`): verified, covered by the verifier's and the version book's checkpoints, and
-/// shipped. Records still needed are kept whatever their age or size.
+/// `[log.retain]`: under `krait serve`, or a proxy that ships its log, how long the log keeps records that
+/// nothing needs any more ([`crate::retention`]): covered by the verifier's and the version book's
+/// checkpoints, and shipped. Records still needed are kept whatever their age or size.
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetainConfig {

@@ -23,6 +23,7 @@ pub mod machine;
 pub mod metrics;
 pub mod recorder;
 pub mod replies;
+pub mod retention;
 mod session;
 pub mod sql;
 pub mod status_page;
@@ -98,6 +99,7 @@ pub struct ProxyHandle {
     stop: watch::Sender<bool>,
     accept_task: JoinHandle<()>,
     shipper: Option<ship::Shipper>,
+    retention: Option<JoinHandle<()>>,
 }
 
 impl ProxyHandle {
@@ -150,6 +152,9 @@ impl ProxyHandle {
     /// Stops accepting, ends every session (recording their open transactions), waits up to five seconds for
     /// them, and closes the log cleanly.
     pub async fn shutdown(self) -> Result<(), ProxyError> {
+        if let Some(retention) = &self.retention {
+            retention.abort();
+        }
         let _ = self.stop.send(true);
         let _ = self.accept_task.await;
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -176,6 +181,9 @@ pub struct StartOptions {
     /// Reject reports for the admin server's status page and `/reports/ID` (`krait serve` keeps them; a
     /// bare proxy has none).
     pub reports: Option<Arc<dyn status_page::ReportPages>>,
+    /// Whether an online verifier in this process reads the log and publishes its checkpoint in
+    /// [`metrics::VerifierMetrics`] (`krait serve`): retention then deletes only what that checkpoint covers.
+    pub local_verifier: bool,
 }
 
 /// Starts the proxy: opens the log, binds the listener and the admin server, and accepts clients in the
@@ -295,8 +303,15 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
         let _ = metrics.shipping.set(shipper.counters().clone());
         shipper
     });
+    let readers = retention::Readers { local_verifier: extras.local_verifier, shipper: shipper.is_some() };
+    let retention = shared
+        .config
+        .log
+        .retain
+        .policy()
+        .and_then(|policy| retention::spawn(log.clone(), metrics.clone(), policy, readers));
     let accept_task = tokio::spawn(accept_loop(listener, shared.clone(), stop_rx));
-    Ok(ProxyHandle { listen_addr, admin_addr, log, metrics, shared, stop, accept_task, shipper })
+    Ok(ProxyHandle { listen_addr, admin_addr, log, metrics, shared, stop, accept_task, shipper, retention })
 }
 
 /// How long a stopping proxy's shipper may take to ship what the log still holds.

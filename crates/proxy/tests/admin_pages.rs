@@ -60,7 +60,7 @@ fn the_status_page_links_reports_and_only_plain_ids_reach_the_store() {
     let rt = rt.unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let store = Arc::new(OneReport::default());
-    let extras = StartOptions { reports: Some(store.clone()) };
+    let extras = StartOptions { reports: Some(store.clone()), ..StartOptions::default() };
     let handle = rt.block_on(proxy::start_with(config(dir.path()), extras)).unwrap_or_else(|e| panic!("{e}"));
     let admin = handle.admin_addr().map(|a| a.to_string()).unwrap_or_else(|| panic!("an admin address"));
 

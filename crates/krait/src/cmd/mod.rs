@@ -7,7 +7,6 @@ pub mod history;
 pub mod proxy;
 pub mod refstore;
 pub mod report;
-pub mod retention;
 pub mod serve;
 pub mod serve_many;
 pub mod status_server;

@@ -203,7 +203,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let status_every = Duration::from_secs(args.status_every.max(1));
     let stop_grace = Duration::from_secs(args.stop_grace);
     let final_status = runtime.block_on(async {
-        let extras = proxy::StartOptions { reports: Some(Arc::new(StoredReports(store.clone()))) };
+        let extras = proxy::StartOptions {
+            reports: Some(Arc::new(StoredReports(store.clone()))),
+            local_verifier: true,
+        };
         let handle = proxy::start_with(config.clone(), extras).await.context("the proxy could not start")?;
         eprintln!(
             "krait serve: clients connect to {}, database at {}, history log in {}, reject reports in {}",
@@ -238,13 +241,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
             None => eprintln!("krait serve: {line}"),
         })?;
-        let retention = match config.log.retain.policy() {
-            Some(policy) => {
-                let (log, metrics) = (handle.log().clone(), handle.metrics().clone());
-                Some(tokio::spawn(crate::cmd::retention::run(log, metrics, policy)))
-            }
-            None => None,
-        };
         let mut ticker = tokio::time::interval(status_every);
         ticker.tick().await;
         let mut publisher = tokio::time::interval(PUBLISH_EVERY);
@@ -287,9 +283,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         }
         eprintln!("krait serve: shutting down");
-        if let Some(retention) = retention {
-            retention.abort();
-        }
         match &log_failure {
             // Closing a failed log fails with the same reason, already said.
             Some(_) => drop(handle.shutdown().await),
