@@ -5,6 +5,8 @@
 //! tampered with (a transaction the anomaly names dropped, a version one of its edges rests on changed), so
 //! the check is not vacuous.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
@@ -214,44 +216,9 @@ fn random_history(rng: &mut StdRng) -> History {
         }
         txns.push(t);
     }
-    let writes: Vec<(Key, WriteId)> = txns
-        .iter()
-        .flat_map(|t| t.ops.iter())
-        .filter_map(|op| match *op {
-            Op::Write { key, write, .. } => Some((key, write)),
-            _ => None,
-        })
-        .collect();
-    for _ in 0..if rng.gen_bool(0.5) { 0 } else { rng.gen_range(1..=2) } {
-        let ti = rng.gen_range(0..txns.len());
-        let reads: Vec<usize> =
-            (0..txns[ti].ops.len()).filter(|&i| matches!(txns[ti].ops[i], Op::Read { .. })).collect();
-        if reads.is_empty() {
-            continue;
-        }
-        let oi = reads[rng.gen_range(0..reads.len())];
-        let Op::Read { key, .. } = txns[ti].ops[oi] else { continue };
-        let same_key: Vec<WriteId> = writes.iter().filter(|(k, _)| *k == key).map(|(_, w)| *w).collect();
-        let observed = match rng.gen_range(0..100) {
-            0..=74 if !same_key.is_empty() => Observed::Version(same_key[rng.gen_range(0..same_key.len())]),
-            0..=89 => Observed::PreHistory(0),
-            90..=94 => Observed::Absent,
-            _ => Observed::Version(WriteId(9_999)),
-        };
-        txns[ti].ops[oi] = Op::Read { key, observed, stmt: None };
-    }
-    let mut seq: HashMap<SessionId, u64> = HashMap::new();
-    let mut order: Vec<usize> = (0..txns.len()).collect();
-    if rng.gen_bool(0.15) {
-        for i in (1..order.len()).rev() {
-            order.swap(i, rng.gen_range(0..=i));
-        }
-    }
-    for &i in &order {
-        let s = seq.entry(txns[i].session).or_insert(0);
-        txns[i].seq = *s;
-        *s += 1;
-    }
+    let perturbations = if rng.gen_bool(0.5) { 0 } else { rng.gen_range(1..=2) };
+    common::perturb_reads(rng, &mut txns, perturbations);
+    common::number_in_sessions(rng, &mut txns);
     h.transactions = txns;
     h
 }
@@ -325,20 +292,19 @@ fn reports_from_rounds_hold_against_their_own_transactions() {
     assert!(checked >= 50, "only {checked} round rejects checked");
 }
 
-fn corpus() -> Option<PathBuf> {
-    if let Ok(dir) = std::env::var("KRAIT_CORPUS") {
-        return Some(PathBuf::from(dir));
+/// The labelled corpus: `$KRAIT_CORPUS`, or `../shared/corpus` beside the workspace. A missing corpus fails
+/// the test: a skipped corpus check must never count as a pass.
+fn corpus() -> PathBuf {
+    match std::env::var("KRAIT_CORPUS") {
+        Ok(dir) => PathBuf::from(dir),
+        Err(_) => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus"),
     }
-    let fallback = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
-    fallback.exists().then_some(fallback)
 }
 
 #[test]
 fn corpus_rejects_hold_against_their_own_transactions() {
-    let Some(root) = corpus() else {
-        println!("skipped: KRAIT_CORPUS is not set and no corpus sits next to the workspace");
-        return;
-    };
+    let root = corpus();
+    assert!(root.is_dir(), "the corpus {} is missing (set KRAIT_CORPUS)", root.display());
     let mut histories: Vec<PathBuf> = std::fs::read_dir(root.join("cobra/ser-violation"))
         .unwrap_or_else(|e| panic!("{}: {e} (set KRAIT_CORPUS)", root.display()))
         .map(|entry| entry.expect("a corpus entry").path())

@@ -53,6 +53,17 @@ pub fn random_history(rng: &mut StdRng) -> History {
         }
         txns.push(t);
     }
+    let perturbations = if rng.gen_bool(0.6) { 0 } else { rng.gen_range(1..=2) };
+    perturb_reads(rng, &mut txns, perturbations);
+    number_in_sessions(rng, &mut txns);
+    h.transactions = txns;
+    h
+}
+
+/// Changes the version `count` random reads of `txns` observed: to another write of the key, an initial
+/// version, no row, or a version nobody wrote. How the random histories get their anomalies beyond stale
+/// snapshots.
+pub fn perturb_reads(rng: &mut StdRng, txns: &mut [Transaction], count: usize) {
     let writes: Vec<(Key, WriteId)> = txns
         .iter()
         .flat_map(|t| t.ops.iter())
@@ -61,8 +72,7 @@ pub fn random_history(rng: &mut StdRng) -> History {
             _ => None,
         })
         .collect();
-    let perturbations = if rng.gen_bool(0.6) { 0 } else { rng.gen_range(1..=2) };
-    for _ in 0..perturbations {
+    for _ in 0..count {
         let ti = rng.gen_range(0..txns.len());
         let reads: Vec<usize> =
             (0..txns[ti].ops.len()).filter(|&i| matches!(txns[ti].ops[i], Op::Read { .. })).collect();
@@ -80,6 +90,11 @@ pub fn random_history(rng: &mut StdRng) -> History {
         };
         txns[ti].ops[oi] = Op::Read { key, observed, stmt: None };
     }
+}
+
+/// Numbers each transaction's place in its session: in the order given, or (one time in seven or so) in a
+/// shuffled order, so that session order and execution order disagree.
+pub fn number_in_sessions(rng: &mut StdRng, txns: &mut [Transaction]) {
     let mut seq: HashMap<SessionId, u64> = HashMap::new();
     let mut order: Vec<usize> = (0..txns.len()).collect();
     if rng.gen_bool(0.15) {
@@ -93,8 +108,6 @@ pub fn random_history(rng: &mut StdRng) -> History {
         txns[i].seq = *s;
         *s += 1;
     }
-    h.transactions = txns;
-    h
 }
 
 /// The history, one line per transaction, for failure messages.

@@ -72,28 +72,8 @@ fn run(log: &DiskLog, rng: &mut StdRng, window: &[(TxnId, u32)], earlier: &mut V
 /// The checkpoint of `log` as a replay of all of it gives, into a fresh book: the oracle, written as the
 /// proxy seeded its book before checkpoints (one replay of the whole log, nothing from `advance`).
 fn from_the_whole_log(log: &DiskLog) -> BookCheckpoint {
-    let (h, mut xids) = history::log::replay::replay_keeping_xids(log.tail(0)).unwrap();
-    let book = VersionBook::new();
-    book.seed_from(&h);
-    let mut owned: Vec<_> = xids.iter().map(|(id, x)| (*id, x.xids.clone())).collect();
-    owned.sort_unstable_by_key(|(id, _)| *id);
-    for (id, x) in owned {
-        book.own(&x, id);
-    }
-    let crash_window = h
-        .transactions
-        .iter()
-        .filter(|t| t.outcome == Outcome::Indeterminate)
-        .filter_map(|t| Some((t.id, xids.remove(&t.id)?.top?)))
-        .collect();
-    let mut c = BookCheckpoint {
-        covers: log.next_seq(),
-        txns_below: log.txn_id_floor().0,
-        crash_window,
-        ..BookCheckpoint::default()
-    };
-    book.save(&mut c);
-    c
+    let end = history::log::retention::Cut { seq: log.next_seq(), txns_below: log.txn_id_floor() };
+    from_the_records_below(log, end)
 }
 
 fn stored(log: &DiskLog) -> BookCheckpoint {
