@@ -356,17 +356,25 @@ impl Store for SegmentStore {
         if count == 0 {
             return Ok(());
         }
-        // Oldest first, and the list updated as each goes: a crash part way leaves a log that starts at a
-        // later file, never one with a hole. Readers already past these files hold their own handles.
-        for segment in w.segments.drain(..count).collect::<Vec<_>>() {
-            std::fs::remove_file(&segment.path).map_err(|source| LogError::Io {
-                context: format!("cannot delete {}", path(&segment)),
-                source,
-            })?;
+        // Oldest first, so that a crash or a failure part way leaves a log that starts at a later file,
+        // never one with a hole; the list and the index then drop exactly the files that went. Readers
+        // already past these files hold their own handles.
+        let mut deleted = 0;
+        let mut failed = None;
+        for segment in &w.segments[..count] {
+            if let Err(source) = std::fs::remove_file(&segment.path) {
+                failed = Some(LogError::Io { context: format!("cannot delete {}", path(segment)), source });
+                break;
+            }
+            deleted += 1;
         }
-        w.index.retain(|m| m.segment >= count);
+        w.segments.drain(..deleted);
+        w.index.retain(|m| m.segment >= deleted);
         for mark in &mut w.index {
-            mark.segment -= count;
+            mark.segment -= deleted;
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         let folder = self.dir.join(SEGMENTS_DIR);
         sync_dir(&folder)
