@@ -35,12 +35,19 @@ pub struct Readers {
 
 /// The first record some reader still needs: the smallest of what each says it needs; 0 while one of them
 /// has not said (the verifier before its first checkpoint, a log whose book checkpoint does not decode).
+/// `book` is what the version book's checkpoint covered at the last call: the checkpoint (every recorded
+/// write id) is read and advanced again only once the log has a later cut.
 pub fn needed_from(
     log: &dyn HistoryLog,
     metrics: &Metrics,
     readers: Readers,
+    book: &mut Option<u64>,
 ) -> Result<u64, history::LogError> {
-    let Some(book) = crate::interpret::versions::seed::advance_to_cut(log)? else { return Ok(0) };
+    let moved = log.clean_cut().is_some_and(|cut| book.is_none_or(|covers| cut.seq > covers));
+    if moved || book.is_none() {
+        *book = crate::interpret::versions::seed::advance_to_cut(log)?;
+    }
+    let Some(book) = *book else { return Ok(0) };
     let verifier = match readers.local_verifier {
         true => Metrics::get(&metrics.verifier.checkpoint_covers),
         false => u64::MAX,
@@ -53,14 +60,15 @@ pub fn needed_from(
     Ok(book.min(verifier).min(shipper))
 }
 
-/// One pass: what went, counted in `metrics`.
+/// One pass: what went, counted in `metrics`; `book` as for [`needed_from`].
 pub fn retain_once(
     log: &dyn HistoryLog,
     metrics: &Metrics,
     policy: &Retain,
     readers: Readers,
+    book: &mut Option<u64>,
 ) -> Result<Compaction, history::LogError> {
-    let keep_from = needed_from(log, metrics, readers)?;
+    let keep_from = needed_from(log, metrics, readers, book)?;
     VerifierMetrics::set(&metrics.retention.needed_from, keep_from);
     let done = log.compact(keep_from, policy)?;
     metrics.retention.segments_deleted.fetch_add(done.segments as u64, std::sync::atomic::Ordering::Relaxed);
@@ -84,11 +92,19 @@ pub fn spawn(
 async fn run(log: Arc<dyn HistoryLog>, metrics: Arc<Metrics>, policy: Retain, readers: Readers) {
     let mut every = tokio::time::interval(RETAIN_EVERY);
     let mut last_error = None;
+    let mut book = None;
     loop {
         every.tick().await;
         let (log, metrics) = (log.clone(), metrics.clone());
-        let pass =
-            tokio::task::spawn_blocking(move || retain_once(log.as_ref(), &metrics, &policy, readers)).await;
+        let pass = tokio::task::spawn_blocking(move || {
+            let done = retain_once(log.as_ref(), &metrics, &policy, readers, &mut book);
+            (done, book)
+        })
+        .await;
+        let pass = pass.map(|(done, covers)| {
+            book = covers;
+            done
+        });
         match pass {
             Ok(Ok(done)) => {
                 last_error = None;
@@ -104,9 +120,7 @@ async fn run(log: Arc<dyn HistoryLog>, metrics: Arc<Metrics>, policy: Retain, re
             Ok(Err(e)) => {
                 let e = e.to_string();
                 if last_error.as_ref() != Some(&e) {
-                    eprintln!(
-                        "krait serve: retention could not run, the log keeps everything meanwhile: {e}"
-                    );
+                    tracing::warn!("retention could not run, the log keeps everything meanwhile: {e}");
                     last_error = Some(e);
                 }
             }
@@ -142,16 +156,29 @@ mod tests {
         let alone = Readers { local_verifier: false, shipper: false };
         let serve = Readers { local_verifier: true, shipper: false };
         // The book's checkpoint moves to the cut; with no other reader, that is what is needed.
-        assert_eq!(needed_from(&log, &metrics, alone).unwrap(), cut);
+        assert_eq!(needed_from(&log, &metrics, alone, &mut None).unwrap(), cut);
         // A verifier that has stored no checkpoint holds everything; one that has, from its checkpoint on.
-        assert_eq!(needed_from(&log, &metrics, serve).unwrap(), 0);
+        assert_eq!(needed_from(&log, &metrics, serve, &mut None).unwrap(), 0);
         VerifierMetrics::set(&metrics.verifier.checkpoint_covers, 7);
-        assert_eq!(needed_from(&log, &metrics, serve).unwrap(), 7);
+        assert_eq!(needed_from(&log, &metrics, serve, &mut None).unwrap(), 7);
         VerifierMetrics::set(&metrics.verifier.checkpoint_covers, cut + 100);
-        assert_eq!(needed_from(&log, &metrics, serve).unwrap(), cut);
+        assert_eq!(needed_from(&log, &metrics, serve, &mut None).unwrap(), cut);
         // A shipper whose counters are not there yet holds everything.
         let shipping = Readers { local_verifier: true, shipper: true };
-        assert_eq!(needed_from(&log, &metrics, shipping).unwrap(), 0);
+        assert_eq!(needed_from(&log, &metrics, shipping, &mut None).unwrap(), 0);
+        // Remembered between passes, the book's position moves only when the log has a later cut.
+        let mut book = None;
+        assert_eq!(needed_from(&log, &metrics, alone, &mut book).unwrap(), cut);
+        assert_eq!(book, Some(cut));
+        for id in 50..100 {
+            let txn = LoggedTxn::new(TxnId(id), SessionId(1), id);
+            drop(log.append_finished(txn, Outcome::Committed, None).unwrap());
+        }
+        log.sync().unwrap();
+        let later = log.clean_cut().unwrap().seq;
+        assert!(later > cut);
+        assert_eq!(needed_from(&log, &metrics, alone, &mut book).unwrap(), later);
+        assert_eq!(book, Some(later));
         // With no reader but the next start, nothing runs at all.
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let log: Arc<dyn HistoryLog> = Arc::new(log);
