@@ -17,7 +17,10 @@
 //!    either: a read of one frontier version orders every other old version of its key before it), the taken
 //!    side of every constraint that goes, and a vertex Φ for all future transactions, which every vertex
 //!    precedes and which precedes every vertex that is not old (by the Guarantee, a future transaction can
-//!    precede no old one). A candidate in no live constraint is not constrained by this rule at all.
+//!    precede no old one). A candidate in no live constraint is not constrained by this rule at all. Two
+//!    unread blind writes of one key that the known graph leaves unordered count as a live constraint here,
+//!    although serializability's polygraph skips them (`constraints`, "Two unread blind writes"): a later
+//!    read of either can still order them (see [`entangled`]).
 //!
 //!    Why what it deletes never matters again: take an acyclic compatible graph of the residual history and
 //!    any future transactions, and extend it to the whole history with the taken side for every deleted
@@ -276,14 +279,15 @@ pub(crate) fn plan(
     if !candidate.iter().any(|&c| c) {
         return Ok(out);
     }
-    // Rule 2 runs to a fixpoint with rules 3 and 4 below.
-    let mut live = entangled::LiveConstraints::new(p, &known_adj);
-    let mut del: Vec<bool> = candidate.clone();
-    let mut refused: Vec<Option<Refusal>> = vec![None; n];
-    // Rule 3: frontier, by reachability in the known graph.
+    // Rules 2 and 3 read reachability in the known graph.
     let pairs: Vec<(u32, u32)> = p.g.edges.iter().map(|e| (e.from, e.to)).collect();
     let graph = Graph::from_edges(n as u32, &pairs).map_err(VerifyError::Reachability)?;
     let reach = reachability(&graph, Some(&p.g.sessions), options.reachability)?;
+    // Rule 2 runs to a fixpoint with rules 3 and 4 below.
+    let mut live = entangled::LiveConstraints::new(p, &known_adj, reach.as_ref());
+    let mut del: Vec<bool> = candidate.clone();
+    let mut refused: Vec<Option<Refusal>> = vec![None; n];
+    // Rule 3: frontier, by reachability in the known graph.
     let mut by_key: crate::FastMap<Key, Vec<u32>> = crate::FastMap::default();
     for (i, ver) in norm.versions.iter().enumerate() {
         by_key.entry(ver.key).or_default().push(i as u32);

@@ -129,11 +129,13 @@ pub(crate) fn build_polygraph(h: &History, options: &Options) -> Result<(Built, 
 
     // Stages 3 and 4.
     let (chains, chain_rw) = chains::combine_writes(&norm, &mut g, options.combine);
-    let (constraints, initial_edges) = constraints::generate(&norm, &chains, &mut g, options.coalesce);
+    let (constraints, made) =
+        constraints::generate(&norm, &chains, &mut g, options.coalesce, constraints::PairRule::SkipUnread);
     let c = &mut tally.counts;
     c.chains = chains.list.len() as u64;
     c.chain_rw_edges = chain_rw;
-    c.initial_edges = initial_edges;
+    c.initial_edges = made.initial_edges;
+    c.unread_pairs = made.unread_pairs;
     c.constraints_before_prune = constraints.len() as u64;
     tally.construct_ms = ms(start);
 
@@ -437,7 +439,7 @@ fn verify_snapshot_isolation(
         return Ok(non_cycle_reject(h, report, lost, start));
     }
     let (chains, chain_rw) = chains::combine_writes(&norm, &mut g, options.combine);
-    let (constraints, initial_edges) = constraints::generate(&norm, &chains, &mut g, true);
+    let (constraints, made) = constraints::generate(&norm, &chains, &mut g, true, constraints::PairRule::All);
     si::add_initial_ww(&norm, &chains, &mut g);
     let c = &mut report.counts;
     c.wr_edges = g.edges.iter().filter(|e| matches!(e.origin, Origin::Wr { .. })).count() as u64;
@@ -445,7 +447,7 @@ fn verify_snapshot_isolation(
     c.ww_pairs = g.ww_pairs;
     c.chains = chains.list.len() as u64;
     c.chain_rw_edges = chain_rw;
-    c.initial_edges = initial_edges;
+    c.initial_edges = made.initial_edges;
     c.constraints_before_prune = constraints.len() as u64;
     c.constraints_after_prune = constraints.len() as u64;
     c.known_edges_at_solve = g.edges.len() as u64;

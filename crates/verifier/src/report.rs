@@ -667,6 +667,10 @@ pub struct Counts {
     pub initial_edges: u64,
     /// Chains after combining writes.
     pub chains: u64,
+    /// Pairs of two unread blind writes of one key that needed no constraint (serializability only; see
+    /// `constraints`).
+    #[serde(default)]
+    pub unread_pairs: u64,
     /// Constraints generated.
     pub constraints_before_prune: u64,
     /// Constraints left for the solver.

@@ -624,7 +624,7 @@ fn blind_writes_of_few_keys_across_few_sessions_agree_with_brute_force() {
     let count: usize =
         std::env::var("KRAIT_ORACLE_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(20_000) / 4;
     let mut rng = StdRng::seed_from_u64(0x626c_696e_6477);
-    let (mut accepts, mut rejects, mut runs) = (0usize, 0usize, 0usize);
+    let (mut accepts, mut rejects, mut runs, mut unread) = (0usize, 0usize, 0usize, 0usize);
     for case in 0..count {
         let (h, drift_ms) = blind_write_history(&mut rng);
         // Histories where one session wrote one key three times or more: non-neighbours of a run.
@@ -643,6 +643,7 @@ fn blind_writes_of_few_keys_across_few_sessions_agree_with_brute_force() {
         let variant = Options { prune: rng.gen_bool(0.5), coalesce: rng.gen_bool(0.5), ..default.clone() };
         for opts in [&default, &variant] {
             let report = verify(&h, opts).unwrap_or_else(|e| panic!("case {case}: verify failed: {e}"));
+            unread += usize::from(opts == &default && report.counts.unread_pairs > 0);
             assert_eq!(
                 report.is_accept(),
                 want,
@@ -667,9 +668,10 @@ fn blind_writes_of_few_keys_across_few_sessions_agree_with_brute_force() {
     }
     println!(
         "{count} blind-write histories: {accepts} accepted, {rejects} rejected; {runs} with a session that \
-         wrote one key three times or more"
+         wrote one key three times or more; {unread} with pairs of unread blind writes that got no constraint"
     );
     assert!(runs >= count / 4, "only {runs} histories have a run of three chains");
+    assert!(unread >= count / 4, "only {unread} histories skip a pair of unread chains");
     assert!(
         accepts >= count / 5 && rejects >= count / 8,
         "{accepts} accepts, {rejects} rejects: the generator is unbalanced"

@@ -66,9 +66,11 @@
 //! constraint, so a transaction on a known path between two participants of one constraint is not on a
 //! cycle because of it (see `gc`, "Why Cobra's rule kept nearly everything on chengRW").
 
+use kernels::Reachability;
 use solver::Side;
 
 use super::Refusal;
+use crate::constraints;
 use crate::pipeline::Polygraph;
 
 /// The live constraints pruning left, as rule 2 sees them.
@@ -84,13 +86,28 @@ pub(super) struct LiveConstraints {
 }
 
 impl LiveConstraints {
-    /// The live constraints of `p`; `adj` is its known graph.
-    pub(super) fn new(p: &Polygraph, adj: &[Vec<u32>]) -> Self {
+    /// The live constraints of `p`, and one for every pair of its unread chains that the known graph (`adj`,
+    /// reachability `reach`) leaves unordered (see [`unread_pairs`]).
+    pub(super) fn new(p: &Polygraph, adj: &[Vec<u32>], reach: &dyn Reachability) -> Self {
         let norm = &p.norm;
         let position = topological_positions(adj);
         let mut participants = Vec::new();
         let mut sides = Vec::new();
         let mut taken = Vec::new();
+        // Any side would do for the argument; the one that goes least far back in a topological order of the
+        // known graph closes the fewest cycles, so it is the one most often found not entangled.
+        let back = |edges: &[(u32, u32)]| {
+            edges
+                .iter()
+                .map(|&(a, h)| i64::from(position[a as usize]) - i64::from(position[h as usize]))
+                .max()
+        };
+        for (v, u) in unread_pairs(p, reach) {
+            participants.push(if v < u { vec![v, u] } else { vec![u, v] });
+            let both = [vec![(v, u)], vec![(u, v)]];
+            taken.push(if back(&both[1]) < back(&both[0]) { 1 } else { 0 });
+            sides.push(both);
+        }
         for (c, _) in p.constraints.iter().zip(&p.live).filter(|&(_, &live)| live) {
             // Every reader and writer of every version of both chains, not only the ends of the side edges:
             // rule 3 drops a kept reader's read of a deleted version, which is sound only if no live
@@ -110,14 +127,6 @@ impl LiveConstraints {
                 c.side(norm, &p.chains, side).iter().map(|e| (e.from, e.to)).collect()
             };
             let both = [edges(Side::A), edges(Side::B)];
-            // Any side would do for the argument; the one that goes least far back in a topological order
-            // of the known graph closes the fewest cycles, so it is the one most often found not entangled.
-            let back = |edges: &[(u32, u32)]| {
-                edges
-                    .iter()
-                    .map(|&(a, h)| i64::from(position[a as usize]) - i64::from(position[h as usize]))
-                    .max()
-            };
             taken.push(if back(&both[1]) < back(&both[0]) { 1 } else { 0 });
             sides.push(both);
         }
@@ -199,6 +208,35 @@ impl LiveConstraints {
         }
         changed
     }
+}
+
+/// The pairs of writers of two unread chains of one key (`constraints::is_unread`) that neither reaches the
+/// other in the known graph. Serializability's polygraph has no constraint for them, since no read can tell
+/// their order yet; but a later read of either makes them a constraint of the whole history, decided either
+/// way, exactly as the constraint that the full polygraph would have left live after pruning (its sides are
+/// the two ww edges, and pruning settles a pair of ww edges only when one already closes a cycle with the
+/// known graph, that is, when the pair is ordered). So rule 2 treats each as that live constraint: its two
+/// writers go together or not at all, both its sides join Γ while it is kept, and its taken side must lie
+/// on no cycle of Γ when it goes. What is deleted is then what the full polygraph would have let go, and
+/// both writers of a deleted pair are tombstones (the one of a frontier version would have to reach the
+/// other, by rule 4), so no future read can make the pair a constraint after all.
+fn unread_pairs(p: &Polygraph, reach: &dyn Reachability) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for group in &p.chains.by_key {
+        let writers: Vec<u32> = group
+            .iter()
+            .filter(|&&c| constraints::is_unread(&p.norm, &p.chains, c))
+            .filter_map(|&c| p.norm.versions[p.chains.list[c as usize].versions[0] as usize].writer)
+            .collect();
+        for (i, &v) in writers.iter().enumerate() {
+            for &u in &writers[i + 1..] {
+                if v != u && !reach.reaches(v, u) && !reach.reaches(u, v) {
+                    out.push((v, u));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Each vertex's position in one topological order of the acyclic graph `adj` (Kahn's algorithm).

@@ -245,13 +245,15 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "Checked {} transactions ({} committed, {} aborted, {} indeterminate included, {} dropped); \
-             {} chains; constraints {} -> {} after {} pruning pass(es).",
+             {} chains ({} pairs of unread blind writes need no constraint); constraints {} -> {} after {} \
+             pruning pass(es).",
             c.transactions,
             c.committed,
             c.aborted,
             c.indeterminate_included,
             c.indeterminate_dropped,
             c.chains,
+            c.unread_pairs,
             c.constraints_before_prune,
             c.constraints_after_prune,
             c.prune_iterations
