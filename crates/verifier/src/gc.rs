@@ -20,7 +20,8 @@
 //!    precede no old one). A candidate in no live constraint is not constrained by this rule at all. Two
 //!    unread blind writes of one key that the known graph leaves unordered count as a live constraint here,
 //!    although serializability's polygraph skips them (`constraints`, "Two unread blind writes"): a later
-//!    read of either can still order them (see [`entangled`]).
+//!    read of either can still order them. The exception is a superseded version, whose place a kept old
+//!    writer of its key already holds: see `entangled::unread_pairs`.
 //!
 //!    Why what it deletes never matters again: take an acyclic compatible graph of the residual history and
 //!    any future transactions, and extend it to the whole history with the taken side for every deleted
@@ -283,10 +284,6 @@ pub(crate) fn plan(
     let pairs: Vec<(u32, u32)> = p.g.edges.iter().map(|e| (e.from, e.to)).collect();
     let graph = Graph::from_edges(n as u32, &pairs).map_err(VerifyError::Reachability)?;
     let reach = reachability(&graph, Some(&p.g.sessions), options.reachability)?;
-    // Rule 2 runs to a fixpoint with rules 3 and 4 below.
-    let mut live = entangled::LiveConstraints::new(p, &known_adj, reach.as_ref());
-    let mut del: Vec<bool> = candidate.clone();
-    let mut refused: Vec<Option<Refusal>> = vec![None; n];
     // Rule 3: frontier, by reachability in the known graph.
     let mut by_key: crate::FastMap<Key, Vec<u32>> = crate::FastMap::default();
     for (i, ver) in norm.versions.iter().enumerate() {
@@ -308,6 +305,10 @@ pub(crate) fn plan(
             })
         })
         .collect();
+    // Rule 2 runs to a fixpoint with rules 3 and 4 below.
+    let mut live = entangled::LiveConstraints::new(p, &known_adj, reach.as_ref(), &frontier);
+    let mut del: Vec<bool> = candidate.clone();
+    let mut refused: Vec<Option<Refusal>> = vec![None; n];
     let write_id = |x: u32| match norm.versions[x as usize].label {
         Label::Write(w) => Some(w),
         Label::Initial(_) => None,

@@ -139,8 +139,10 @@ fn rounds_give_the_one_shot_verdict_on_chengrw_like_histories_with_fences() {
         "the generator should make both verdicts: {rejects}"
     );
     assert!(deleted > cases as u64, "garbage collection should delete: {deleted}");
+    // (Pairs of unread blind writes are not live constraints since they got none; about half of what rule 2
+    // deleted here before were such pairs.)
     assert!(
-        constraints > cases / 10,
+        constraints > cases / 15,
         "rule 2 should delete live constraints with their transactions: {constraints}"
     );
 }
@@ -159,7 +161,7 @@ fn rounds_give_the_one_shot_verdict_on_chengrw_like_histories_when_a_session_end
     );
     assert!(deleted > cases as u64, "garbage collection should delete: {deleted}");
     assert!(
-        constraints > cases / 10,
+        constraints > cases / 15,
         "rule 2 should delete live constraints with their transactions: {constraints}"
     );
 }

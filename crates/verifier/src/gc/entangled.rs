@@ -86,9 +86,10 @@ pub(super) struct LiveConstraints {
 }
 
 impl LiveConstraints {
-    /// The live constraints of `p`, and one for every pair of its unread chains that the known graph (`adj`,
-    /// reachability `reach`) leaves unordered (see [`unread_pairs`]).
-    pub(super) fn new(p: &Polygraph, adj: &[Vec<u32>], reach: &dyn Reachability) -> Self {
+    /// The live constraints of `p`, and one for every pair of its unread chains on the frontier (`frontier`,
+    /// by version) that the known graph (`adj`, reachability `reach`) leaves unordered (see
+    /// [`unread_pairs`]).
+    pub(super) fn new(p: &Polygraph, adj: &[Vec<u32>], reach: &dyn Reachability, frontier: &[bool]) -> Self {
         let norm = &p.norm;
         let position = topological_positions(adj);
         let mut participants = Vec::new();
@@ -102,7 +103,7 @@ impl LiveConstraints {
                 .map(|&(a, h)| i64::from(position[a as usize]) - i64::from(position[h as usize]))
                 .max()
         };
-        for (v, u) in unread_pairs(p, reach) {
+        for (v, u) in unread_pairs(p, reach, frontier) {
             participants.push(if v < u { vec![v, u] } else { vec![u, v] });
             let both = [vec![(v, u)], vec![(u, v)]];
             taken.push(if back(&both[1]) < back(&both[0]) { 1 } else { 0 });
@@ -210,23 +211,45 @@ impl LiveConstraints {
     }
 }
 
-/// The pairs of writers of two unread chains of one key (`constraints::is_unread`) that neither reaches the
-/// other in the known graph. Serializability's polygraph has no constraint for them, since no read can tell
-/// their order yet; but a later read of either makes them a constraint of the whole history, decided either
-/// way, exactly as the constraint that the full polygraph would have left live after pruning (its sides are
-/// the two ww edges, and pruning settles a pair of ww edges only when one already closes a cycle with the
-/// known graph, that is, when the pair is ordered). So rule 2 treats each as that live constraint: its two
-/// writers go together or not at all, both its sides join Γ while it is kept, and its taken side must lie
-/// on no cycle of Γ when it goes. What is deleted is then what the full polygraph would have let go, and
-/// both writers of a deleted pair are tombstones (the one of a frontier version would have to reach the
-/// other, by rule 4), so no future read can make the pair a constraint after all.
-fn unread_pairs(p: &Polygraph, reach: &dyn Reachability) -> Vec<(u32, u32)> {
+/// The pairs of writers of two unread chains of one key (`constraints::is_unread`), both on the frontier,
+/// that neither reaches the other in the known graph g. Serializability's polygraph has no constraint for
+/// them, since no read can tell their order yet; but a later read of either makes them a constraint of the
+/// whole history, decided either way, as the full polygraph would have left it live after pruning (its sides
+/// are the two ww edges, and pruning settles a pair of ww edges only when it is ordered already). So rule 2
+/// treats each as that live constraint: both its sides join Γ. Its writers are kept anyway: neither frontier
+/// version can become the base while the other is unordered with it (rule 4).
+///
+/// **A pair with a superseded version needs nothing.** Let v's unread version of key k be superseded, and u
+/// write another unread version of k, unordered with v.
+/// - No accepted future reads v's version: it is a tombstone, or a kept superseded version, whose reader
+///   would precede the old writer that supersedes it, which precedes every future transaction (§4.2).
+/// - So the pair becomes a constraint only through a future read `r` of u's version. Its side "u before v"
+///   has the edge r → v, from a future transaction to an old one, which the Guarantee closes into a cycle;
+///   the whole history has v → u.
+/// - That edge is implied by edges that stay. Follow what supersedes v: an old writer of k that v reaches is
+///   kept, or deleted as a tombstone (superseded again, by one v reaches too), or deleted as the base, which
+///   reaches u (rule 4), and then so would v. So v reaches, in g, a kept old writer f of k. When `r` arrives,
+///   the constraint between u's chain and f's chain c cannot put u's first: that side has an edge from `r`
+///   to c's head, which reaches f along the chain, and f, being old, reaches `r`. (c's head need not be old:
+///   a later transaction's version that f read-modify-wrote still reaches the future through f.) So c comes
+///   first, f ⇝ u in every compatible graph of the residual history and the future, and v ⇝ f ⇝ u. Γ has
+///   the path too: f's constraint with u is kept with both sides, or is such a pair, or (f superseded in
+///   turn) the same holds of f. If u reaches f instead, u's version is superseded, and `r` closes a cycle in
+///   both histories.
+///
+/// So no cycle needs the edge v → u, in Γ or in the whole history, and rule 2's argument (above) holds
+/// without the pair, wherever v and u go. Counting every unordered pair kept every transaction of a pgbench
+/// tpcb-like history alive (branches and tellers are written by blind increments, and each unordered pair
+/// spans an epoch), as Cobra's rule does with its live constraints.
+fn unread_pairs(p: &Polygraph, reach: &dyn Reachability, frontier: &[bool]) -> Vec<(u32, u32)> {
     let mut out = Vec::new();
     for group in &p.chains.by_key {
         let writers: Vec<u32> = group
             .iter()
             .filter(|&&c| constraints::is_unread(&p.norm, &p.chains, c))
-            .filter_map(|&c| p.norm.versions[p.chains.list[c as usize].versions[0] as usize].writer)
+            .map(|&c| p.chains.list[c as usize].versions[0])
+            .filter(|&x| frontier[x as usize])
+            .filter_map(|x| p.norm.versions[x as usize].writer)
             .collect();
         for (i, &v) in writers.iter().enumerate() {
             for &u in &writers[i + 1..] {
