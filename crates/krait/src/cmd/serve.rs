@@ -10,6 +10,7 @@
 //! (transactions recorded and verified, lag, rounds, rejects) to stderr every few seconds. The admin server's
 //! status page (`/`) links to the reports, and `/reports/ID` shows each as HTML ([`StoredReports`]).
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -118,10 +119,15 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 
 /// Publishes the verifier's state into the proxy's metrics, for `/metrics` and `/api/status`, and keeps the
 /// one clock the verifier cannot keep: since when log records have waited unread.
+/// How many publishes [`Publisher`] remembers while the verifier has not read their records.
+const MAX_SEEN: usize = 4096;
+
 #[derive(Debug, Default)]
 pub struct Publisher {
-    /// When this publisher first saw records appended that the verifier had not read, while it still has not.
-    unread_since: Option<Instant>,
+    /// What the log held at each publish since the oldest one whose records the verifier has not all read:
+    /// (when, the log's next sequence number then). The first entry tells since when the oldest unread
+    /// record has waited: it was there by that publish.
+    seen: VecDeque<(Instant, u64)>,
     /// The lag last published, in time and in transactions, for the status lines on stderr.
     last: (Duration, u64),
 }
@@ -143,9 +149,18 @@ impl Publisher {
         log_next_seq: u64,
     ) {
         use proxy::metrics::VerifierMetrics as V;
-        let waiting_unread = log_next_seq > status.records_read;
-        self.unread_since = if waiting_unread { Some(self.unread_since.unwrap_or(now)) } else { None };
-        let oldest = match (status.oldest_unverified, self.unread_since) {
+        if self.seen.back().is_none_or(|&(_, seq)| seq < log_next_seq) {
+            self.seen.push_back((now, log_next_seq));
+        }
+        while self.seen.front().is_some_and(|&(_, seq)| seq <= status.records_read) {
+            self.seen.pop_front();
+        }
+        if self.seen.len() > MAX_SEEN {
+            // Far behind: keep the oldest entry, which alone sets the lag, and forget one after it.
+            self.seen.remove(1);
+        }
+        let unread_since = self.seen.front().map(|&(at, _)| at);
+        let oldest = match (status.oldest_unverified, unread_since) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -350,8 +365,9 @@ mod tests {
         // No new tick, but time passed and records were appended: the lag grows and the verifier is behind.
         p.publish(&status, v, start + Duration::from_secs(3), interval, 13);
         assert_eq!((g(&v.lag_txns), g(&v.lag_ms), g(&v.behind)), (7, 3_000, 1));
-        let caught_up = Status { lag_txns: 0, oldest_unverified: None, ..status };
-        p.publish(&caught_up, v, start + Duration::from_secs(4), interval, 10);
+        let caught_up =
+            Status { lag_txns: 0, oldest_unverified: None, log_records: 13, records_read: 13, ..status };
+        p.publish(&caught_up, v, start + Duration::from_secs(4), interval, 13);
         assert_eq!((g(&v.lag_txns), g(&v.lag_ms), g(&v.behind)), (0, 0, 0));
     }
 
@@ -377,5 +393,32 @@ mod tests {
         p.publish(&read, v, start + Duration::from_secs(4), interval, 5_001);
         p.publish(&read, v, start + Duration::from_millis(4_300), interval, 5_001);
         assert_eq!(g(&v.lag_ms), 300);
+    }
+
+    #[test]
+    fn steady_traffic_that_the_verifier_keeps_up_with_has_a_lag_of_a_tick() {
+        // Under pgbench, records are appended between every two publishes, so some are always unread; the
+        // verifier reads each tick what the tick before saw. The lag must stay about a tick, not grow with
+        // the uptime (it did: the clock started at the first unread record and never stopped).
+        let metrics = proxy::Metrics::default();
+        let v = &metrics.verifier;
+        let g = proxy::Metrics::get;
+        let start = Instant::now();
+        let interval = Duration::from_millis(200);
+        let mut p = Publisher::default();
+        for tick in 0..100u64 {
+            let read = Status { log_records: tick * 100, records_read: tick * 100, ..Status::default() };
+            p.publish(&read, v, start + interval * tick as u32, interval, (tick + 1) * 100);
+        }
+        assert_eq!((g(&v.lag_ms), g(&v.behind)), (0, 0));
+        let read = Status { log_records: 9_900, records_read: 9_900, ..Status::default() };
+        p.publish(&read, v, start + interval * 100, interval, 10_000);
+        assert_eq!((g(&v.lag_ms), g(&v.behind)), (200, 0));
+        // Then the verifier stops reading: the lag counts from the publish that first saw the oldest record it
+        // has not read (tick 99).
+        for tick in 101..120u64 {
+            p.publish(&read, v, start + interval * tick as u32, interval, tick * 100);
+        }
+        assert_eq!((g(&v.lag_ms), g(&v.behind)), (4_000, 1));
     }
 }
