@@ -306,7 +306,7 @@ pub(crate) fn plan(
         })
         .collect();
     // Rule 2 runs to a fixpoint with rules 3 and 4 below.
-    let mut live = entangled::LiveConstraints::new(p, &known_adj, reach.as_ref(), &frontier);
+    let mut live = entangled::LiveConstraints::new(p, &known_adj, reach.as_ref(), &frontier, &candidate);
     let mut del: Vec<bool> = candidate.clone();
     let mut refused: Vec<Option<Refusal>> = vec![None; n];
     let write_id = |x: u32| match norm.versions[x as usize].label {
