@@ -5,13 +5,20 @@
 //! (`gc::entangled::unread_pairs`). Later reads of some of those versions, current or a little stale, are
 //! where a deletion that mattered would show: rounds must give the one-shot verdict, and one-shot verdicts
 //! agree with brute force on the same shape (`tests/oracle.rs`).
+//!
+//! The random histories go red (a false reject) when rule 4 lets an unread frontier version become the base
+//! while another one is unordered with it, but not when collection drops the pairs of unread frontier
+//! versions from rule 2: the hand-built history at the end does (a false accept).
 
 use std::collections::HashMap;
 
-use history::{History, Key, KeyName, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId};
+use history::{
+    History, HistoryBuilder, Key, KeyName, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId,
+};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::{Rng, SeedableRng};
+use verifier::{Options, RoundOptions, verify, verify_in_rounds};
 
 mod common;
 
@@ -107,4 +114,50 @@ fn rounds_give_the_one_shot_verdict_on_blind_increments_read_later() {
         d.rejects
     );
     assert!(d.deleted > 10 * cases as u64, "garbage collection should delete: {}", d.deleted);
+}
+
+/// Adds a fence of `session` that overwrote the fence key's version `prev` (0: initial) with `new`.
+fn fence(b: HistoryBuilder, session: u64, prev: u64, new: u64) -> HistoryBuilder {
+    b.txn(session, |t| {
+        if prev == 0 { t.read_init("F").write("F", new) } else { t.read("F", prev).write("F", new) }
+    })
+    .fence()
+}
+
+/// Why a pair of unread blind writes on the frontier joins Γ with both its sides (`gc::entangled`): the
+/// case of `rounds_chengrw.rs`'s `an_old_constraint_that_kept_constraints_can_close_both_ways_stays`, with the
+/// kept constraints made of unread blind writes, which serializability's polygraph has no constraint for.
+///
+/// W1 and W2 blindly write k (versions 1 and 2, unordered); r1 reads 1 and r2 reads 2; W3 overwrites k
+/// later, so all four are candidates, in one old constraint "r1 → W2 or r2 → W1". K1 and K2 blindly write p,
+/// K3 and K4 write q, nobody reads them, and each pair is unordered and on the frontier. With session order
+/// W2 ⇝ K2, K1 ⇝ r1, W1 ⇝ K4 and K3 ⇝ r2, a future read of K1's p in K2's session forces K2 → K1, one of
+/// K3's q in K4's session forces K4 → K3, and either side of the old constraint closes a cycle: W2 ⇝ K2 →
+/// K1 ⇝ r1 → W2, or W1 ⇝ K4 → K3 ⇝ r2 → W1. Without the pairs in Γ the old constraint goes, and rounds
+/// accept.
+#[test]
+fn an_old_constraint_that_unread_pairs_can_close_both_ways_stays() {
+    let b = HistoryBuilder::new()
+        .txn(1, |t| t.write("k", 2))
+        .txn(1, |t| t.write("p", 12))
+        .txn(2, |t| t.write("p", 11))
+        .txn(2, |t| t.read("k", 1))
+        .txn(3, |t| t.write("k", 1))
+        .txn(3, |t| t.write("q", 14))
+        .txn(4, |t| t.write("q", 13))
+        .txn(4, |t| t.read("k", 2));
+    let mut b = (1..=4).fold(b, |b, s| fence(b, s, if s == 1 { 0 } else { 1000 + s - 2 }, 1000 + s - 1));
+    for i in 0..16u64 {
+        if i == 4 {
+            b = b.txn(1, |t| t.write("k", 3));
+        }
+        b = fence(b, [1, 3][(i % 2) as usize], 1003 + i, 1004 + i);
+    }
+    let h = b.txn(1, |t| t.read("p", 11)).txn(3, |t| t.read("q", 13)).build();
+    assert!(!verify(&h, &Options::default()).unwrap().is_accept(), "one-shot verification rejects it");
+    for size in [1, 2, 3, 4, 6] {
+        let out = verify_in_rounds(&h, &RoundOptions::offline(size)).unwrap();
+        assert!(out.deleted > 0, "garbage collection should have deleted something (round size {size})");
+        assert!(!out.is_accept(), "round size {size}: both sides of the old constraint close a cycle");
+    }
 }
