@@ -59,8 +59,9 @@
 //! isolation, where two transactions that write one key must not be concurrent even if nobody reads it: a
 //! write skew (T1 reads a and writes b, T2 reads b and writes a, each reading the initial version) is allowed,
 //! but not when both also blind-write x, and only x's ww edge says so. [`PairRule::All`] keeps every pair
-//! there. Garbage collection still treats each unordered pair of
-//! unread chains as a live constraint (see `gc::entangled`), so collection deletes what it did before.
+//! there. Garbage collection still treats a pair of unread chains that the known graph leaves unordered as
+//! a live constraint while both versions are on the frontier (`gc::entangled::unread_pairs`, which also says
+//! why a superseded one needs no pair).
 
 use history::Key;
 use solver::Side;
