@@ -237,7 +237,7 @@ impl LiveConstraints {
 ///   reaches u (rule 4), and then so would v. So v reaches, in g, a kept old writer f of k. When `r` arrives,
 ///   the constraint between u's chain and f's chain c cannot put u's first: that side has an edge from `r`
 ///   to c's head, which reaches f along the chain, and f, being old, reaches `r`. (c's head need not be old:
-///   a later transaction's version that f read-modify-wrote still reaches the future through f.) So c comes
+///   its writer, whose version f read-modify-wrote, reaches every future transaction through f.) So c comes
 ///   first, f ⇝ u in every compatible graph of the residual history and the future, and v ⇝ f ⇝ u. Γ has
 ///   the path too: f's constraint with u is kept with both sides, or is such a pair, or (f superseded in
 ///   turn) the same holds of f. If u reaches f instead, u's version is superseded, and `r` closes a cycle in
