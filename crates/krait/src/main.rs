@@ -8,9 +8,10 @@ use clap::{Parser, Subcommand};
 mod cmd;
 
 /// mimalloc rather than glibc's malloc. Verification in rounds allocates and frees per-round maps of every
-/// live transaction, and glibc's arenas kept what was freed: `krait bench rounds` on TPC-C ran at 15.5k txn/s
-/// with 560 MB peak RSS under glibc and 25.5k txn/s with 157 MB under mimalloc, on the same run of this
-/// machine; pgbench select-only through `krait proxy` gained 6–8% (docs/benchmarks.md, "Allocator").
+/// live transaction, and glibc spent its time consolidating and kept freed memory: on the same machine,
+/// runs alternated, `krait bench rounds` on TPC-C ran at 15.5k txn/s under glibc and 25.5k under mimalloc,
+/// `krait serve` held 458 MB after 83k pgbench transactions under glibc and 299 MB after 88k under mimalloc,
+/// and pgbench select-only through `krait proxy` gained 6–8% (docs/benchmarks.md, "Allocator").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
