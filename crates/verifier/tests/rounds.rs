@@ -156,19 +156,11 @@ fn a_superseded_transaction_on_a_cycle_of_g_prime_with_kept_ones_stays() {
     assert_eq!(out.verdict, Verdict::Reject);
 }
 
-/// Adds a fence of `session` that overwrote the fence key's version `prev` (0: initial) with `new`.
-fn fence(b: HistoryBuilder, session: u64, prev: u64, new: u64) -> HistoryBuilder {
-    b.txn(session, |t| {
-        if prev == 0 { t.read_init("F").write("F", new) } else { t.read("F", prev).write("F", new) }
-    })
-    .fence()
-}
-
 /// Fences alternating between sessions 1 and 2, `count` of them, with write ids from 1000.
 fn fences(mut b: HistoryBuilder, count: u64) -> HistoryBuilder {
     for i in 0..count {
         let prev = if i == 0 { 0 } else { 1000 + i - 1 };
-        b = fence(b, 1 + i % 2, prev, 1000 + i);
+        b = common::fence(b, 1 + i % 2, prev, 1000 + i);
     }
     b
 }

@@ -116,14 +116,6 @@ fn rounds_give_the_one_shot_verdict_on_blind_increments_read_later() {
     assert!(d.deleted > 10 * cases as u64, "garbage collection should delete: {}", d.deleted);
 }
 
-/// Adds a fence of `session` that overwrote the fence key's version `prev` (0: initial) with `new`.
-fn fence(b: HistoryBuilder, session: u64, prev: u64, new: u64) -> HistoryBuilder {
-    b.txn(session, |t| {
-        if prev == 0 { t.read_init("F").write("F", new) } else { t.read("F", prev).write("F", new) }
-    })
-    .fence()
-}
-
 /// Why a pair of unread blind writes on the frontier joins Γ with both its sides (`gc::entangled`): the
 /// case of `rounds_chengrw.rs`'s `an_old_constraint_that_kept_constraints_can_close_both_ways_stays`, with the
 /// kept constraints made of unread blind writes, which serializability's polygraph has no constraint for.
@@ -146,12 +138,13 @@ fn an_old_constraint_that_unread_pairs_can_close_both_ways_stays() {
         .txn(3, |t| t.write("q", 14))
         .txn(4, |t| t.write("q", 13))
         .txn(4, |t| t.read("k", 2));
-    let mut b = (1..=4).fold(b, |b, s| fence(b, s, if s == 1 { 0 } else { 1000 + s - 2 }, 1000 + s - 1));
+    let mut b =
+        (1..=4).fold(b, |b, s| common::fence(b, s, if s == 1 { 0 } else { 1000 + s - 2 }, 1000 + s - 1));
     for i in 0..16u64 {
         if i == 4 {
             b = b.txn(1, |t| t.write("k", 3));
         }
-        b = fence(b, [1, 3][(i % 2) as usize], 1003 + i, 1004 + i);
+        b = common::fence(b, [1, 3][(i % 2) as usize], 1003 + i, 1004 + i);
     }
     let h = b.txn(1, |t| t.read("p", 11)).txn(3, |t| t.read("q", 13)).build();
     assert!(!verify(&h, &Options::default()).unwrap().is_accept(), "one-shot verification rejects it");

@@ -166,14 +166,6 @@ fn rounds_give_the_one_shot_verdict_on_chengrw_like_histories_when_a_session_end
     );
 }
 
-/// Adds a fence of `session` that overwrote the fence key's version `prev` (0: initial) with `new`.
-fn fence(b: HistoryBuilder, session: u64, prev: u64, new: u64) -> HistoryBuilder {
-    b.txn(session, |t| {
-        if prev == 0 { t.read_init("F").write("F", new) } else { t.read("F", prev).write("F", new) }
-    })
-    .fence()
-}
-
 /// The case rule 2's cycle check exists for: an old constraint among transactions that could all be
 /// deleted, each of whose sides the future can close into a cycle through constraints that stay.
 ///
@@ -199,12 +191,13 @@ fn an_old_constraint_that_kept_constraints_can_close_both_ways_stays() {
         .txn(5, |t| t.write("q", 14));
     // Each session ends its payload with a fence; then sessions 1 and 2 run the fence chain on, W3 supersedes
     // k two epochs later, and at the end the two future reads arrive.
-    let mut b = (1..=5).fold(b, |b, s| fence(b, s, if s == 1 { 0 } else { 1000 + s - 2 }, 1000 + s - 1));
+    let mut b =
+        (1..=5).fold(b, |b, s| common::fence(b, s, if s == 1 { 0 } else { 1000 + s - 2 }, 1000 + s - 1));
     for i in 0..16u64 {
         if i == 4 {
             b = b.txn(1, |t| t.write("k", 3));
         }
-        b = fence(b, 1 + i % 2, 1004 + i, 1005 + i);
+        b = common::fence(b, 1 + i % 2, 1004 + i, 1005 + i);
     }
     let h = b.txn(1, |t| t.read("p", 11)).txn(2, |t| t.read("q", 13)).build();
     assert!(!verify(&h, &Options::default()).unwrap().is_accept(), "one-shot verification rejects it");
@@ -291,7 +284,7 @@ fn perturbed_counter_example(rng: &mut StdRng) -> History {
         for steps in txns {
             b = run(b, s as u64 + 1, steps);
         }
-        b = fence(b, s as u64 + 1, prev, 1000 + s as u64);
+        b = common::fence(b, s as u64 + 1, prev, 1000 + s as u64);
         prev = 1000 + s as u64;
     }
     let overwrite_at = rng.gen_range(1..6);
@@ -307,7 +300,7 @@ fn perturbed_counter_example(rng: &mut StdRng) -> History {
             }
             b = run(b, s, &steps);
         }
-        b = fence(b, s, prev, prev + 1);
+        b = common::fence(b, s, prev, prev + 1);
         prev += 1;
     }
     for _ in 0..rng.gen_range(1..=3) {

@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 
 use history::{
-    CollectorId, History, Key, KeyName, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId,
+    CollectorId, History, HistoryBuilder, Key, KeyName, Observed, Op, Outcome, SessionId, Transaction, TxnId,
+    WriteId,
 };
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -307,4 +308,13 @@ pub fn oracle(h: &History, held: impl Fn(&Transaction) -> Held) -> bool {
         false
     }
     search(&mut Vec::new(), &mut committed.clone(), &fits)
+}
+
+/// Adds a fence of `session` to `b`: a read-modify-write of the fence key `F` that overwrote its version
+/// `prev` (0: the initial version) with `new`.
+pub fn fence(b: HistoryBuilder, session: u64, prev: u64, new: u64) -> HistoryBuilder {
+    b.txn(session, |t| {
+        if prev == 0 { t.read_init("F").write("F", new) } else { t.read("F", prev).write("F", new) }
+    })
+    .fence()
 }
