@@ -438,6 +438,15 @@ fn polysi_errors_name_the_line() {
     assert_eq!(err("r(1,99999999999999999999,0,0)").line, 1);
 }
 
+/// The largest id a line can hold, with an aborted transaction after it: aborted ones are numbered from one
+/// past the largest id (found by `scripts/fuzz-smoke`: that addition overflowed an i64).
+#[test]
+fn polysi_aborted_transactions_follow_the_largest_id() {
+    let h = polysi::import("w(55,4,0,9223372036854775807)\nw(56,4,0,-1)\n").unwrap();
+    let ids: Vec<u64> = h.transactions.iter().map(|t| t.id.0).collect();
+    assert_eq!(ids, [9_223_372_036_854_775_807, 9_223_372_036_854_775_808]);
+}
+
 /// IsoVista's `TextHistorySerializer` output: transactions sorted by id, txn 0 in session 0 writing 0 to
 /// every key the history touched (in hash-set order), then IsoVista's own sessions and txns, counted from 1.
 const ISOVISTA: &str = "w(2,0,0,0)\nw(1,0,0,0)\nw(3,0,0,0)\n\

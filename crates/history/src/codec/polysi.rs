@@ -218,7 +218,8 @@ pub fn import(text: &str) -> Result<History, PolysiError> {
         return Err(PolysiError { line: 1, message: "the file is empty".to_owned() });
     }
     // Aborted transactions get ids above every id in the file, in order of appearance.
-    let base = (max_id + 1) as u64;
+    // In u64: the largest id i64 holds is a valid id, and one past it is not an i64.
+    let base = u64::try_from(max_id).map_or(0, |m| m + 1);
     for (n, idx) in aborted.into_iter().enumerate() {
         history.transactions[idx].id = TxnId(base + n as u64);
     }
