@@ -29,6 +29,11 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// The allocator the `krait` binary runs the proxy under (`crates/krait/src/main.rs`): the proxy runs in
+/// this process, so the bench measures what users run only with the same one.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const DB: &str = "krait_bench";
 const CLIENTS: &str = "8";
 /// Tagging is on by default (xmin); the relay-and-log rows turn it off.
