@@ -38,6 +38,8 @@ const DB: &str = "krait_bench";
 const CLIENTS: &str = "8";
 /// Tagging is on by default (xmin); the relay-and-log rows turn it off.
 const OFF: &str = "[tagging]\nstrategy = \"off\"\n";
+/// Full recording's tagging and fences; the variant rows append to its `[fence]` section or add their own.
+const XMIN_FENCES: &str = "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n";
 
 fn run(cmd: &mut Command) -> Result<String, String> {
     let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
@@ -238,30 +240,27 @@ fn main() {
         .map_err(|e| e.to_string())
         .and_then(|()| ship::local::LocalNats::start(&tmp.join("nats")));
     let ship = match &nats {
-        Ok(nats) => format!(
-            "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n[ship]\nnats = \"{}\"\n",
-            nats.url()
-        ),
+        Ok(nats) => format!("{XMIN_FENCES}[ship]\nnats = \"{}\"\n", nats.url()),
         Err(_) => String::new(),
     };
     let krait_paths: [(&str, &str, &str); 9] = [
         ("krait, tagging off, none", "none", OFF),
         ("krait, tagging off, group", "group", OFF),
         ("krait, tagging off, strict", "strict", OFF),
-        ("krait, xmin + fences + strict", "strict", "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n"),
+        ("krait, xmin + fences + strict", "strict", XMIN_FENCES),
         // What strict's fsync wait costs, beside it: the same recording with group commit, and with none.
-        ("krait, xmin + fences + group", "group", "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n"),
-        ("krait, xmin + fences + none", "none", "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n"),
+        ("krait, xmin + fences + group", "group", XMIN_FENCES),
+        ("krait, xmin + fences + none", "none", XMIN_FENCES),
         // Every 20 commits whatever the rate, as before the time floor (`[fence] min_interval_ms`).
         (
             "krait, xmin + fences + strict, no fence floor",
             "strict",
-            "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\nmin_interval_ms = 0\n",
+            &format!("{XMIN_FENCES}min_interval_ms = 0\n"),
         ),
         (
             "krait, xmin + fences + strict, no values",
             "strict",
-            "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n[record]\nvalues = false\n",
+            &format!("{XMIN_FENCES}[record]\nvalues = false\n"),
         ),
         ("krait, xmin + fences + strict, shipping to NATS", "strict", &ship),
     ];
