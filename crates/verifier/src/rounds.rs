@@ -47,7 +47,7 @@
 //! constraints) collection deletes little (measured before this change): unordered blind writes all stay
 //! on the frontier, and there is no sound way to collect them sooner (`gc`, "Blind writes"). Tombstones and
 //! the ids of collected writes are kept for ever (one map entry per collected write); links add one
-//! synthetic read per kept ordering.
+//! synthetic read per kept ordering, and go when their source is collected (`links`).
 //!
 //! **Sessions.** `epoch_agree` waits for every open session (`epochs`). The proxy calls
 //! [`OnlineVerifier::session_ended`] when a client connection closes, so a quiet session does not stall
@@ -77,6 +77,7 @@ use crate::{FastMap, FastSet};
 use crate::{Report, Verdict, verify};
 
 mod admission;
+mod links;
 
 /// How to verify in rounds.
 #[derive(Clone, Debug)]
@@ -247,6 +248,10 @@ pub struct OnlineVerifier {
     stopped: bool,
     /// Each linked transaction's synthetic key and write (`gc` rule 6).
     links: HashMap<TxnId, (Key, WriteId)>,
+    /// Link keys whose links were retired, for the next links (`links`).
+    free_link_keys: Vec<Key>,
+    /// Link keys interned so far, which names the next one.
+    link_keys_made: u64,
     next_link_write: u64,
     links_added: u64,
     /// Statements the collector could not map, summed by kind over every transaction noted so far (one
@@ -254,9 +259,6 @@ pub struct OnlineVerifier {
     /// the summary (DESIGN.md §3: a report says what it did not check).
     not_checked: Vec<(NotChecked, TxnId)>,
 }
-
-/// Synthetic write ids of links live in the top of the id space (importers' ids are hashes or counters).
-const LINK_WRITE_BASE: u64 = 0xFFFF_0000_0000_0000;
 
 impl OnlineVerifier {
     /// A verifier for transactions whose keys and statements refer to `keys` and `statements`; intern new
@@ -290,6 +292,8 @@ impl OnlineVerifier {
             growth: 1.25,
             stopped: false,
             links: HashMap::new(),
+            free_link_keys: Vec::new(),
+            link_keys_made: 0,
             next_link_write: 0,
             links_added: 0,
             not_checked: Vec::new(),
@@ -477,6 +481,12 @@ impl OnlineVerifier {
         self.links_added
     }
 
+    /// Link keys made so far: each is used again once collection retires its link, so this stays near
+    /// the most links live at once rather than growing with the links added.
+    pub fn link_keys(&self) -> u64 {
+        self.link_keys_made
+    }
+
     /// Reads dropped because they read a quarantined transaction's write.
     pub fn unverifiable_reads(&self) -> u64 {
         self.unverifiable_reads
@@ -616,37 +626,6 @@ impl OnlineVerifier {
         self.round_size = next.clamp(self.options.min_round_size.max(1), self.options.max_round_size.max(1));
     }
 
-    /// Keeps each ordering `u → v` between live transactions that the residual history could not re-derive
-    /// (`gc` rule 6) as a wr edge: `u` writes a synthetic key of its own (namespace `krait.gc`, named by its
-    /// transaction id) once, and `v` reads that version. These ops are the verifier's, not the client's; they
-    /// are appended, so the client's op indices do not change, and reports show them under `krait.gc`.
-    fn link(&mut self, links: &[(usize, usize)]) {
-        for &(u, v) in links {
-            let uid = self.work.transactions[u].id;
-            let (key, write) = match self.links.get(&uid) {
-                Some(&kw) => kw,
-                None => {
-                    let key = self.work.keys.intern(KeyName {
-                        namespace: "krait.gc".to_owned(),
-                        bytes: uid.0.to_string().into_bytes(),
-                    });
-                    self.next_link_write += 1;
-                    let write = WriteId(LINK_WRITE_BASE | self.next_link_write);
-                    self.work.transactions[u].ops.push(Op::Write { key, write, stmt: None });
-                    self.known.insert(write, Known::Live);
-                    self.links.insert(uid, (key, write));
-                    (key, write)
-                }
-            };
-            let t = &mut self.work.transactions[v];
-            let already = t.ops.iter().any(|op| matches!(op, Op::Read { key: k, .. } if *k == key));
-            if !already {
-                t.ops.push(Op::Read { key, observed: Observed::Version(write), stmt: None });
-                self.links_added += 1;
-            }
-        }
-    }
-
     /// Collects garbage after an accepted round; returns how many transactions it deleted, why it kept the
     /// others, and how many live constraints went with the deleted ones.
     fn collect(&mut self, p: &Polygraph) -> Result<(usize, KeptReasons, usize), RoundsError> {
@@ -680,15 +659,22 @@ impl OnlineVerifier {
                 .ops
                 .retain(|op| !matches!(op, Op::Read { observed: Observed::Version(v), .. } if *v == w));
         }
+        let ids: Vec<TxnId> = plan.delete.iter().map(|&i| self.work.transactions[i].id).collect();
+        let retired = self.retire_links(&ids);
         let id = |i: usize| self.work.transactions[i].id;
         for &(w, _, i) in &plan.tombstones {
-            self.known.insert(w, Known::Tombstone { writer: id(i) });
+            if !retired.contains_key(&w) {
+                self.known.insert(w, Known::Tombstone { writer: id(i) });
+            }
         }
         for &(w, _, i) in &plan.aborted {
             self.known.insert(w, Known::Aborted { writer: id(i) });
         }
         let mut promoted = FastSet::default();
         for &(key, w, i) in &plan.promote {
+            if retired.contains_key(&w) {
+                continue;
+            }
             if let Some(old) = self.base.insert(key, w)
                 && let Some(Known::Base { writer }) = self.known.get(&old).copied()
             {
@@ -698,7 +684,6 @@ impl OnlineVerifier {
             promoted.insert(w);
         }
         let doomed: FastSet<usize> = plan.delete.iter().copied().collect();
-        let ids: Vec<TxnId> = plan.delete.iter().map(|&i| id(i)).collect();
         let mut i = 0;
         self.work.transactions.retain(|_| {
             let keep = !doomed.contains(&i);
@@ -715,9 +700,7 @@ impl OnlineVerifier {
                 }
             }
         }
-        for id in &ids {
-            self.links.remove(id);
-        }
+        self.drop_retired_reads(retired);
         self.epochs.forget(ids);
         self.deleted += doomed.len() as u64;
         Ok((doomed.len(), plan.kept, plan.constraints))
