@@ -262,3 +262,56 @@ fn bench_writes_stage_times_and_the_differential_analysis() {
     let diff_svg = std::fs::read_to_string(dir.path().join("differential.svg")).unwrap();
     assert!(diff_svg.contains("no-coalesce"));
 }
+
+/// `krait bench rounds` measures each history in a child process of its own and gives each its own memory
+/// columns: the input it holds, the peak while verifying, and their difference.
+#[test]
+fn bench_rounds_measures_each_history_in_its_own_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = krait(&[
+        "bench",
+        "rounds",
+        "--workloads",
+        "blindw-rm,chengrw",
+        "--blindw-txns",
+        "2000",
+        "--round-sizes",
+        "500,1000",
+        "--out",
+        d,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let csv = std::fs::read_to_string(dir.path().join("rounds.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "history,round_size,rounds,verdict,seconds,capacity_txn_per_s,max_live,end_live,deleted,input_mib,\
+             peak_mib,verifier_mib"
+        ),
+        "{csv}"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 4, "{csv}");
+    let names: Vec<(&str, &str)> = rows.iter().map(|r| (r[0], r[1])).collect();
+    assert_eq!(
+        names,
+        [
+            ("blindw-rm-2000", "500"),
+            ("blindw-rm-2000", "1000"),
+            ("chengrw-2000", "500"),
+            ("chengrw-2000", "1000")
+        ],
+        "{csv}"
+    );
+    for r in &rows {
+        assert_eq!(r[3], "accept", "{csv}");
+        let mib = |i: usize| r[i].parse::<f64>().unwrap_or_else(|_| panic!("column {i} of {r:?}"));
+        let (input, peak, verifier) = (mib(9), mib(10), mib(11));
+        assert!(input > 0.0 && peak >= input && (verifier - (peak - input)).abs() <= 1.0, "{r:?}");
+    }
+    // The children's hand-over files are consumed.
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.iter().all(|n| !n.to_string_lossy().starts_with(".rounds-")), "{left:?}");
+}

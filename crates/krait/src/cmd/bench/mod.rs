@@ -73,6 +73,10 @@ pub struct BenchArgs {
     blindw_txns: u64,
     #[command(flatten)]
     sizes: SizeArgs,
+    /// Internal: measure only this history of fig10, as the child process `krait bench rounds` runs for
+    /// each history so that each one's memory is its own.
+    #[arg(long, hide = true)]
+    rounds_child: Option<WorkloadName>,
     // Boxed: the proxy figures' settings would make `krait`'s command enum large for every command.
     #[command(flatten)]
     proxy: Box<proxy::ProxyArgs>,
@@ -158,6 +162,9 @@ struct BenchPoint {
 /// writes a CSV table and an SVG plot. Exits 1 if any generated history was not accepted (it is
 /// serializable by construction, so that would be a verifier or generator bug).
 pub fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(workload) = args.rounds_child {
+        return rounds::child(&args, workload);
+    }
     let names = if args.workloads.is_empty() { WorkloadName::ALL.to_vec() } else { args.workloads.clone() };
     let mut sizes = args.txns.clone();
     sizes.sort_unstable();
