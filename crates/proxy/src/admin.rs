@@ -363,7 +363,7 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
     let v = &m.verifier;
     if g(&v.attached) != 0 {
         let lag_s = g(&v.lag_ms) as f64 / 1e3;
-        let samples: [(&str, &str, &str, String); 8] = [
+        let samples: [(&str, &str, &str, String); 9] = [
             (
                 "krait_verifier_verified_total",
                 "counter",
@@ -395,6 +395,12 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
                 "gauge",
                 "Transactions held after the last garbage collection.",
                 g(&v.live).to_string(),
+            ),
+            (
+                "krait_verifier_known_versions",
+                "gauge",
+                "Versions the verifier knows by write id: live, base, and the tombstones of collected ones.",
+                g(&v.known_versions).to_string(),
             ),
             (
                 "krait_verifier_checkpoint_covers",
@@ -453,6 +459,14 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
             let value = counter.load(std::sync::atomic::Ordering::Relaxed);
             write_family(&mut out, name, "counter", &format!("Statement texts {what}."), &[("", value)]);
         }
+        write_family(
+            &mut out,
+            "krait_version_book_writes",
+            "gauge",
+            "Write ids the version book holds: every version this proxy recorded, so that a read of one is \
+             evidence.",
+            &[("", t.book.len() as u64)],
+        );
         if let Some(horizon) = t.book.horizon() {
             let _ = writeln!(
                 out,
@@ -492,6 +506,7 @@ fn status_json(state: &AdminState) -> serde_json::Value {
             "rounds": g(&v.rounds),
             "rejects": g(&v.rejects),
             "live_transactions": g(&v.live),
+            "known_versions": g(&v.known_versions),
             "checkpoint_covers": g(&v.checkpoint_covers),
             "level": v.level.get(),
             "garbage_collection": g(&v.collects_garbage) != 0,

@@ -69,6 +69,8 @@ pub struct VerifierMetrics {
     pub rejects: AtomicU64,
     /// Transactions held after the last garbage collection.
     pub live: AtomicU64,
+    /// Versions the verifier knows by write id (live, base, tombstones).
+    pub known_versions: AtomicU64,
     /// The log records the verifier's last stored checkpoint covers (a restart reads on from there); 0
     /// before it stores one.
     pub checkpoint_covers: AtomicU64,

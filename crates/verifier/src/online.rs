@@ -115,6 +115,10 @@ pub struct Status {
     pub oldest_unverified: Option<Instant>,
     /// Transactions held after the last garbage collection.
     pub live: u64,
+    /// Versions the verifier knows by write id: those of live transactions, base versions, and the
+    /// tombstones of collected ones, which stay for ever (a later read of one is a stale read).
+    #[serde(default)]
+    pub known_versions: u64,
     /// Why the verifier stopped, if it failed.
     #[serde(skip)]
     pub error: Option<String>,
@@ -346,6 +350,7 @@ impl Feeder {
         self.status.oldest_unverified = self.pushed_at.front().map(|&(_, at)| at);
         self.status.lag = self.pushed_at.front().map_or(Duration::ZERO, |&(_, at)| at.elapsed());
         self.status.live = self.verifier.live_transactions() as u64;
+        self.status.known_versions = self.verifier.known_versions() as u64;
         let unread = self.status.log_records.saturating_sub(self.status.records_read);
         self.status.lag_txns = self.status.txns_read.saturating_sub(self.status.verified) + unread;
     }

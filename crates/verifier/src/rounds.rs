@@ -476,6 +476,12 @@ impl OnlineVerifier {
         self.admitted
     }
 
+    /// Versions known by write id: live transactions' writes, base versions and tombstones (see
+    /// [`OnlineVerifier::tombstones`]); it grows with the collected writes.
+    pub fn known_versions(&self) -> usize {
+        self.known.len()
+    }
+
     /// Link reads added so far (orderings kept across collection, `gc` rule 6).
     pub fn links_added(&self) -> u64 {
         self.links_added
