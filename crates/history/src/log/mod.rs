@@ -114,7 +114,7 @@ pub use group_commit::{DurabilityTicket, DurableFuture, FSYNC_BUCKETS_US, LogSta
 pub use reader::LogReader;
 pub use record::{
     BadStatementIndex, FORMAT_VERSION, LZ4_FORMAT_VERSION, LogRecord, LoggedOp, LoggedTxn, RecordError,
-    ZSTD_FORMAT_VERSION, decode_framed, encode_framed,
+    ZSTD_FORMAT_VERSION, decode_framed, encode_framed, encode_framed_large,
 };
 pub use replay::{Earlier, IdMap, Replayed, ReplayedTail, ReplayedTxn, Replayer, TxnXids};
 

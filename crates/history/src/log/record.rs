@@ -521,6 +521,30 @@ pub fn frame(version: u8, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `prefix`, then `value` as [`encode_framed`] frames it, in one buffer, for a large value (a checkpoint
+/// of a whole state): it sizes the encoding first (a second pass over the value, which a small record would
+/// not repay) instead of growing a buffer by doubling, lets go of the encoding once compressed, and frames
+/// straight into the buffer it returns. A checkpoint of millions of known versions held up to four copies
+/// of itself at once, and each one showed as a jump in `krait serve`'s resident memory.
+pub fn encode_framed_large<T: Serialize>(prefix: &[u8], value: &T) -> Result<Vec<u8>, RecordError> {
+    let failed = |e: postcard::Error| RecordError::Encode { reason: e.to_string() };
+    let size = postcard::experimental::serialized_size(value).map_err(failed)?;
+    let payload = postcard::to_extend(value, Vec::with_capacity(size)).map_err(failed)?;
+    let (version, body) = match payload.len() >= COMPRESS_FROM {
+        true => match compress(&payload)? {
+            compressed if compressed.len() < payload.len() => (ZSTD_FORMAT_VERSION, compressed),
+            _ => (FORMAT_VERSION, payload),
+        },
+        false => (FORMAT_VERSION, payload),
+    };
+    let mut out = Vec::with_capacity(prefix.len() + HEADER_LEN + body.len());
+    out.extend_from_slice(prefix);
+    out.push(version);
+    out.extend_from_slice(&checksum(version, &body).to_le_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
 /// Serializes `value` as a record is, with the header: for what the log stores beside its records
 /// ([`super::HistoryLog::store_checkpoint`]).
 pub fn encode_framed<T: Serialize>(value: &T) -> Result<Vec<u8>, RecordError> {
@@ -701,6 +725,23 @@ mod tests {
         assert_eq!(unchecked.len(), 1);
         assert_eq!(unchecked[0].kind, "aggregate");
         assert_eq!(unchecked[0].statement.as_deref(), Some("SELECT sum(v) FROM t"));
+    }
+
+    /// The large-value path frames exactly as the record path does, after its prefix: compressed, and not.
+    #[test]
+    fn a_large_value_frames_as_a_record_does_after_its_prefix() {
+        let compressible: Vec<u64> = (0..10_000).map(|i| i % 7).collect();
+        let small = vec![1u64, 2, 3];
+        for value in [&compressible, &small] {
+            let framed = encode_framed(value).unwrap();
+            for prefix in [&b""[..], &b"krai"[..]] {
+                let large = encode_framed_large(prefix, value).unwrap();
+                assert_eq!(&large[..prefix.len()], prefix);
+                assert_eq!(&large[prefix.len()..], &framed[..]);
+                assert_eq!(decode_framed::<Vec<u64>>(&large[prefix.len()..]).unwrap(), *value);
+            }
+        }
+        assert_eq!(encode_framed(&compressible).unwrap()[0], ZSTD_FORMAT_VERSION, "the first is compressed");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use history::CollectorId;
-use history::log::{HistoryLog, LogError, RecordError, decode_framed, encode_framed};
+use history::log::{HistoryLog, LogError, RecordError, decode_framed, encode_framed_large};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -210,9 +210,7 @@ impl Feeder {
     pub(crate) fn checkpoint_with<P: Serialize>(&self, position: &P) -> Result<Vec<u8>, RecordError> {
         let stored =
             Stored { basis: Basis::of(self.verifier.options()), feeder: self, position, end: END_MARK };
-        let mut bytes = FORMAT.to_le_bytes().to_vec();
-        bytes.extend(encode_framed(&stored)?);
-        Ok(bytes)
+        encode_framed_large(&FORMAT.to_le_bytes(), &stored)
     }
 
     /// A feeder in the state [`Feeder::checkpoint`] encoded, verifying with `options` (which must ask what

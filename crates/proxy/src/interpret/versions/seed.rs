@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use history::log::{HistoryLog, ReplayedTail, TxnXids, decode_framed, encode_framed};
+use history::log::{HistoryLog, ReplayedTail, TxnXids, decode_framed, encode_framed_large};
 use history::{LogError, Outcome, RecordingHorizon, TxnId};
 use serde::{Deserialize, Serialize};
 
@@ -195,7 +195,7 @@ pub fn advance_to_cut(log: &dyn HistoryLog) -> Result<Option<u64>, LogError> {
 
 /// Stores `c` as the log's version-book checkpoint.
 fn store(log: &dyn HistoryLog, c: &BookCheckpoint) -> Result<(), LogError> {
-    encode_framed(c)
+    encode_framed_large(&[], c)
         .map_err(|e| LogError::Storage(format!("the version book's checkpoint: {e}")))
         .and_then(|bytes| log.store_checkpoint(CHECKPOINT_NAME, &bytes))
 }

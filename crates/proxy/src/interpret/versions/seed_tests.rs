@@ -1,4 +1,4 @@
-use history::log::{DiskLog, Durability, HistoryLog, LoggedOp, LoggedTxn};
+use history::log::{DiskLog, Durability, HistoryLog, LoggedOp, LoggedTxn, encode_framed};
 use history::{KeyName, Observed, Outcome, RecordingHorizon, SessionId, TxnId, WriteId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
