@@ -89,12 +89,7 @@ fn twitter_like(
                 }
             }
         }
-        for k in writes {
-            let w = WriteId(next_write);
-            next_write += 1;
-            t.ops.push(Op::Write { key: k, write: w, stmt: None });
-            store.insert(k, Observed::Version(w));
-        }
+        write_fresh(&mut t, &mut store, writes, &mut next_write);
         h.transactions.push(t);
     }
     h
@@ -308,13 +303,23 @@ fn chengrw_serial(seed: u64, n: usize, sessions: u64, keys: usize, fence_every: 
             let seen = store.get(&k).copied().unwrap_or(Observed::PreHistory(0));
             t.ops.push(Op::Read { key: k, observed: seen, stmt: None });
         }
-        for k in writes {
-            let w = WriteId(next_write);
-            next_write += 1;
-            t.ops.push(Op::Write { key: k, write: w, stmt: None });
-            store.insert(k, Observed::Version(w));
-        }
+        write_fresh(&mut t, &mut store, writes, &mut next_write);
         h.transactions.push(t);
     }
     h
+}
+
+/// Writes each of `keys` in `t` with a fresh write id, which becomes the key's version in `store`.
+fn write_fresh(
+    t: &mut Transaction,
+    store: &mut HashMap<Key, Observed>,
+    keys: Vec<Key>,
+    next_write: &mut u64,
+) {
+    for k in keys {
+        let w = WriteId(*next_write);
+        *next_write += 1;
+        t.ops.push(Op::Write { key: k, write: w, stmt: None });
+        store.insert(k, Observed::Version(w));
+    }
 }
