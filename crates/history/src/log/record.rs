@@ -514,11 +514,29 @@ pub fn header_checks_out(bytes: &[u8]) -> bool {
 /// Puts the header (version byte and checksum) in front of `payload`. [`LogRecord::encode`] uses it; tests
 /// and fuzzers use it to wrap arbitrary payloads, so that the decoder gets past the checksum.
 pub fn frame(version: u8, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
+    frame_after(&[], version, payload)
+}
+
+/// `prefix`, then [`frame`]'s header and `payload`, in one buffer of the right size.
+fn frame_after(prefix: &[u8], version: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + HEADER_LEN + payload.len());
+    out.extend_from_slice(prefix);
     out.push(version);
     out.extend_from_slice(&checksum(version, payload).to_le_bytes());
     out.extend_from_slice(payload);
     out
+}
+
+/// The payload as a record stores it, with its format version: compressed from [`COMPRESS_FROM`] bytes on
+/// when that makes it smaller, as it is otherwise. The uncompressed encoding is let go of once compressed.
+fn stored_payload(payload: Vec<u8>) -> Result<(u8, Vec<u8>), RecordError> {
+    if payload.len() >= COMPRESS_FROM {
+        let compressed = compress(&payload)?;
+        if compressed.len() < payload.len() {
+            return Ok((ZSTD_FORMAT_VERSION, compressed));
+        }
+    }
+    Ok((FORMAT_VERSION, payload))
 }
 
 /// `prefix`, then `value` as [`encode_framed`] frames it, in one buffer, for a large value (a checkpoint
@@ -530,32 +548,16 @@ pub fn encode_framed_large<T: Serialize>(prefix: &[u8], value: &T) -> Result<Vec
     let failed = |e: postcard::Error| RecordError::Encode { reason: e.to_string() };
     let size = postcard::experimental::serialized_size(value).map_err(failed)?;
     let payload = postcard::to_extend(value, Vec::with_capacity(size)).map_err(failed)?;
-    let (version, body) = match payload.len() >= COMPRESS_FROM {
-        true => match compress(&payload)? {
-            compressed if compressed.len() < payload.len() => (ZSTD_FORMAT_VERSION, compressed),
-            _ => (FORMAT_VERSION, payload),
-        },
-        false => (FORMAT_VERSION, payload),
-    };
-    let mut out = Vec::with_capacity(prefix.len() + HEADER_LEN + body.len());
-    out.extend_from_slice(prefix);
-    out.push(version);
-    out.extend_from_slice(&checksum(version, &body).to_le_bytes());
-    out.extend_from_slice(&body);
-    Ok(out)
+    let (version, body) = stored_payload(payload)?;
+    Ok(frame_after(prefix, version, &body))
 }
 
 /// Serializes `value` as a record is, with the header: for what the log stores beside its records
 /// ([`super::HistoryLog::store_checkpoint`]).
 pub fn encode_framed<T: Serialize>(value: &T) -> Result<Vec<u8>, RecordError> {
     let payload = postcard::to_allocvec(value).map_err(|e| RecordError::Encode { reason: e.to_string() })?;
-    if payload.len() >= COMPRESS_FROM {
-        let compressed = compress(&payload)?;
-        if compressed.len() < payload.len() {
-            return Ok(frame(ZSTD_FORMAT_VERSION, &compressed));
-        }
-    }
-    Ok(frame(FORMAT_VERSION, &payload))
+    let (version, body) = stored_payload(payload)?;
+    Ok(frame(version, &body))
 }
 
 thread_local! {
