@@ -1,6 +1,8 @@
 //! A local `nats-server` with JetStream, for tests and benches (Debian's `nats-server` package; `scripts/test`
 //! installs it). Production runs its own NATS; this only starts one on loopback for a run.
 
+use std::io::Read;
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,34 +15,53 @@ pub struct LocalNats {
 }
 
 impl LocalNats {
-    /// Starts one on a free port with JetStream storing under `store`, and waits until it listens; the
-    /// error says why not (not installed, not listening within 5 s).
+    /// Starts one on a port the server picks itself, with JetStream storing under `store`, and waits until it
+    /// answers; the error says why not (not installed, exited, not answering within 10 s, with its log's end).
+    ///
+    /// The server picks the port, and reports it in a ports file, so that no other test can take the port
+    /// between our choosing it and the server binding it (a port we chose and freed could be bound by a
+    /// parallel test's restarted server, and ours would then be answered by theirs).
     pub fn start(store: &Path) -> Result<Self, String> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .map_err(|e| format!("no free port: {e}"))?;
-        Self::start_on(store, port)
+        Self::spawn(store, None)
     }
 
     /// Starts one on `port` (again, after [`LocalNats::kill`], with the same store).
     pub fn start_on(store: &Path, port: u16) -> Result<Self, String> {
+        Self::spawn(store, Some(port))
+    }
+
+    fn spawn(store: &Path, port: Option<u16>) -> Result<Self, String> {
+        std::fs::create_dir_all(store).map_err(|e| format!("cannot make {}: {e}", store.display()))?;
+        let log = store.join("nats-server.log");
         let child = Command::new("nats-server")
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+            .args(["-js", "-a", "127.0.0.1", "-p"])
+            .arg(port.map_or_else(|| "-1".to_owned(), |p| p.to_string()))
+            .arg("-sd")
             .arg(store)
+            .arg("--ports_file_dir")
+            .arg(store)
+            .arg("-l")
+            .arg(&log)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("nats-server is not runnable ({e}); apt-get install nats-server"))?;
-        let nats = LocalNats { child, port, store: store.to_owned() };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        let mut nats = LocalNats { child, port: 0, store: store.to_owned() };
+        let ports_file = store.join(format!("nats-server_{}.ports", nats.child.id()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = nats.child.try_wait() {
+                return Err(format!("nats-server exited ({status}) before it answered: {}", log_end(&log)));
+            }
+            if let Some(listening) = reported_port(&ports_file).filter(|&p| answers(p)) {
+                nats.port = listening;
+                return Ok(nats);
+            }
             if Instant::now() > deadline {
-                return Err(format!("nats-server did not listen on port {port} within 5 s"));
+                return Err(format!("nats-server did not answer within 10 s: {}", log_end(&log)));
             }
             std::thread::sleep(Duration::from_millis(25));
         }
-        Ok(nats)
     }
 
     /// Its port.
@@ -82,6 +103,36 @@ impl LocalNats {
         let _ = self.child.wait();
         std::mem::take(&mut self.store)
     }
+}
+
+/// The client port a server wrote in its ports file (`{"nats":["nats://127.0.0.1:PORT"]}`), once it has.
+fn reported_port(ports_file: &Path) -> Option<u16> {
+    #[derive(serde::Deserialize)]
+    struct Ports {
+        nats: Vec<String>,
+    }
+    let ports: Ports = serde_json::from_slice(&std::fs::read(ports_file).ok()?).ok()?;
+    ports.nats.first()?.rsplit_once(':')?.1.parse().ok()
+}
+
+/// Whether a NATS server answers on `port`: it greets every client with `INFO` at once.
+fn answers(port: u16) -> bool {
+    let Ok(mut stream) =
+        TcpStream::connect_timeout(&(Ipv4Addr::LOCALHOST, port).into(), Duration::from_secs(1))
+    else {
+        return false;
+    };
+    let mut greeting = [0u8; 4];
+    stream.set_read_timeout(Some(Duration::from_secs(1))).is_ok()
+        && stream.read_exact(&mut greeting).is_ok()
+        && &greeting == b"INFO"
+}
+
+/// The last lines of a server's log, for an error that says why it did not start.
+fn log_end(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
 }
 
 impl Drop for LocalNats {
