@@ -283,8 +283,17 @@ impl OnlineVerifier {
             // Nothing named is live: take out the whole round's new transactions.
             ids.extend(self.work.transactions[n - self.new_in_round.min(n)..].iter().map(|t| t.id));
         }
+        self.remove_quarantined(ids);
+    }
+
+    /// Takes the transactions `ids` out of the residual history. Their client writes become
+    /// [`Known::Quarantined`], and the live reads of them are dropped and counted as unverifiable. Their
+    /// links are retired as collection retires a deleted source's: a link's write is the verifier's own,
+    /// so the reads of it are dropped uncounted (no client read is lost) and its key goes back to the free
+    /// list.
+    pub(super) fn remove_quarantined(&mut self, ids: HashSet<TxnId>) {
         let mut gone: HashSet<WriteId> = HashSet::new();
-        let mut removed = 0;
+        let mut removed: Vec<TxnId> = Vec::new();
         self.work.transactions.retain(|t| {
             if ids.contains(&t.id) {
                 for op in &t.ops {
@@ -292,13 +301,15 @@ impl OnlineVerifier {
                         gone.insert(write);
                     }
                 }
-                removed += 1;
+                removed.push(t.id);
                 false
             } else {
                 true
             }
         });
-        self.new_in_round = self.new_in_round.saturating_sub(removed);
+        self.new_in_round = self.new_in_round.saturating_sub(removed.len());
+        let retired = self.retire_links(&removed);
+        gone.retain(|w| !retired.contains_key(w));
         for w in &gone {
             self.known.insert(*w, Known::Quarantined);
         }
@@ -308,6 +319,7 @@ impl OnlineVerifier {
             );
             self.unverifiable_reads += dropped as u64;
         }
+        self.drop_retired_reads(retired);
         self.epochs.forget(ids);
     }
 }

@@ -86,3 +86,42 @@ impl OnlineVerifier {
         self.free_link_keys.extend(retired.into_values());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use history::{KeyTable, SessionId, Transaction};
+
+    use super::*;
+    use crate::rounds::RoundOptions;
+
+    /// A reject that quarantines a link's source retires the link as collection would: the target's read of
+    /// it is not a client read lost (not counted as unverifiable), no quarantined version is kept for it,
+    /// and its key goes back to the free list.
+    #[test]
+    fn quarantining_a_link_source_retires_its_link() {
+        let mut keys = KeyTable::default();
+        let x = keys.intern_str("x");
+        let mut v = OnlineVerifier::new(keys, Vec::new(), RoundOptions::offline(10));
+        let mut source = Transaction::new(TxnId(1), SessionId(1), 0);
+        source.ops.push(Op::Write { key: x, write: WriteId(11), stmt: None });
+        let mut client_reader = Transaction::new(TxnId(2), SessionId(2), 0);
+        client_reader.ops.push(Op::Read { key: x, observed: Observed::Version(WriteId(11)), stmt: None });
+        let target = Transaction::new(TxnId(3), SessionId(3), 0);
+        v.work.transactions = vec![source, client_reader, target];
+        v.known.insert(WriteId(11), Known::Live);
+        v.link(&[(0, 2)]);
+        let (key, write) = v.links[&TxnId(1)];
+
+        v.remove_quarantined(HashSet::from([TxnId(1)]));
+
+        assert_eq!(v.unverifiable_reads, 1, "only the client's read of x is unverifiable");
+        assert!(matches!(v.known.get(&WriteId(11)), Some(Known::Quarantined)));
+        assert!(!v.known.contains_key(&write), "the link's write is forgotten, not quarantined");
+        assert!(v.links.is_empty());
+        assert_eq!(v.free_link_keys, [key], "the link's key is free again");
+        let ops: usize = v.work.transactions.iter().map(|t| t.ops.len()).sum();
+        assert_eq!(ops, 0, "no read of the quarantined writes is left: {:?}", v.work.transactions);
+    }
+}
