@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 
-use proxy::interpret::fence::{FENCE_COMMIT, fence_sql, setup_sql};
+use proxy::interpret::fence::{FENCE_COMMIT, FENCE_TABLE, fence_sql, setup_sql};
 use proxy::interpret::{Catalog, PK_QUERY, StmtPlan, plan_query};
 use refstore::pg::serve;
 use refstore::{Model, SharedStore, StoreConfig};
@@ -158,7 +158,7 @@ async fn fence(
         }
         c.batch_execute("COMMIT").await?;
     }
-    let sql = fence_sql(row);
+    let sql = fence_sql(row, FENCE_TABLE);
     let stmts: Vec<&str> = sql.split("; ").collect();
     assert_eq!(stmts.len(), 3, "BEGIN, SELECT ... FOR UPDATE, UPDATE ... RETURNING");
     c.batch_execute(stmts[0]).await?;
@@ -187,7 +187,7 @@ async fn fences_chain_on_krait_fence_under_the_models_rules() {
     assert_eq!(read3, written2);
 
     // Two interleaved fences: under serializability the second commit is refused (the proxy retries later).
-    let sql = fence_sql(row);
+    let sql = fence_sql(row, FENCE_TABLE);
     let stmts: Vec<&str> = sql.split("; ").collect();
     for c in [&a, &b] {
         c.batch_execute(stmts[0]).await.unwrap();

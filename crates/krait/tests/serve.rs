@@ -260,3 +260,80 @@ fn a_restarted_serve_resumes_its_verifier_from_the_checkpoint() {
     let second = serve.stop();
     assert!(!second.iter().any(|l| l.contains("REJECT")), "{}", second.join("\n"));
 }
+
+/// Epochs advance only as far as every open session has fenced (Cobra §4.2), so a connection left idle
+/// used to stop garbage collection for as long as it stayed open: one idle psql beside a busy chengRW load
+/// kept all 23,781 of its transactions live. It now fences on its own once the busy connections' fences
+/// have moved on (`[fence] idle_ms`); with that off, the same run keeps every transaction live. The busy
+/// connection runs with its own `search_path`, so its first fence makes the fence table in its schema:
+/// the idle one, on the default path, finds it only because fences name it with its schema (before, every
+/// fence of a session with another path failed, and that session held collection back the same way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_does_not_hold_garbage_collection_back() {
+    let schema = format!("krait_serve_idle_{}", std::process::id());
+    let table = format!("{schema}.kv");
+    let direct = "host=127.0.0.1 port=5432 user=postgres dbname=test";
+    let (admin_db, conn) = tokio_postgres::connect(direct, tokio_postgres::NoTls).await.expect("connects");
+    tokio::spawn(conn);
+    admin_db
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}; \
+             CREATE TABLE {table} (k int primary key, v int); INSERT INTO {table} VALUES (1, 0), (2, 0)"
+        ))
+        .await
+        .expect("creates the table");
+    for idle_ms in [200, 0] {
+        // A fence table left by an earlier run in the busy connection's schema would spare this run's
+        // setup: every run starts without one there.
+        admin_db.batch_execute(&format!("DROP TABLE IF EXISTS {schema}.krait_fence")).await.expect("drops");
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let (port, admin_port) = (free_port(), free_port());
+        let fence = format!("[fence]\nevery = 5\nmin_interval_ms = 0\nidle_ms = {idle_ms}\n");
+        let config = write_serve_config(dir.path(), port, Some(admin_port), &fence);
+        let serve = Serve::start_with(&config, &dir.path().join("data"), port, &["--level", "serializable"]);
+        let connect = |options: String| async move {
+            let url = format!("host=127.0.0.1 port={port} user=postgres dbname=test {options}");
+            let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connects");
+            tokio::spawn(conn);
+            c
+        };
+        // One transaction, then idle (open) for the rest of the run.
+        let idle = connect(String::new()).await;
+        idle.execute(&format!("UPDATE {table} SET v = v + 1 WHERE k = 2"), &[]).await.expect("updates");
+        let busy = connect(format!("options='-c search_path={schema}'")).await;
+        let busy_txns = 300;
+        for _ in 0..busy_txns {
+            busy.execute("UPDATE kv SET v = v + 1 WHERE k = 1", &[]).await.expect("updates");
+        }
+        drop(busy);
+
+        let admin = format!("127.0.0.1:{admin_port}");
+        let sample = |metrics: &str, name: &str| -> u64 {
+            let value = metrics.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok());
+            value.unwrap_or_else(|| panic!("{name} in /metrics:\n{metrics}")) as u64
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let live = loop {
+            let metrics = http_get(&admin, "/metrics");
+            let verified = sample(&metrics, "krait_verifier_verified_total ");
+            let lag = sample(&metrics, "krait_verifier_lag_transactions ");
+            let live = sample(&metrics, "krait_verifier_live_transactions ");
+            // Caught up with the client transactions (fences come on top), and, with idle fences, collected.
+            if verified > busy_txns && lag == 0 && (idle_ms == 0 || live < 50) {
+                break live;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "idle_ms = {idle_ms}: live {live}, verified {verified}, lag {lag}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        if idle_ms == 0 {
+            assert!(live > busy_txns, "without idle fences the idle session holds every transaction: {live}");
+        }
+        drop(idle);
+        let lines = serve.stop();
+        assert!(!lines.iter().any(|l| l.contains("REJECT")), "{}", lines.join("\n"));
+    }
+    admin_db.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.expect("drops the schema");
+}

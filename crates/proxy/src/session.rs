@@ -318,7 +318,9 @@ enum Failure {
     Other(SessionError),
 }
 
-/// The client → database pump: split, decode, ask the state machine, log intents, forward.
+/// The client → database pump: split, decode, ask the state machine, log intents, forward. While the client
+/// sends nothing, it wakes once per [`Injector::idle_after`] and runs a fence if the connection is idle
+/// ([`inject_when_idle`]).
 async fn client_to_server(
     metrics: &Metrics,
     core: &Mutex<Core>,
@@ -330,6 +332,13 @@ async fn client_to_server(
 ) -> Result<End, Failure> {
     let mut out = BytesMut::new();
     let mut bufs = PumpBuffers::new(metrics);
+    // One timer for the session, moved on only when it fires (not at every read): the hot path pays for
+    // a clock read per read, not a timer per read.
+    let idle_after =
+        core.lock().unwrap_or_else(|p| p.into_inner()).injector.as_ref().and_then(Injector::idle_after);
+    let idle_timer = tokio::time::sleep(idle_after.unwrap_or_default());
+    tokio::pin!(idle_timer);
+    let mut last_read = tokio::time::Instant::now();
     loop {
         loop {
             let frame = match split_frame(&mut cbuf, max) {
@@ -400,9 +409,29 @@ async fn client_to_server(
         bufs.shrink(&mut cbuf, &mut out);
         make_room(&mut cbuf);
         bufs.note(&cbuf, &out);
-        match cr.read_buf(&mut cbuf).await {
+        let read = match idle_after {
+            None => cr.read_buf(&mut cbuf).await,
+            Some(after) => tokio::select! {
+                read = cr.read_buf(&mut cbuf) => read,
+                () = &mut idle_timer => {
+                    let now = tokio::time::Instant::now();
+                    if now >= last_read + after {
+                        inject_when_idle(core, replied, sw, &mut out).await?;
+                        idle_timer.as_mut().reset(tokio::time::Instant::now() + after);
+                    } else {
+                        idle_timer.as_mut().reset(last_read + after);
+                    }
+                    continue;
+                }
+            },
+        };
+        match read {
             Ok(0) => return Ok(End::ClientClosed),
-            Ok(_) => {}
+            Ok(_) => {
+                if idle_after.is_some() {
+                    last_read = tokio::time::Instant::now();
+                }
+            }
             Err(e) => return Err(Failure::Other(SessionError::ClientIo(e))),
         }
     }
@@ -417,11 +446,34 @@ async fn inject_between_transactions(
     sw: &mut (impl AsyncWrite + Unpin),
     out: &mut BytesMut,
 ) -> Result<(), Failure> {
+    inject_at_rest(core, replied, sw, out, Injector::injection_due).await
+}
+
+/// Runs a fence on a connection the client has left idle ([`Injector::idle_injection_due`]), so that it
+/// does not hold the epochs, and so garbage collection, back. A message the client sends meanwhile waits
+/// in the socket until the fence is over (one short transaction).
+async fn inject_when_idle(
+    core: &Mutex<Core>,
+    replied: &Notify,
+    sw: &mut (impl AsyncWrite + Unpin),
+    out: &mut BytesMut,
+) -> Result<(), Failure> {
+    inject_at_rest(core, replied, sw, out, Injector::idle_injection_due).await
+}
+
+/// Runs what `due` asks for, if the connection is at rest and nothing is being injected.
+async fn inject_at_rest(
+    core: &Mutex<Core>,
+    replied: &Notify,
+    sw: &mut (impl AsyncWrite + Unpin),
+    out: &mut BytesMut,
+    due: fn(&Injector) -> Option<Injection>,
+) -> Result<(), Failure> {
     let frame = {
         let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
         let Core { machine, injector, .. } = &mut *guard;
         match injector.as_mut() {
-            Some(t) if machine.at_rest() && !t.injecting() => match t.injection_due() {
+            Some(t) if machine.at_rest() && !t.injecting() => match due(t) {
                 Some(what) => t.start_injection(what),
                 None => return Ok(()),
             },

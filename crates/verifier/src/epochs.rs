@@ -21,12 +21,14 @@
 //! a session's last transaction has been admitted). An ended session no
 //! longer holds `epoch_agree` back: it will add no transaction, so the Guarantee needs nothing from it. Its
 //! transactions after its last fence stay open (never collected); the proxy can avoid even that by running a
-//! fence just before it closes the upstream connection.
+//! fence just before it closes the upstream connection. A session that stays open but idle (a pooled
+//! connection) would hold `epoch_agree` at its last fence for as long as it stays idle; the proxy fences such
+//! a connection on its own once the others' fences have moved on (`[fence] idle_ms`).
 //!
 //! **Sessions that start late.** A session that has not yet run a fence holds `epoch_agree` at 0 while it
 //! is open. A session first seen *after* garbage collection began is covered by the Guarantee only from its
-//! first fence on; the proxy therefore runs a fence at the start of every connection (see the rounds
-//! module's notes).
+//! first fence on (see the rounds module's notes). The proxy does not fence a connection as it opens (one
+//! more transaction per connection): its first fence comes after `[fence] every` commits or when it idles.
 
 use std::collections::HashMap;
 

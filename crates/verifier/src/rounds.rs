@@ -51,7 +51,7 @@
 //!
 //! **Sessions.** `epoch_agree` waits for every open session (`epochs`). The proxy calls
 //! [`OnlineVerifier::session_ended`] when a client connection closes, so a quiet session does not stall
-//! collection for ever. A session first seen after collection began is only covered by the Guarantee from its
+//! collection for ever, and fences a connection that stays open but idle (`[fence] idle_ms`). A session first seen after collection began is only covered by the Guarantee from its
 //! first fence on, so the proxy should run a fence when a connection opens (before its first client
 //! transaction); otherwise a read of a collected version by its first transactions is reported as a stale
 //! read, which under plain serializability (without real time) may be a false reject.

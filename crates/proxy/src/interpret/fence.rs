@@ -34,15 +34,23 @@ pub fn setup_sql(row: i32) -> String {
     )
 }
 
-/// The fence's body on row `row`: one simple-protocol query string. Replies: BEGIN, the read row (xmin,
+/// Where the setup found (or made) the fence table: its schema, quoted as needed. Fences name the table
+/// with it, so that every session finds the same table whatever its `search_path` (the setup resolves the
+/// unqualified name in the session that ran it; a session with another path would fail every fence, and,
+/// never reaching an epoch, hold garbage collection back for as long as it stayed open).
+pub const FENCE_SCHEMA_QUERY: &str =
+    "SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = 'krait_fence'::regclass";
+
+/// The fence's body on row `row` of `table` (the fence table as the session can name it: schema-qualified
+/// once the setup has told its schema, else [`FENCE_TABLE`]): one simple-protocol query string. Replies: BEGIN, the read row (xmin,
 /// id), the written row (xmin, id), then ReadyForQuery in the block. COMMIT ([`FENCE_COMMIT`]) goes in a
 /// second message, only after the written row has been put in the version book, so no session can read
 /// the fence's version before the proxy knows it was recorded.
-pub fn fence_sql(row: i32) -> String {
+pub fn fence_sql(row: i32, table: &str) -> String {
     format!(
         "BEGIN ISOLATION LEVEL READ COMMITTED; \
-         SELECT xmin::text, id::text FROM krait_fence WHERE id = {row} FOR UPDATE; \
-         UPDATE krait_fence SET epoch = epoch + 1 WHERE id = {row} RETURNING xmin::text, id::text"
+         SELECT xmin::text, id::text FROM {table} WHERE id = {row} FOR UPDATE; \
+         UPDATE {table} SET epoch = epoch + 1 WHERE id = {row} RETURNING xmin::text, id::text"
     )
 }
 
@@ -50,21 +58,43 @@ pub fn fence_sql(row: i32) -> String {
 pub const FENCE_COMMIT: &str = "COMMIT";
 
 /// Counts committed client transactions on one connection and says when a fence is due: after `every`
-/// commits, once `min_interval` has passed since the last fence.
+/// commits, once `min_interval` has passed since the last fence; or, on a connection left idle, once the
+/// proxy's fence chain has moved on without it.
 #[derive(Debug, Clone)]
 pub struct FenceCounter {
     every: u64,
     min_interval: Duration,
+    /// How long a connection at rest waits before it fences on its own; zero: never.
+    idle: Duration,
     since: u64,
     /// When the last fence ran; `None` before the first, which is due at once.
     last: Option<Instant>,
+    /// The proxy's count of fences due by commits ([`super::TaggingShared::busy_fences`]) as this
+    /// connection started its last fence.
+    chain_seen: u64,
 }
 
 impl FenceCounter {
-    /// A counter that asks for a fence every `every` commits, at most once per `min_interval`; `every` 0
-    /// disables fences.
-    pub fn new(every: u64, min_interval: Duration) -> Self {
-        FenceCounter { every, min_interval, since: 0, last: None }
+    /// A counter that asks for a fence every `every` commits, at most once per `min_interval`, and on a
+    /// connection at rest for `idle` (zero: never); `every` 0 disables fences.
+    pub fn new(every: u64, min_interval: Duration, idle: Duration) -> Self {
+        FenceCounter { every, min_interval, idle, since: 0, last: None, chain_seen: 0 }
+    }
+
+    /// How long a connection at rest waits before it may fence on its own ([`FenceCounter::idle_due`]);
+    /// `None` when it never does.
+    pub fn idle_after(&self) -> Option<Duration> {
+        (self.every > 0 && !self.idle.is_zero()).then_some(self.idle)
+    }
+
+    /// Whether a connection that has been at rest for [`FenceCounter::idle_after`] should fence now: the
+    /// proxy has started `chain` fences due by commits, and some since this connection's last fence. `epoch_agree` (Cobra §4.2) is the least epoch every open session has
+    /// reached, so a session that stays idle behind the chain holds garbage collection back for as long
+    /// as it stays open; one whose last fence is still the latest holds nothing back and does not fence.
+    pub fn idle_due(&self, chain: u64) -> bool {
+        self.idle_after().is_some()
+            && chain > self.chain_seen
+            && self.last.is_none_or(|at| at.elapsed() >= self.min_interval)
     }
 
     /// Notes one committed client transaction.
@@ -80,10 +110,12 @@ impl FenceCounter {
             && self.last.is_none_or(|at| at.elapsed() >= self.min_interval)
     }
 
-    /// Notes that a fence ran (whatever its outcome: an aborted fence is simply retried next time).
-    pub fn fenced(&mut self) {
+    /// Notes that a fence ran (whatever its outcome: an aborted fence is simply retried next time), and
+    /// that the proxy's count of fences due by commits is `chain` with it.
+    pub fn fenced(&mut self, chain: u64) {
         self.since = 0;
         self.last = Some(Instant::now());
+        self.chain_seen = chain;
     }
 }
 
@@ -105,8 +137,8 @@ pub fn fence_ops(read: [&[u8]; 2], written: [&[u8]; 2], book: &VersionBook) -> V
 }
 
 /// The statement texts a fence transaction records, so its op `stmt` indices resolve.
-pub fn fence_statements(row: i32) -> Vec<String> {
-    let mut v: Vec<String> = fence_sql(row).split("; ").map(|s| s.trim().to_owned()).collect();
+pub fn fence_statements(row: i32, table: &str) -> Vec<String> {
+    let mut v: Vec<String> = fence_sql(row, table).split("; ").map(|s| s.trim().to_owned()).collect();
     v.push(FENCE_COMMIT.to_owned());
     v
 }
@@ -149,16 +181,17 @@ pub enum Injection {
 
 impl Injection {
     /// The first statements to send, in one batch ending in Sync; [`InjectedReplies::on_backend`] says
-    /// when to send more.
-    pub fn statements(self) -> Vec<String> {
+    /// when to send more. A fence names `fence_table` (see [`fence_sql`]).
+    pub fn statements(self, fence_table: &str) -> Vec<String> {
         let sql = match self {
             Injection::Catalog { .. } => return vec![super::PK_QUERY.to_owned()],
             Injection::Horizon => return vec![super::versions::HORIZON_QUERY.to_owned()],
             Injection::Xid => return vec![XID_QUERY.to_owned()],
-            Injection::Fence { setup: false, row } => fence_sql(row),
+            Injection::Fence { setup: false, row } => fence_sql(row, fence_table),
             // The setup commits on its own: in the fence's transaction, the fence would read its own insert.
+            // It names the table as its session resolves it; where that is, it asks after the fence.
             Injection::Fence { setup: true, row } => {
-                format!("BEGIN; {}; COMMIT; {}", setup_sql(row), fence_sql(row))
+                format!("BEGIN; {}; COMMIT; {}", setup_sql(row), fence_sql(row, FENCE_TABLE))
             }
         };
         sql.split("; ").map(str::to_owned).collect()
@@ -200,6 +233,11 @@ pub enum Step {
 pub struct InjectedReplies {
     what: Injection,
     rows: Vec<Vec<Option<Bytes>>>,
+    /// The fence table's schema, from a setup's [`FENCE_SCHEMA_QUERY`] (its one-column row).
+    fence_schema: Option<String>,
+    /// Whether the setup's [`FENCE_SCHEMA_QUERY`] went out (after the fence's COMMIT): a database that
+    /// cannot answer it (the reference store) fails it without failing the fence.
+    asked_schema: bool,
     error: bool,
     committed: bool,
     sent_commit: bool,
@@ -208,7 +246,15 @@ pub struct InjectedReplies {
 impl InjectedReplies {
     /// Starts collecting the replies to `what`.
     pub fn new(what: Injection) -> Self {
-        InjectedReplies { what, rows: Vec::new(), error: false, committed: false, sent_commit: false }
+        InjectedReplies {
+            what,
+            rows: Vec::new(),
+            fence_schema: None,
+            asked_schema: false,
+            error: false,
+            committed: false,
+            sent_commit: false,
+        }
     }
 
     /// Takes one backend message and says what to do next.
@@ -219,6 +265,10 @@ impl InjectedReplies {
         use wire::pg::backend::tag as btag;
         match tag {
             btag::DATA_ROW => match super::strip::data_row_values(body) {
+                Ok(vals) if self.asked_schema && vals.len() == 1 => {
+                    let schema = vals[0].as_ref().map(|v| String::from_utf8_lossy(v).into_owned());
+                    self.fence_schema = schema;
+                }
                 Ok(vals) => {
                     if let (Injection::Fence { .. }, 1, Some(w)) =
                         (self.what, self.rows.len(), fence_row(&vals))
@@ -229,6 +279,8 @@ impl InjectedReplies {
                 }
                 Err(_) => self.error = true,
             },
+            // The schema question comes after the fence is over: its failure leaves the name unqualified.
+            btag::ERROR_RESPONSE if self.asked_schema => {}
             btag::ERROR_RESPONSE => self.error = true,
             // The setup's COMMIT comes before the fence's two rows; only the fence's own counts.
             btag::COMMAND_COMPLETE if body.starts_with(b"COMMIT") => self.committed = self.rows.len() >= 2,
@@ -240,6 +292,14 @@ impl InjectedReplies {
                 {
                     self.sent_commit = true;
                     return Step::Send(FENCE_COMMIT);
+                }
+                if matches!(self.what, Injection::Fence { setup: true, .. })
+                    && self.sent_commit
+                    && !self.asked_schema
+                    && body.first() == Some(&b'I')
+                {
+                    self.asked_schema = true;
+                    return Step::Send(FENCE_SCHEMA_QUERY);
                 }
                 if body.first() == Some(&b'E') && self.what == Injection::Xid {
                     // The client's block failed under the question (it should not: see
@@ -294,6 +354,9 @@ impl InjectedReplies {
                     (Some(r), Some(w)) => fence_ops([&r[0], &r[1]], [&w[0], &w[1]], &shared.book),
                     _ => Vec::new(),
                 };
+                if let Some(schema) = self.fence_schema {
+                    shared.set_fence_table(format!("{schema}.{FENCE_TABLE}"));
+                }
                 if committed {
                     shared.fence_ready.store(true, std::sync::atomic::Ordering::Relaxed);
                     shared.metrics.fences.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -311,36 +374,53 @@ mod tests {
 
     #[test]
     fn counter_fires_every_n_commits_and_zero_disables() {
-        let mut c = FenceCounter::new(3, Duration::ZERO);
+        let mut c = FenceCounter::new(3, Duration::ZERO, Duration::ZERO);
         for _ in 0..2 {
             c.committed();
             assert!(!c.due());
         }
         c.committed();
         assert!(c.due());
-        c.fenced();
+        c.fenced(1);
         assert!(!c.due());
-        let mut off = FenceCounter::new(0, Duration::ZERO);
+        let mut off = FenceCounter::new(0, Duration::ZERO, Duration::from_secs(1));
         for _ in 0..100 {
             off.committed();
         }
         assert!(!off.due());
+        assert_eq!(off.idle_after(), None, "no fences, no idle ones either");
+        assert!(!off.idle_due(5));
+    }
+
+    #[test]
+    fn an_idle_connection_fences_only_once_the_chain_has_moved_on_without_it() {
+        let mut c = FenceCounter::new(20, Duration::ZERO, Duration::from_millis(1_000));
+        assert_eq!(c.idle_after(), Some(Duration::from_millis(1_000)));
+        assert!(c.idle_due(1), "it never fenced and another connection did: it holds the epochs back");
+        assert!(!c.idle_due(0), "no fence anywhere yet: there is no epoch to hold back");
+        c.fenced(4);
+        assert!(!c.idle_due(4), "its own fence is still the latest");
+        assert!(c.idle_due(5), "another connection fenced since");
+        assert!(!c.due(), "commits, not idleness, make the regular fence due");
+        let never = FenceCounter::new(20, Duration::ZERO, Duration::ZERO);
+        assert_eq!(never.idle_after(), None);
+        assert!(!never.idle_due(9), "idle_ms = 0 turns idle fences off");
     }
 
     #[test]
     fn counter_waits_out_the_minimum_interval_after_a_fence() {
-        let mut c = FenceCounter::new(2, Duration::from_millis(150));
+        let mut c = FenceCounter::new(2, Duration::from_millis(150), Duration::ZERO);
         c.committed();
         c.committed();
         assert!(c.due(), "the first fence is due at once");
-        c.fenced();
+        c.fenced(1);
         for _ in 0..100 {
             c.committed();
         }
         assert!(!c.due(), "enough commits, but too soon after the last fence");
         std::thread::sleep(Duration::from_millis(160));
         assert!(c.due(), "enough commits and long enough since the last fence");
-        c.fenced();
+        c.fenced(1);
         std::thread::sleep(Duration::from_millis(160));
         c.committed();
         assert!(!c.due(), "long enough, but not enough commits");
@@ -356,7 +436,7 @@ mod tests {
             panic!("shape")
         };
         assert_eq!(*observed, Observed::Version(*write));
-        assert_eq!(fence_statements(7).len(), 4);
-        assert!(fence_statements(7)[1].contains("id = 7"));
+        assert_eq!(fence_statements(7, FENCE_TABLE).len(), 4);
+        assert!(fence_statements(7, "app.krait_fence")[1].contains("FROM app.krait_fence WHERE id = 7"));
     }
 }

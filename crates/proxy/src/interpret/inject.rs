@@ -93,7 +93,11 @@ fn injected_frames<S: AsRef<str>>(statements: &[S]) -> Bytes {
 impl Injector {
     /// Injections for a new session, with fences as `fence` says.
     pub fn new(shared: Arc<TaggingShared>, fence: &FenceConfig) -> Self {
-        let fences = FenceCounter::new(fence.every, Duration::from_millis(fence.min_interval_ms));
+        let fences = FenceCounter::new(
+            fence.every,
+            Duration::from_millis(fence.min_interval_ms),
+            Duration::from_millis(fence.idle_ms),
+        );
         Injector { shared, fences, injecting: None }
     }
 
@@ -113,22 +117,46 @@ impl Injector {
         if self.shared.catalog_stale() {
             Some(Injection::Catalog { as_of: self.shared.catalog_reload_begins() })
         } else if self.fences.due() {
-            Some(Injection::Fence {
-                setup: !self.shared.fence_ready.load(Ordering::Relaxed),
-                row: self.shared.fence_row,
-            })
+            Some(self.fence())
         } else {
             None
+        }
+    }
+
+    /// How long a connection at rest waits before [`Injector::idle_injection_due`] may say yes; `None`
+    /// when it never does.
+    pub fn idle_after(&self) -> Option<Duration> {
+        self.fences.idle_after()
+    }
+
+    /// What to inject on a connection that has been at rest, with no client message, for
+    /// [`Injector::idle_after`]: a fence, when other connections fenced since its last
+    /// ([`FenceCounter::idle_due`]). Call only between two client transactions with nothing outstanding.
+    pub fn idle_injection_due(&self) -> Option<Injection> {
+        self.fences.idle_due(self.shared.busy_fences.load(Ordering::Relaxed)).then(|| self.fence())
+    }
+
+    fn fence(&self) -> Injection {
+        Injection::Fence {
+            setup: !self.shared.fence_ready.load(Ordering::Relaxed),
+            row: self.shared.fence_row,
         }
     }
 
     /// Starts an injection; returns the frame to send to the database.
     pub fn start_injection(&mut self, what: Injection) -> Bytes {
         if let Injection::Fence { .. } = what {
-            self.fences.fenced();
+            // A fence due by commits moves the chain idle sessions must follow; an idle one only catches up.
+            let busy = &self.shared.busy_fences;
+            let seen = if self.fences.due() {
+                busy.fetch_add(1, Ordering::Relaxed) + 1
+            } else {
+                busy.load(Ordering::Relaxed)
+            };
+            self.fences.fenced(seen);
         }
         self.injecting = Some(InjectedReplies::new(what));
-        injected_frames(&what.statements())
+        injected_frames(&what.statements(&self.shared.fence_table()))
     }
 
     /// Takes one backend message while injecting.
@@ -144,7 +172,10 @@ impl Injector {
                     Injected::Xid(xid) => InjectStep::Learned(xid),
                     Injected::Fence { ops, committed } => InjectStep::Done(Some(FenceTxn {
                         ops,
-                        statements: super::fence::fence_statements(self.shared.fence_row),
+                        statements: super::fence::fence_statements(
+                            self.shared.fence_row,
+                            &self.shared.fence_table(),
+                        ),
                         committed,
                     })),
                 }
@@ -197,7 +228,7 @@ pub async fn run_at_startup<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + ?Sized,
 {
-    db.write_all(&injected_frames(&what.statements())).await?;
+    db.write_all(&injected_frames(&what.statements(&shared.fence_table()))).await?;
     let mut replies = InjectedReplies::new(what);
     loop {
         while let Some(frame) =
@@ -223,7 +254,7 @@ mod tests {
     #[test]
     fn fences_are_due_after_the_catalog_and_every_n_commits() {
         let shared = Arc::new(TaggingShared::new());
-        let mut s = Injector::new(shared.clone(), &FenceConfig { every: 2, min_interval_ms: 0 });
+        let mut s = Injector::new(shared.clone(), &FenceConfig { every: 2, min_interval_ms: 0, idle_ms: 0 });
         assert!(matches!(s.injection_due(), Some(Injection::Catalog { .. })));
         shared.set_catalog(Catalog::new());
         assert_eq!(s.injection_due(), None);
@@ -251,12 +282,23 @@ mod tests {
         // The fence's first message ends in a block: COMMIT goes next.
         let (t, b) = rfq(b'T');
         assert!(matches!(s.injected_backend(t, &b), InjectStep::Send(_)));
+        // After the setup's fence, where the table is: the schema's one-column row names it from now on.
         let (t, b) = rfq(b'I');
-        let statements = crate::interpret::fence::fence_statements(row);
+        assert!(matches!(s.injected_backend(t, &b), InjectStep::Send(_)));
+        let mut row_body = BytesMut::new();
+        row_body.extend_from_slice(&1i16.to_be_bytes());
+        row_body.extend_from_slice(&3i32.to_be_bytes());
+        row_body.extend_from_slice(b"app");
+        assert!(matches!(s.injected_backend(btag::DATA_ROW, &row_body.freeze()), InjectStep::More));
+        let (t, b) = rfq(b'I');
+        let statements = crate::interpret::fence::fence_statements(row, "app.krait_fence");
         assert_eq!(
             s.injected_backend(t, &b),
             InjectStep::Done(Some(FenceTxn { ops: vec![], statements, committed: false }))
         );
         assert!(!s.injecting());
+        assert_eq!(shared.fence_table(), "app.krait_fence");
+        let fence = Injection::Fence { setup: false, row }.statements(&shared.fence_table());
+        assert!(fence[1].contains("FROM app.krait_fence"), "{fence:?}");
     }
 }

@@ -123,11 +123,16 @@ pub struct FenceConfig {
     /// second per connection, fencing every 20 is most of the proxy's cost to the database; epochs need
     /// only advance often enough for garbage collection, which runs once per verification round.
     pub min_interval_ms: u64,
+    /// A connection with no client transaction open and nothing outstanding for this many milliseconds
+    /// runs a fence of its own, when other connections have fenced since its last one (1,000 by default;
+    /// 0: never). Epochs advance only as far as every open session has fenced (Cobra §4.2), so without it
+    /// one idle connection (a pooled one, say) stops garbage collection for as long as it stays idle.
+    pub idle_ms: u64,
 }
 
 impl Default for FenceConfig {
     fn default() -> Self {
-        FenceConfig { every: 20, min_interval_ms: 20 }
+        FenceConfig { every: 20, min_interval_ms: 20, idle_ms: 1_000 }
     }
 }
 
@@ -237,13 +242,15 @@ mod tests {
     fn tagging_config_defaults_to_xmin_with_fences_every_20() {
         let c: TaggingConfig = toml::from_str("").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.strategy, StrategyName::Xmin);
-        assert_eq!(FenceConfig::default(), FenceConfig { every: 20, min_interval_ms: 20 });
+        assert_eq!(FenceConfig::default(), FenceConfig { every: 20, min_interval_ms: 20, idle_ms: 1_000 });
         let c: TaggingConfig = toml::from_str("strategy = \"off\"").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.strategy, StrategyName::Off);
         let f: FenceConfig = toml::from_str("every = 5").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((f.every, f.min_interval_ms), (5, 20));
         let f: FenceConfig = toml::from_str("min_interval_ms = 0").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((f.every, f.min_interval_ms), (20, 0));
+        let f: FenceConfig = toml::from_str("idle_ms = 0").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((f.every, f.idle_ms), (20, 0));
         assert!(toml::from_str::<TaggingConfig>("strategy = \"bogus\"").is_err());
     }
 

@@ -86,6 +86,13 @@ pub struct TaggingShared {
     pub fence_ready: std::sync::atomic::AtomicBool,
     /// This proxy's row of `krait_fence`.
     pub fence_row: i32,
+    /// Fences started by sessions of this proxy because they committed enough client transactions (not
+    /// the idle ones): an idle session whose last fence is behind this count fences on its own
+    /// ([`super::fence::FenceCounter::idle_due`]). Idle fences do not count, or idle sessions would keep
+    /// each other fencing with no client traffic at all.
+    pub busy_fences: std::sync::atomic::AtomicU64,
+    /// The fence table, schema-qualified, once a setup has told where it is ([`Self::fence_table`]).
+    fence_table: std::sync::Mutex<Option<String>>,
     /// Set when the database could not answer the horizon query (the reference store, PostgreSQL before
     /// 13): versions no recorded transaction wrote then stay pre-history, and no session asks again.
     pub horizon_unanswered: std::sync::atomic::AtomicBool,
@@ -110,6 +117,19 @@ impl TaggingShared {
         let s = TaggingShared { fence_row, ..Self::default() };
         s.mark_catalog_stale();
         s
+    }
+
+    /// The fence table as fences name it: schema-qualified once a setup has told its schema
+    /// ([`super::fence::FENCE_SCHEMA_QUERY`]), so that sessions with any `search_path` find the one table;
+    /// unqualified before.
+    pub fn fence_table(&self) -> String {
+        let known = self.fence_table.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        known.unwrap_or_else(|| super::fence::FENCE_TABLE.to_owned())
+    }
+
+    /// Notes where the setup found the fence table.
+    pub fn set_fence_table(&self, qualified: String) {
+        *self.fence_table.lock().unwrap_or_else(|p| p.into_inner()) = Some(qualified);
     }
 
     /// Seeds this run's state from the log that earlier runs wrote (see [`super::versions::seed`]): their

@@ -180,13 +180,13 @@ impl Tagged {
             rec: rec.clone(),
             session,
             intent_ops: Vec::new(),
-            fences: FenceCounter::new(0, std::time::Duration::ZERO),
+            fences: FenceCounter::new(0, std::time::Duration::ZERO, std::time::Duration::ZERO),
         }
     }
 
     /// Runs a fence every `n` committed transactions, as the session does.
     pub fn fence_every(&mut self, n: u64) {
-        self.fences = FenceCounter::new(n, std::time::Duration::ZERO);
+        self.fences = FenceCounter::new(n, std::time::Duration::ZERO, std::time::Duration::ZERO);
     }
 
     /// Runs a due fence between two transactions, swallowing its replies, and records it.
@@ -194,12 +194,15 @@ impl Tagged {
         if self.machine.in_transaction() || !self.fences.due() {
             return;
         }
-        self.fences.fenced();
+        self.fences.fenced(0);
         let setup = !self.rec.shared.fence_ready.load(Ordering::Relaxed);
         let row = self.rec.shared.fence_row;
         let what = Injection::Fence { setup, row };
         let mut b = BytesMut::new();
-        FrontendMessage::Query { sql: Bytes::from(what.statements().join("; ").into_bytes()) }.encode(&mut b);
+        FrontendMessage::Query {
+            sql: Bytes::from(what.statements(&self.rec.shared.fence_table()).join("; ").into_bytes()),
+        }
+        .encode(&mut b);
         self.raw.write(&b).await;
         let mut replies = InjectedReplies::new(what);
         loop {
@@ -218,7 +221,7 @@ impl Tagged {
         let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
         let mut txn = LoggedTxn::new(id, self.session, self.machine.reserve_seq());
         txn.ops = ops;
-        txn.statements = fence_statements(row);
+        txn.statements = fence_statements(row, &self.rec.shared.fence_table());
         txn.fence = true;
         let outcome = if committed { Outcome::Committed } else { Outcome::Aborted };
         if let Ok(mut r) = self.rec.records.lock() {
