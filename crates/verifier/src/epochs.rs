@@ -88,6 +88,12 @@ impl Epochs {
         self.sessions.entry(session).or_default().ended = true;
     }
 
+    /// Whether a session has admitted a fence: its transactions admitted from now on follow a fence, so the
+    /// Guarantee covers them.
+    pub(crate) fn fenced(&self, session: SessionId) -> bool {
+        self.sessions.get(&session).is_some_and(|s| s.last_fence.is_some())
+    }
+
     /// Whether a session has been declared or seen.
     pub(crate) fn knows(&self, session: SessionId) -> bool {
         self.sessions.contains_key(&session)

@@ -51,10 +51,11 @@
 //!
 //! **Sessions.** `epoch_agree` waits for every open session (`epochs`). The proxy calls
 //! [`OnlineVerifier::session_ended`] when a client connection closes, so a quiet session does not stall
-//! collection for ever, and fences a connection that stays open but idle (`[fence] idle_ms`). A session first seen after collection began is only covered by the Guarantee from its
-//! first fence on, so the proxy should run a fence when a connection opens (before its first client
-//! transaction); otherwise a read of a collected version by its first transactions is reported as a stale
-//! read, which under plain serializability (without real time) may be a false reject.
+//! collection for ever, and fences a connection that stays open but idle (`[fence] idle_ms`). A session
+//! first seen after collection began is only covered by the Guarantee from its first fence on: a read of a
+//! collected version by a transaction before its session's first fence is counted as unverifiable, not
+//! reported as a stale read, which under plain serializability (without real time) could be a false reject
+//! (admission).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -493,7 +494,9 @@ impl OnlineVerifier {
         self.link_keys_made
     }
 
-    /// Reads dropped because they read a quarantined transaction's write.
+    /// Reads dropped because they cannot be judged: of a quarantined transaction's write, of an unrecorded
+    /// writer's version, of a write discovered after its writer was admitted, or of a collected version by a
+    /// transaction before its session's first fence.
     pub fn unverifiable_reads(&self) -> u64 {
         self.unverifiable_reads
     }

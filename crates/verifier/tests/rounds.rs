@@ -208,6 +208,37 @@ fn a_read_of_a_collected_version_is_a_stale_read() {
     assert_ne!(kept.reports[0].anomalies[0].class, AnomalyClass::StaleRead);
 }
 
+/// Online, a session is first seen when its first transaction's record arrives. A transaction of a session
+/// first seen after collection began, before its session's first fence, may precede the write that
+/// superseded what it read (a long first transaction of a new connection): its read of the collected
+/// version is unverifiable, not a stale read, since the history is serializable (one-shot verification
+/// accepts it). After the session's first fence the same read is a stale read.
+#[test]
+fn a_new_sessions_read_of_a_collected_version_before_its_first_fence_is_unverifiable() {
+    let start = || HistoryBuilder::new().txn(1, |t| t.write("x", 1)).txn(1, |t| t.read("x", 1).write("x", 2));
+    let late = fences(start(), 10).txn(3, |t| t.read("x", 1)).build();
+    assert!(verify(&late, &Options::default()).unwrap().is_accept(), "serializable: the reader goes first");
+    let fenced = common::fence(fences(start(), 10), 3, 1009, 1010).txn(3, |t| t.read("x", 1)).build();
+    assert!(!verify(&fenced, &Options::default()).unwrap().is_accept(), "after its fence it cannot go first");
+    for (h, judged) in [(&late, false), (&fenced, true)] {
+        let mut v = OnlineVerifier::new(h.keys.clone(), h.statements.clone(), RoundOptions::offline(2));
+        v.session_started(SessionId(1));
+        v.session_started(SessionId(2));
+        for t in &h.transactions {
+            v.push(t.clone()).expect("push");
+        }
+        v.finish().expect("finish");
+        assert!(v.deleted() > 0, "x=1's writer was collected before session 3 showed up");
+        if judged {
+            let [report] = v.rejects() else { panic!("one reject: {:?}", v.rejects().len()) };
+            assert_eq!(report.anomalies[0].class, AnomalyClass::StaleRead, "{}", report.render_text());
+        } else {
+            assert!(v.rejects().is_empty(), "{}", v.rejects()[0].render_text());
+            assert_eq!(v.unverifiable_reads(), 1);
+        }
+    }
+}
+
 #[test]
 fn a_read_of_the_latest_collected_version_is_accepted() {
     // The version x=2 is the frontier: its writer is collected, but x=2 stays readable as the key's base.

@@ -124,6 +124,13 @@ impl OnlineVerifier {
     /// Admits one transaction: checks its reads against tombstones and base versions, rewrites reads of
     /// base versions, and adds it to the residual history.
     fn admit(&mut self, mut t: Transaction) -> Result<(), RoundsError> {
+        // A read of a collected version is a stale read only for a reader the Guarantee covers (Cobra
+        // §4.2): one that follows a fence of its session. Before its session's first fence, a reader from a
+        // session first seen after collection began may legitimately precede the write that superseded the
+        // version (a long first transaction of a new connection), so the read is unverifiable, never a
+        // reject. A session seen before collection began holds `epoch_agree` at 0 until it fences, so
+        // nothing it could read was collected before then.
+        let covered = self.epochs.fenced(t.session);
         self.epochs.admit(&t);
         let own = own_writes(&t);
         let judged = t.outcome == Outcome::Committed;
@@ -152,6 +159,10 @@ impl OnlineVerifier {
                         Observed::Version(w) if own.contains(&w) => {}
                         Observed::Version(w) => match self.known.get(&w) {
                             Some(Known::Base { .. }) => *observed = Observed::PreHistory(base_tag(w)),
+                            Some(Known::Tombstone { .. }) if judged && !covered => {
+                                self.unverifiable_reads += 1;
+                                drop_ops.push(oi);
+                            }
                             Some(Known::Tombstone { writer }) if judged => {
                                 let name = name();
                                 found.push((
@@ -181,6 +192,10 @@ impl OnlineVerifier {
                             }
                             _ => {}
                         },
+                        o if is_initial(o) && judged && !covered && self.base.contains_key(key) => {
+                            self.unverifiable_reads += 1;
+                            drop_ops.push(oi);
+                        }
                         o if is_initial(o) && judged => {
                             if let Some(&b) = self.base.get(key) {
                                 let name = name();
