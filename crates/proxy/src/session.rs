@@ -320,7 +320,7 @@ enum Failure {
 
 /// The client → database pump: split, decode, ask the state machine, log intents, forward. While the client
 /// sends nothing, it wakes once per [`Injector::idle_after`] and runs a fence if the connection is idle
-/// ([`inject_when_idle`]).
+/// ([`Injector::idle_injection_due`]).
 async fn client_to_server(
     metrics: &Metrics,
     core: &Mutex<Core>,
@@ -348,7 +348,7 @@ async fn client_to_server(
             };
             let msg = FrontendMessage::decode(&frame)
                 .map_err(|e| Failure::Client(SessionError::ClientProtocol(e)))?;
-            inject_between_transactions(core, replied, sw, &mut out).await?;
+            inject_at_rest(core, replied, sw, &mut out, Injector::injection_due).await?;
             let mut forward = frame.raw().clone();
             loop {
                 let (step, copy_in) = {
@@ -416,7 +416,7 @@ async fn client_to_server(
                 () = &mut idle_timer => {
                     let now = tokio::time::Instant::now();
                     if now >= last_read + after {
-                        inject_when_idle(core, replied, sw, &mut out).await?;
+                        inject_at_rest(core, replied, sw, &mut out, Injector::idle_injection_due).await?;
                         idle_timer.as_mut().reset(tokio::time::Instant::now() + after);
                     } else {
                         idle_timer.as_mut().reset(last_read + after);
@@ -437,31 +437,12 @@ async fn client_to_server(
     }
 }
 
-/// Runs what the tagger wants injected (a catalog reload or a fence) when the connection is between two
-/// client transactions with nothing outstanding. The client's message waits meanwhile; the replies are
-/// swallowed by [`server_to_client`], which records the fence in session order.
-async fn inject_between_transactions(
-    core: &Mutex<Core>,
-    replied: &Notify,
-    sw: &mut (impl AsyncWrite + Unpin),
-    out: &mut BytesMut,
-) -> Result<(), Failure> {
-    inject_at_rest(core, replied, sw, out, Injector::injection_due).await
-}
-
-/// Runs a fence on a connection the client has left idle ([`Injector::idle_injection_due`]), so that it
-/// does not hold the epochs, and so garbage collection, back. A message the client sends meanwhile waits
-/// in the socket until the fence is over (one short transaction).
-async fn inject_when_idle(
-    core: &Mutex<Core>,
-    replied: &Notify,
-    sw: &mut (impl AsyncWrite + Unpin),
-    out: &mut BytesMut,
-) -> Result<(), Failure> {
-    inject_at_rest(core, replied, sw, out, Injector::idle_injection_due).await
-}
-
-/// Runs what `due` asks for, if the connection is at rest and nothing is being injected.
+/// Runs what `due` asks for, if the connection is between two client transactions with nothing outstanding
+/// and nothing is being injected: [`Injector::injection_due`] (a catalog reload or a fence) before a client
+/// message, which waits meanwhile; [`Injector::idle_injection_due`] (a fence, so that an idle connection
+/// does not hold the epochs, and so garbage collection, back) when the client has sent nothing for a
+/// while, and a message it sends meanwhile waits in the socket. The replies are swallowed by
+/// [`server_to_client`], which records the fence in session order.
 async fn inject_at_rest(
     core: &Mutex<Core>,
     replied: &Notify,

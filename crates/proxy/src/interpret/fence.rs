@@ -42,10 +42,10 @@ pub const FENCE_SCHEMA_QUERY: &str =
     "SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = 'krait_fence'::regclass";
 
 /// The fence's body on row `row` of `table` (the fence table as the session can name it: schema-qualified
-/// once the setup has told its schema, else [`FENCE_TABLE`]): one simple-protocol query string. Replies: BEGIN, the read row (xmin,
-/// id), the written row (xmin, id), then ReadyForQuery in the block. COMMIT ([`FENCE_COMMIT`]) goes in a
-/// second message, only after the written row has been put in the version book, so no session can read
-/// the fence's version before the proxy knows it was recorded.
+/// once the setup has told its schema, else [`FENCE_TABLE`]): one simple-protocol query string. Replies:
+/// BEGIN, the read row (xmin, id), the written row (xmin, id), then ReadyForQuery in the block. COMMIT
+/// ([`FENCE_COMMIT`]) goes in a second message, only after the written row has been put in the version
+/// book, so no session can read the fence's version before the proxy knows it was recorded.
 pub fn fence_sql(row: i32, table: &str) -> String {
     format!(
         "BEGIN ISOLATION LEVEL READ COMMITTED; \
@@ -88,9 +88,10 @@ impl FenceCounter {
     }
 
     /// Whether a connection that has been at rest for [`FenceCounter::idle_after`] should fence now: the
-    /// proxy has started `chain` fences due by commits, and some since this connection's last fence. `epoch_agree` (Cobra §4.2) is the least epoch every open session has
-    /// reached, so a session that stays idle behind the chain holds garbage collection back for as long
-    /// as it stays open; one whose last fence is still the latest holds nothing back and does not fence.
+    /// proxy has started `chain` fences due by commits, and some since this connection's last fence.
+    /// `epoch_agree` (Cobra §4.2) is the least epoch every open session has reached, so a session that
+    /// stays idle behind the chain holds garbage collection back for as long as it stays open; one whose
+    /// last fence is still the latest holds nothing back and does not fence.
     pub fn idle_due(&self, chain: u64) -> bool {
         self.idle_after().is_some()
             && chain > self.chain_seen
@@ -181,13 +182,14 @@ pub enum Injection {
 
 impl Injection {
     /// The first statements to send, in one batch ending in Sync; [`InjectedReplies::on_backend`] says
-    /// when to send more. A fence names `fence_table` (see [`fence_sql`]).
-    pub fn statements(self, fence_table: &str) -> Vec<String> {
+    /// when to send more. A fence names the table as `shared` knows it
+    /// ([`super::shared::TaggingShared::fence_table`]).
+    pub fn statements(self, shared: &super::shared::TaggingShared) -> Vec<String> {
         let sql = match self {
             Injection::Catalog { .. } => return vec![super::PK_QUERY.to_owned()],
             Injection::Horizon => return vec![super::versions::HORIZON_QUERY.to_owned()],
             Injection::Xid => return vec![XID_QUERY.to_owned()],
-            Injection::Fence { setup: false, row } => fence_sql(row, fence_table),
+            Injection::Fence { setup: false, row } => fence_sql(row, &shared.fence_table()),
             // The setup commits on its own: in the fence's transaction, the fence would read its own insert.
             // It names the table as its session resolves it; where that is, it asks after the fence.
             Injection::Fence { setup: true, row } => {

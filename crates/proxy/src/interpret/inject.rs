@@ -156,7 +156,7 @@ impl Injector {
             self.fences.fenced(seen);
         }
         self.injecting = Some(InjectedReplies::new(what));
-        injected_frames(&what.statements(&self.shared.fence_table()))
+        injected_frames(&what.statements(&self.shared))
     }
 
     /// Takes one backend message while injecting.
@@ -228,7 +228,7 @@ pub async fn run_at_startup<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + ?Sized,
 {
-    db.write_all(&injected_frames(&what.statements(&shared.fence_table()))).await?;
+    db.write_all(&injected_frames(&what.statements(shared))).await?;
     let mut replies = InjectedReplies::new(what);
     loop {
         while let Some(frame) =
@@ -298,7 +298,7 @@ mod tests {
         );
         assert!(!s.injecting());
         assert_eq!(shared.fence_table(), "app.krait_fence");
-        let fence = Injection::Fence { setup: false, row }.statements(&shared.fence_table());
+        let fence = Injection::Fence { setup: false, row }.statements(&shared);
         assert!(fence[1].contains("FROM app.krait_fence"), "{fence:?}");
     }
 }

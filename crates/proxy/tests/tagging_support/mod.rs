@@ -200,7 +200,7 @@ impl Tagged {
         let what = Injection::Fence { setup, row };
         let mut b = BytesMut::new();
         FrontendMessage::Query {
-            sql: Bytes::from(what.statements(&self.rec.shared.fence_table()).join("; ").into_bytes()),
+            sql: Bytes::from(what.statements(&self.rec.shared).join("; ").into_bytes()),
         }
         .encode(&mut b);
         self.raw.write(&b).await;
