@@ -35,6 +35,7 @@ fn kind(record: &LogRecord) -> &'static str {
         LogRecord::CompactLateOps { .. } => "CompactLateOps",
         LogRecord::RowsForgotten => "RowsForgotten",
         LogRecord::Columns { .. } => "Columns",
+        LogRecord::SessionsOpen { .. } => "SessionsOpen",
     }
 }
 

@@ -55,6 +55,11 @@ fn events(replayer: &mut Replayer, records: Vec<LogRecord>) -> Vec<Vec<String>> 
         .collect()
 }
 
+/// What record `seq` finished, as [`describe`] writes it.
+fn applied(replayer: &mut Replayer, seq: u64, record: LogRecord) -> Vec<String> {
+    replayer.apply(seq, record).expect("a record replay takes").iter().map(describe).collect()
+}
+
 fn describe(event: &Replayed) -> String {
     match event {
         Replayed::Transaction(ReplayedTxn { txn, position, .. }) => {
@@ -268,9 +273,7 @@ fn a_second_record_for_a_transaction_is_an_error_whatever_order_the_ids_come_in(
 #[test]
 fn after_a_skipped_stretch_a_sessions_next_transaction_finishes_its_orphaned_intent() {
     let mut replayer = Replayer::new();
-    let first = |r: &mut Replayer, seq: u64, record: LogRecord| -> Vec<String> {
-        r.apply(seq, record).expect("a record replay takes").iter().map(describe).collect()
-    };
+    let first = applied;
     assert!(first(&mut replayer, 0, intent(writes(1, 1, 0, "a"))).is_empty());
     assert!(first(&mut replayer, 1, intent(writes(2, 2, 0, "b"))).is_empty());
     // Records 2 and 3 (T1's outcome, say) never arrive.
@@ -318,4 +321,27 @@ fn a_tail_passes_on_what_it_says_of_earlier_transactions_and_refuses_anything_el
     records.push(intent(writes(5, 1, 1, "c")));
     let t = replay_tail(numbered(records), TxnId(10)).expect("a transaction begun before a cut replays");
     assert!(t.history.transactions.iter().any(|t| t.id == TxnId(5)));
+}
+
+/// A session whose end record fell in a skipped stretch would stay open for ever, and hold the verifier's
+/// epochs back. The proxy's list of open sessions ([`LogRecord::SessionsOpen`]) ends it: every session
+/// below the list's bound that it leaves out, with any intent still pending finished first as
+/// Indeterminate. A session it lists, or one at or above its bound, stays open.
+#[test]
+fn a_list_of_open_sessions_ends_a_session_whose_end_fell_in_a_skipped_stretch() {
+    let mut r = Replayer::new();
+    let open = |below: u64, open: &[u64]| LogRecord::SessionsOpen {
+        below: SessionId(below),
+        open: open.iter().map(|&s| SessionId(s)).collect(),
+    };
+    assert!(applied(&mut r, 0, intent(writes(1, 1, 0, "a"))).is_empty());
+    assert_eq!(applied(&mut r, 1, finished(writes(2, 2, 0, "b"))), ["T2 Committed @1"]);
+    assert_eq!(applied(&mut r, 2, finished(writes(3, 9, 0, "c"))), ["T3 Committed @2"]);
+    assert!(applied(&mut r, 3, open(5, &[1, 2])).is_empty(), "both sessions below the bound are listed");
+    // Records 4 and 5 (T1's outcome and S1's end) never arrive.
+    r.skip_to(6);
+    assert_eq!(applied(&mut r, 6, open(5, &[2])), ["T1 Indeterminate @0", "end S1"]);
+    assert!(applied(&mut r, 7, open(5, &[2])).is_empty(), "a session ends once");
+    assert_eq!(applied(&mut r, 8, open(10, &[9])), ["end S2"]);
+    assert_eq!(applied(&mut r, 9, open(10, &[])), ["end S9"]);
 }

@@ -301,6 +301,7 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
         let shipper =
             ship::Shipper::spawn(log.clone(), CollectorId(shared.config.log.collector), ship_config);
         let _ = metrics.shipping.set(shipper.counters().clone());
+        tokio::spawn(list_open_sessions(shared.clone(), stop_rx.clone()));
         shipper
     });
     let readers = retention::Readers { local_verifier: extras.local_verifier, shipper: shipper.is_some() };
@@ -323,6 +324,26 @@ const LOG_FAILURE_POLL: Duration = Duration::from_millis(100);
 
 /// How often a failing client `accept` is logged.
 const ACCEPT_WARNING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How often a shipping proxy lists its open sessions in the log ([`recorder::Recorder::list_open_sessions`]):
+/// how long a verifier that lost a session's end in a hole of the shipped log waits to end it.
+const OPEN_SESSIONS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Lists the open sessions in the log every [`OPEN_SESSIONS_INTERVAL`] until the proxy stops. A failed
+/// append is counted in the log's error metric, and the proxy stops on a failed log anyway.
+async fn list_open_sessions(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(OPEN_SESSIONS_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = stop.changed() => return,
+        }
+        if let Err(e) = shared.recorder.list_open_sessions() {
+            warn!("cannot list the open sessions in the log: {e}");
+        }
+    }
+}
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     // A failing accept repeats every 50 ms: say so once per interval, with how often it failed since.

@@ -12,10 +12,14 @@
 //! Ids must not collide with those of earlier runs that wrote to the same log, so session and transaction
 //! ids start at the microseconds since the Unix epoch when the proxy started: a later run starts above
 //! everything an earlier one allocated unless that run averaged more than one id per microsecond.
+//!
+//! A session is open from when its id is taken until its recorder is dropped, after its last record. A
+//! proxy that ships its log lists the open ones now and then ([`Recorder::list_open_sessions`]), so that a
+//! verifier that lost a session's end in a hole of the shipped log can end it (issue 21).
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use history::log::{DurabilityTicket, HistoryLog, LogError, LoggedTxn};
 use history::{CollectorId, IsolationLevel, Outcome, SessionId, TxnId, now_ns};
@@ -25,13 +29,23 @@ use crate::interpret::ops::reads_only;
 use crate::machine::{TxnEnd, TxnSnapshot};
 use crate::metrics::Metrics;
 
-/// Shared by all sessions: the log and the id counters.
+/// Shared by all sessions: the log, the id counters and the open sessions.
 pub struct Recorder {
     log: Arc<dyn HistoryLog>,
     collector: CollectorId,
     next_txn: AtomicU64,
-    next_session: AtomicU64,
+    sessions: Mutex<Sessions>,
     metrics: Arc<Metrics>,
+}
+
+/// The sessions of this run: the next id to take, and those taken whose recorder is not dropped yet. One
+/// lock covers both, so that a list of open sessions ([`LogRecord::SessionsOpen`]) names every session
+/// below its `below` that can still append.
+///
+/// [`LogRecord::SessionsOpen`]: history::LogRecord::SessionsOpen
+struct Sessions {
+    next: u64,
+    open: BTreeSet<SessionId>,
 }
 
 impl Recorder {
@@ -42,7 +56,7 @@ impl Recorder {
             log,
             collector,
             next_txn: AtomicU64::new(base),
-            next_session: AtomicU64::new(base),
+            sessions: Mutex::new(Sessions { next: base, open: BTreeSet::new() }),
             metrics,
         }
     }
@@ -52,9 +66,15 @@ impl Recorder {
         &self.log
     }
 
-    /// A recorder for one new session.
+    /// A recorder for one new session, open until it is dropped.
     pub fn session(self: &Arc<Self>) -> SessionRecorder {
-        let id = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
+        let id = {
+            let mut sessions = self.sessions();
+            let id = SessionId(sessions.next);
+            sessions.next += 1;
+            sessions.open.insert(id);
+            id
+        };
         SessionRecorder {
             rec: self.clone(),
             id,
@@ -63,6 +83,27 @@ impl Recorder {
             ended: false,
             level: None,
         }
+    }
+
+    /// Logs which sessions are open ([`history::LogRecord::SessionsOpen`]). A session leaves the list only
+    /// when its recorder is dropped, after its last append, so every session the list leaves out has its
+    /// records before this one. The ticket is asked for, not waited on: a shipping proxy that falls idle
+    /// still ships the list.
+    pub fn list_open_sessions(&self) -> Result<(), LogError> {
+        let (below, open) = {
+            let sessions = self.sessions();
+            (SessionId(sessions.next), sessions.open.iter().copied().collect())
+        };
+        let result = self.log.append_sessions_open(below, open);
+        if result.is_err() {
+            Metrics::inc(&self.metrics.log_errors);
+        }
+        result.map(DurabilityTicket::request)
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
+        // The set stays consistent whatever panicked while holding the lock: each change is one call.
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn logged(&self, session: SessionId, id: TxnId, snap: TxnSnapshot) -> LoggedTxn {
@@ -283,5 +324,53 @@ impl SessionRecorder {
 
     fn saw(&mut self, seq: u64) {
         self.last_seq = Some(self.last_seq.map_or(seq, |s| s.max(seq)));
+    }
+}
+
+impl Drop for SessionRecorder {
+    /// The session appends nothing more: the next list of open sessions leaves it out, which ends it for a
+    /// reader that never saw its end record (one lost in a hole, or whose append failed).
+    fn drop(&mut self) {
+        self.rec.sessions().open.remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use history::LogRecord;
+    use history::log::{DiskLog, Durability, LogOptions};
+
+    use super::*;
+
+    /// The list names every session whose recorder is alive and bounds the ids it speaks for, so that a
+    /// reader ends exactly the sessions that can append nothing more.
+    #[test]
+    fn the_list_of_open_sessions_leaves_out_a_session_once_its_recorder_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let log: Arc<dyn HistoryLog> =
+            Arc::new(DiskLog::open_with(dir.path(), LogOptions::new(Durability::None)).unwrap());
+        let recorder = Arc::new(Recorder::new(log.clone(), CollectorId(0), Arc::new(Metrics::default())));
+        let (first, mut second) = (recorder.session(), recorder.session());
+        let (a, b) = (first.id, second.id);
+        second.ended().unwrap();
+        drop(first);
+        recorder.list_open_sessions().unwrap();
+        let third = recorder.session();
+        recorder.list_open_sessions().unwrap();
+        drop((second, third));
+        recorder.list_open_sessions().unwrap();
+        let lists: Vec<(SessionId, Vec<SessionId>)> = log
+            .tail(0)
+            .filter_map(|r| match r.unwrap().1 {
+                LogRecord::SessionsOpen { below, open } => Some((below, open)),
+                _ => None,
+            })
+            .collect();
+        let c = SessionId(b.0 + 1);
+        assert_eq!(
+            lists,
+            [(c, vec![b]), (SessionId(c.0 + 1), vec![b, c]), (SessionId(c.0 + 1), vec![])],
+            "sessions {a:?}, {b:?} (ended, not yet dropped) and {c:?}"
+        );
     }
 }

@@ -119,7 +119,17 @@ fn write(k: &str, w: u64) -> LoggedOp {
 /// after a last round.
 fn quiet_session(end: bool, orphan: bool) -> Feeder {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let log = quiet_session_log(dir.path(), end, orphan);
+    let options = RoundOptions { round_size: 2, round_interval: None, ..RoundOptions::default() };
+    let mut feeder = Feeder::new(options, None);
+    feeder.read_log(&log, usize::MAX).expect("reads");
+    feeder.finish().expect("a last round");
+    feeder
+}
+
+/// The log of [`quiet_session`], in `dir`.
+fn quiet_session_log(dir: &std::path::Path, end: bool, orphan: bool) -> DiskLog {
+    let log = DiskLog::open(dir.join("log"), Durability::Strict).expect("the log opens");
     let quiet = logged(1, 3, 0, vec![write("s", 7)], false);
     if orphan {
         let _ = log.append_intent(quiet).expect("intent");
@@ -134,11 +144,7 @@ fn quiet_session(end: bool, orphan: bool) -> Feeder {
     let t3 = logged(3, 1, 1, vec![read("x", Observed::Version(WriteId(1))), write("x", 2)], false);
     let _ = log.append_finished(t3, Outcome::Committed, Some(3)).expect("finished");
     append_fence_chain(&log, [(1, 2), (2, 0)]);
-    let options = RoundOptions { round_size: 2, round_interval: None, ..RoundOptions::default() };
-    let mut feeder = Feeder::new(options, None);
-    feeder.read_log(&log, usize::MAX).expect("reads");
-    feeder.finish().expect("a last round");
-    feeder
+    log
 }
 
 /// Ten committed fences (transactions 10–19), alternating between two sessions given as (session, seq
@@ -195,6 +201,49 @@ fn a_session_ended_record_lets_collection_advance_past_a_quiet_session() {
         assert_eq!(ended.status().txns_read, 13, "orphan {orphan}");
         assert_eq!(ended.replayer().pending().count(), 0, "orphan {orphan}");
         assert!(ended.new_rejects().is_empty(), "orphan {orphan}");
+    }
+}
+
+/// A shipped log can lose a stretch for good (issue 21), and with it a session's end record: the quiet
+/// session would then hold `epoch_agree` at 0 for ever. The shipping proxy's list of open sessions, which
+/// leaves it out, ends it, and collection advances as if its end had arrived.
+#[test]
+fn a_session_whose_end_fell_in_a_hole_ends_at_the_list_of_open_sessions() {
+    use history::log::merge::{Heartbeat, Merger};
+    use history::{ClockBounds, CollectorId, LogRecord};
+
+    for listed in [false, true] {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = quiet_session_log(dir.path(), true, false);
+        if listed {
+            let _ = log.append_sessions_open(SessionId(6), vec![SessionId(1), SessionId(2)]).expect("listed");
+            log.sync().expect("durable");
+        }
+        let records: Vec<(u64, LogRecord)> = log.tail(0).map(|r| r.expect("a readable record")).collect();
+        let one = CollectorId(1);
+        let mut merger = Merger::new(&[one], ClockBounds::default());
+        for (seq, record) in records.iter().cloned() {
+            // The session's end never arrives.
+            if !matches!(record, LogRecord::SessionEnded { .. }) {
+                merger.record(one, seq, record).expect("merges");
+            }
+        }
+        merger.skip_hole(one).expect("skips").expect("a hole to give up on");
+        let below = records.last().map_or(0, |(seq, _)| seq + 1);
+        merger.heartbeat(one, Heartbeat { below, appended_before_ns: u64::MAX / 2, read_at_ns: 0 });
+        let options = RoundOptions { round_size: 2, round_interval: None, ..RoundOptions::default() };
+        let mut feeder = Feeder::new(options, None);
+        let events = merger.release().expect("releases");
+        feeder.feed_events(events, merger.keys(), merger.statements()).expect("feeds");
+        feeder.finish().expect("a last round");
+        let (agree, deleted) = (feeder.verifier().epoch_agree(), feeder.verifier().deleted());
+        if listed {
+            assert!(agree >= 8 && deleted > 0, "listed: epoch_agree {agree}, deleted {deleted}");
+        } else {
+            assert_eq!((agree, deleted), (0, 0), "not listed: the quiet session holds collection back");
+        }
+        assert_eq!(feeder.status().txns_read, 13, "listed {listed}");
+        assert!(feeder.new_rejects().is_empty(), "listed {listed}");
     }
 }
 

@@ -53,6 +53,8 @@ pub struct Opts {
     pub log_path: Option<PathBuf>,
     /// `admin.timeout_ms` and `admin.max_connections`, when set.
     pub admin_limits: Option<(u64, usize)>,
+    /// `ship.nats`: the proxy ships its log there (or keeps trying to).
+    pub ship: Option<String>,
 }
 
 pub async fn start_proxy() -> TestProxy {
@@ -106,6 +108,9 @@ pub fn test_config(opts: &Opts, dir: &Path) -> Config {
     if let Some(lines) = opts.record {
         toml.push_str(lines);
         toml.push('\n');
+    }
+    if let Some(nats) = &opts.ship {
+        toml.push_str(&format!("[ship]\nnats = \"{nats}\"\n"));
     }
     Config::parse(&toml, Path::new("<test>")).expect("test config")
 }
@@ -180,6 +185,7 @@ impl TestProxy {
                 LogRecord::Recovery { .. }
                 | LogRecord::Xids { .. }
                 | LogRecord::SessionEnded { .. }
+                | LogRecord::SessionsOpen { .. }
                 | LogRecord::Horizon { .. }
                 | LogRecord::HorizonSnapshot(_)
                 | LogRecord::Isolation { .. }

@@ -401,6 +401,14 @@ impl HistoryLog for DiskLog {
         self.append(&LogRecord::SessionEnded { session, last_seq }, |_| Ok(()), |_, _| {})
     }
 
+    fn append_sessions_open(
+        &self,
+        below: SessionId,
+        open: Vec<SessionId>,
+    ) -> Result<DurabilityTicket, LogError> {
+        self.append(&LogRecord::SessionsOpen { below, open }, |_| Ok(()), |_, _| {})
+    }
+
     fn append_horizon(&self, horizon: &RecordingHorizon) -> Result<DurabilityTicket, LogError> {
         self.append(&LogRecord::HorizonSnapshot(horizon.clone()), |_| Ok(()), |_, _| {})
     }
@@ -633,6 +641,7 @@ fn scan_run(records: StoredRecords<'_>) -> Result<RunScan, LogError> {
                 pending.remove(&txn);
             }
             LogRecord::SessionEnded { .. }
+            | LogRecord::SessionsOpen { .. }
             | LogRecord::LateOps { .. }
             | LogRecord::CompactLateOps { .. }
             | LogRecord::Statement { .. }

@@ -355,6 +355,14 @@ pub trait HistoryLog: Send + Sync {
         last_seq: Option<u64>,
     ) -> Result<DurabilityTicket, LogError>;
 
+    /// Appends which sessions are open (see [`LogRecord::SessionsOpen`]): every session below `below` not
+    /// in `open` must have appended its last record before this call. The ticket need not be waited on.
+    fn append_sessions_open(
+        &self,
+        below: SessionId,
+        open: Vec<SessionId>,
+    ) -> Result<DurabilityTicket, LogError>;
+
     /// Appends the recording horizon (see [`LogRecord::HorizonSnapshot`]). Only the first one in a log counts. The
     /// ticket need not be waited on: a horizon lost in a crash is learnt again by the next run, and versions
     /// are classified against it only after it is known.

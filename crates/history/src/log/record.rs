@@ -447,6 +447,19 @@ pub enum LogRecord {
         /// The names, in column order.
         names: Vec<String>,
     },
+    /// Which of the run's sessions are open, written every few seconds by a proxy that ships its log: every
+    /// session below `below` (of this run or an earlier one) that is not in `open` has logged its last
+    /// record, its end included, before this one. A reader that lost a session's end in a hole of a shipped
+    /// log ([`super::Replayer::skip_to`]) ends the session here; without it the session would stay open for
+    /// ever and hold `epoch_agree`, and so garbage collection, back (issue 21). In a whole log it ends
+    /// nothing: every session it leaves out has ended already. Appended last to the enum, so logs written
+    /// before it existed still decode.
+    SessionsOpen {
+        /// Every session id below this one had been taken when the list was made; later ones are not in it.
+        below: SessionId,
+        /// The sessions below `below` still open, in id order.
+        open: Vec<SessionId>,
+    },
 }
 
 /// Why a record value could not be decoded.
@@ -689,7 +702,8 @@ impl LogRecord {
             | LogRecord::Statement { .. }
             | LogRecord::Namespace { .. }
             | LogRecord::RowsForgotten
-            | LogRecord::Columns { .. } => None,
+            | LogRecord::Columns { .. }
+            | LogRecord::SessionsOpen { .. } => None,
         }
     }
 }

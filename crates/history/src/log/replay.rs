@@ -295,6 +295,23 @@ impl Replayer {
                 self.levels.remove(&session);
                 finished.push(Replayed::SessionEnded(session));
             }
+            LogRecord::SessionsOpen { below, mut open } => {
+                // Sessions it leaves out ended before it; only a hole can have hidden their ends.
+                open.sort_unstable();
+                let mut ended: Vec<SessionId> = self
+                    .open_sessions
+                    .iter()
+                    .copied()
+                    .filter(|s| *s < below && open.binary_search(s).is_err())
+                    .collect();
+                ended.sort_unstable();
+                for session in ended {
+                    finished.extend(self.abandon(session, None));
+                    self.open_sessions.remove(&session);
+                    finished.push(Replayed::SessionEnded(session));
+                }
+                self.levels.retain(|s, _| *s >= below || open.binary_search(s).is_ok());
+            }
             LogRecord::DiscoveredWrite { txn, key, write } => {
                 let key = self.keys.intern(key);
                 let op = Op::Write { key, write, stmt: None };
