@@ -20,7 +20,9 @@
 //! **When a session ends.** At its `SessionEnded` record, or at the next `Recovery` record: a Recovery
 //! record marks where a run of the proxy ended (it is appended when the log is reopened after a crash, or at
 //! a close with intents in flight), and no session of that run logs anything after it. A session that was
-//! open at a crash never got its `SessionEnded` record; without this rule it would stay open for ever.
+//! open at a crash never got its `SessionEnded` record; without this rule it would stay open for ever. And
+//! at a [`LogRecord::SessionsOpen`] list that leaves it out: in a shipped log, its end may have fallen in a
+//! stretch given up on ([`Replayer::skip_to`]).
 //!
 //! **Strictness.** A record that contradicts the ones before it (a second record for one transaction, an
 //! outcome or late ops with no pending intent, an op pointing at a statement that is not there) is an error
