@@ -84,9 +84,14 @@ impl Verifier {
     }
 
     fn start_with(nats_port: u16, data: &Path, more: &[&str]) -> Verifier {
+        Verifier::start_for(nats_port, data, "1,2,3", more)
+    }
+
+    /// A verifier of the proxies `collectors` (comma-separated ids).
+    fn start_for(nats_port: u16, data: &Path, collectors: &str, more: &[&str]) -> Verifier {
         let mut child = Command::new(env!("CARGO_BIN_EXE_krait"))
             .args(["serve", "--verify-only", "--source", &format!("nats://127.0.0.1:{nats_port}")])
-            .args(["--collectors", "1,2,3", "--level", "serializable", "--drift-ms", "50"])
+            .args(["--collectors", collectors, "--level", "serializable", "--drift-ms", "50"])
             .args(["--data-dir", data.to_str().expect("utf-8 path"), "--status-every", "1"])
             .args(["--round-interval-ms", "200"])
             .args(more)
@@ -574,4 +579,84 @@ async fn a_restarted_verifier_resumes_from_its_checkpoint_after_the_messages_it_
     assert!(last.contains(" 0 rejects"), "accepted:\n{all}");
     assert!(edges.reports().is_empty(), "no report:\n{all}");
     println!("the second run resumed at stream message {resumed_at}");
+}
+
+/// Retention on a shipping proxy (issues 20 and 21) deletes only what the stream has acknowledged: while
+/// NATS is down the proxy records on, keeps every segment, however old, and shows the backlog growing;
+/// once NATS is up and the backlog shipped, the old segments go; and the verifier then reads every acknowledged commit from the
+/// stream, none lost with the deleted segments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_deletes_only_what_the_stream_has_acknowledged() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (port, admin_port, nats_port) = (free_port(), free_port(), free_port());
+    let proxy_dir = dir.path().join("proxy1");
+    std::fs::create_dir_all(&proxy_dir).expect("creates the proxy's directory");
+    let config = proxy_dir.join("krait.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[listen]\naddress = \"127.0.0.1:{port}\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
+             [log]\npath = \"{}\"\ncollector = 1\nsegment_bytes = 65536\n\
+             [log.retain]\nmax_age_s = 0\n\
+             [admin]\nenabled = true\naddress = \"127.0.0.1:{admin_port}\"\n\
+             [ship]\nnats = \"nats://127.0.0.1:{nats_port}\"\n",
+            proxy_dir.join("log").display()
+        ),
+    )
+    .expect("writes the config");
+    let _proxy = Running(
+        Command::new(env!("CARGO_BIN_EXE_krait"))
+            .args(["proxy", "--config", config.to_str().expect("utf-8 path")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starts krait proxy"),
+    );
+    wait_for_port(port, "krait proxy");
+    wait_for_port(admin_port, "the proxy's admin server");
+    let first_record = || api_status(admin_port)["log"]["first_record"].as_u64().expect("log.first_record");
+    let table = format!("edges_retain_{}", std::process::id());
+    let direct = connect(5432).await;
+    direct
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int PRIMARY KEY, v int NOT NULL); \
+             INSERT INTO {table} SELECT g, 0 FROM generate_series(0, 7) g;"
+        ))
+        .await
+        .expect("creates the table");
+
+    // NATS is down: traffic until the log has sealed segments, then two retention passes.
+    let mut acked = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(admin_port, "krait_log_bytes").is_none_or(|b| b < 3.0 * 65_536.0) {
+        assert!(Instant::now() < deadline, "the log never filled three segments");
+        let until = Instant::now() + Duration::from_secs(1);
+        acked += increments(port, table.clone(), until, acked).await;
+    }
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(first_record(), 0, "nothing is deleted before it is shipped: {}", api_status(admin_port));
+    assert_eq!(metric(admin_port, "krait_log_segments_deleted_total"), Some(0.0));
+    let backlog = || metric(admin_port, "krait_ship_backlog_records").expect("the backlog metric");
+    assert!(backlog() > 1_000.0, "the backlog grows while NATS is down: {}", api_status(admin_port));
+
+    // NATS comes up: the backlog ships, and then the old segments go.
+    let store = dir.path().join("nats");
+    std::fs::create_dir_all(&store).expect("creates the NATS store");
+    let _nats = LocalNats::start_on(&store, nats_port).unwrap_or_else(|e| panic!("{e}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while first_record() == 0 || backlog() > 0.0 {
+        assert!(
+            Instant::now() < deadline,
+            "retention deleted nothing once shipped: {}",
+            api_status(admin_port)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mut verifier = Verifier::start_for(nats_port, &dir.path().join("data"), "1", &[]);
+    verifier.wait_committed(acked, Duration::from_secs(60));
+    let lines = verifier.stop();
+    let _ = direct.batch_execute(&format!("DROP TABLE IF EXISTS {table}")).await;
+    let last = lines.iter().rev().find(|l| l.contains("stopped; verifier:")).expect("a final status line");
+    assert!(last.contains(" 0 rejects"), "accepted:\n{}", lines.join("\n"));
+    eprintln!("{acked} commits acknowledged, log deleted below record {}; verifier: {last}", first_record());
 }

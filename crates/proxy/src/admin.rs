@@ -428,7 +428,12 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
                 "Every log record below this sequence number is in the JetStream stream.",
                 get(&c.shipped_below),
             ),
-            ("krait_ship_backlog_records", "gauge", "Log records not shipped yet.", get(&c.backlog)),
+            (
+                "krait_ship_backlog_records",
+                "gauge",
+                "Log records not shipped yet.",
+                c.backlog(state.log.as_ref()),
+            ),
             (
                 "krait_ship_errors_total",
                 "counter",
@@ -517,7 +522,7 @@ fn status_json(state: &AdminState) -> serde_json::Value {
         serde_json::json!({
             "connected": get(&c.connected) != 0,
             "shipped_below": get(&c.shipped_below),
-            "backlog_records": get(&c.backlog),
+            "backlog_records": c.backlog(state.log.as_ref()),
             "errors": get(&c.errors),
         })
     });

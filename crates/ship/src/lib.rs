@@ -87,8 +87,6 @@ pub struct Counters {
     pub connected: AtomicU64,
     /// Every record below this sequence number is in the stream.
     pub shipped_below: AtomicU64,
-    /// Records the log holds that are not in the stream yet.
-    pub backlog: AtomicU64,
     /// Connection attempts and publishes that failed.
     pub errors: AtomicU64,
 }
@@ -97,6 +95,14 @@ impl Counters {
     /// One counter's value.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+
+    /// Records `log` holds that are not in the stream yet, as far as this run knows: those after the last
+    /// one shipping confirmed, or after the log's first record before this run confirmed any (retention
+    /// deletes only what was shipped). Read from the log each time, so that it grows while NATS is down.
+    pub fn backlog(&self, log: &dyn history::HistoryLog) -> u64 {
+        let shipped = Self::get(&self.shipped_below).max(log.first_seq());
+        log.next_seq().saturating_sub(shipped)
     }
 
     fn set(counter: &AtomicU64, value: u64) {

@@ -196,7 +196,6 @@ async fn ship(
             }
         }
         Counters::set(&counters.shipped_below, shipped);
-        Counters::set(&counters.backlog, log.next_seq().saturating_sub(shipped));
         if statistics.connects.load(Ordering::Relaxed) != connects {
             // The client reconnected on its own: records in flight may have been lost with the old
             // connection, or the server may have restarted without messages it had acknowledged. Promise
