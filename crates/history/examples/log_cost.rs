@@ -34,6 +34,7 @@ fn kind(record: &LogRecord) -> &'static str {
         LogRecord::CompactFinished { .. } => "CompactFinished",
         LogRecord::CompactLateOps { .. } => "CompactLateOps",
         LogRecord::RowsForgotten => "RowsForgotten",
+        LogRecord::TextsForgotten => "TextsForgotten",
         LogRecord::Columns { .. } => "Columns",
         LogRecord::SessionsOpen { .. } => "SessionsOpen",
     }

@@ -284,3 +284,36 @@ fn records_that_cite_a_skipped_stretch_are_dropped_and_counted() {
     let refused = kept.into_iter().try_for_each(|(seq, record)| untold.apply(seq, record).map(drop));
     assert!(matches!(refused, Err(LogError::Inconsistent { .. })), "{refused:?}");
 }
+
+/// A client that puts its values in its statements (the simple protocol) makes a new text per run. The
+/// writer's table starts over at every cut (here after every record) and marks that in the log, so the
+/// log's reader holds the definitions since the last mark, not one per run, and the replay keeps every
+/// text.
+#[test]
+fn the_reader_forgets_the_texts_the_writer_started_over_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = LogOptions::new(Durability::None);
+    options.cut_every_bytes = 1;
+    let log = DiskLog::open_with(dir.path(), options).unwrap();
+    let text = |id: u64| format!("UPDATE accounts SET v = {id} WHERE k = 1");
+    for id in 0..200 {
+        let mut t = LoggedTxn::new(TxnId(id), SessionId(1), id);
+        t.statements = vec![text(id)];
+        t.ops = vec![LoggedOp::Write { key: key("accounts", "1"), write: WriteId(id + 1), stmt: Some(0) }];
+        let _ = log.append_finished(t, Outcome::Committed, Some(id)).unwrap();
+    }
+    let mut replayer = Replayer::new();
+    let mut most = 0;
+    for item in log.tail(0) {
+        let (seq, record) = item.unwrap();
+        replayer.apply(seq, record).unwrap();
+        most = most.max(replayer.definitions());
+    }
+    assert!(most <= 4, "the reader held {most} definitions at once");
+    let h = log.replay().unwrap();
+    assert_eq!(h.transactions.len(), 200);
+    for t in &h.transactions {
+        let stmt = t.ops[0].stmt().expect("the write cites its statement");
+        assert_eq!(h.statement(stmt), Some(text(t.id.0).as_str()));
+    }
+}

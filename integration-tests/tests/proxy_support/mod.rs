@@ -194,6 +194,7 @@ impl TestProxy {
                 | LogRecord::Namespace { .. }
                 | LogRecord::Columns { .. }
                 | LogRecord::RowsForgotten
+                | LogRecord::TextsForgotten
                 | LogRecord::CompactIntent(_)
                 | LogRecord::CompactFinished { .. }
                 | LogRecord::CompactLateOps { .. } => unreachable!("resolved records are expanded"),

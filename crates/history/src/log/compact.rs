@@ -18,12 +18,17 @@
 //! - The writer's table of what it already defined lives in memory only. Each open of the log starts with
 //!   it empty, so a run cites only definitions it appended itself, after it opened; nothing it writes
 //!   depends on what an earlier run left. The table is bounded (about [`TEXT_TABLE_BYTES`] of text): when
-//!   it fills, it is emptied and the texts are defined again at their next use. A text may so be defined
-//!   more than once; each definition is complete on its own.
-//! - The reader ([`Resolver`], inside [`super::Replayer`]) keeps every definition it has read, and refuses a
-//!   citation of anything else (a sequence number it has not read, or one that defines the other kind of
-//!   text) as an inconsistency, never guessing. Reading a log from the middle, or a copy of some of its
-//!   records, therefore fails loudly instead of attributing a text to the wrong statement.
+//!   it fills (or at a cut, [`super::retention::Cut`]), it is emptied and the texts are defined again at
+//!   their next use. A text may so be defined more than once; each definition is complete on its own.
+//! - Whenever its table starts over within a run, the writer appends [`LogRecord::TextsForgotten`] before
+//!   the new table's first definition: nothing after that record cites a definition before it, so the
+//!   reader forgets them there and holds about one table's worth (plus what each earlier run of the log
+//!   left, one table's worth at most each). Without the mark, a reader of a client that puts its values in
+//!   its statements kept one text per statement run, for as long as it read.
+//! - The reader ([`Resolver`], inside [`super::Replayer`]) keeps every definition it has read since the last
+//!   mark, and refuses a citation of anything else (a sequence number it has not read, or one that defines
+//!   the other kind of text) as an inconsistency, never guessing. Reading a log from the middle, or a copy
+//!   of some of its records, therefore fails loudly instead of attributing a text to the wrong statement.
 //!
 //! # Rows written once
 //!
@@ -396,6 +401,8 @@ pub enum NewText {
     Namespace(String),
     /// Not a text: the mark that the writer starts a new table of rows ([`LogRecord::RowsForgotten`]).
     ForgetRows,
+    /// Not a text: the mark that the writer starts a new table of texts ([`LogRecord::TextsForgotten`]).
+    ForgetTexts,
     /// The column names of a statement run's rows.
     Columns(Vec<String>),
 }
@@ -407,16 +414,21 @@ impl NewText {
             NewText::Statement(text) => LogRecord::Statement { text },
             NewText::Namespace(name) => LogRecord::Namespace { name },
             NewText::ForgetRows => LogRecord::RowsForgotten,
+            NewText::ForgetTexts => LogRecord::TextsForgotten,
             NewText::Columns(names) => LogRecord::Columns { names },
         }
     }
 }
 
 /// The sequence number a record cites `text` by: `known`, where the writer's table has it; else its place
-/// among the definitions this record appends first (`new`, numbered from `next_seq`), added if missing.
-fn cite(known: Option<u64>, text: NewText, new: &mut Vec<NewText>, next_seq: u64) -> u64 {
+/// among the definitions this record appends first (`new`, numbered from `next_seq`), added if missing,
+/// after the mark of a new table of texts when `mark` says the table has not had it yet.
+fn cite(known: Option<u64>, text: NewText, new: &mut Vec<NewText>, next_seq: u64, mark: bool) -> u64 {
     if let Some(seq) = known {
         return seq;
+    }
+    if mark && !new.contains(&NewText::ForgetTexts) {
+        new.push(NewText::ForgetTexts);
     }
     let at = new.iter().position(|n| *n == text).unwrap_or_else(|| {
         new.push(text);
@@ -437,6 +449,9 @@ pub struct TextTable {
     rows: RowTable<Vec<Value>, (u64, u32)>,
     /// What `rows` holds, by [`row_bytes`].
     row_bytes: usize,
+    /// Whether the table started over ([`TextTable::start_over`]) and has not yet marked that in the log
+    /// ([`LogRecord::TextsForgotten`]): its first definition must come after the mark.
+    forget_texts: bool,
     /// Whether this table's [`LogRecord::RowsForgotten`] is in the log: rows are remembered only after it.
     rows_started: bool,
     /// The rows the record being appended holds inline and worth citing, with their places: remembered
@@ -445,6 +460,12 @@ pub struct TextTable {
 }
 
 impl TextTable {
+    /// Empties the table (when it is full, and at a cut): texts are defined again at their next use, after
+    /// a [`LogRecord::TextsForgotten`] mark, so that nothing after the mark cites a definition before it.
+    pub fn start_over(&mut self) {
+        *self = TextTable { forget_texts: true, ..TextTable::default() };
+    }
+
     /// Encodes `ops` and `statements` compactly. Texts this table has not defined yet get the sequence
     /// numbers from `next_seq` on, in the order of `new`, where the caller must append their definitions
     /// (before the record that cites them) and then call [`TextTable::defined`] for each.
@@ -456,9 +477,9 @@ impl TextTable {
         new: &mut Vec<NewText>,
     ) -> CompactOps {
         if self.bytes > TEXT_TABLE_BYTES {
-            // Start over rather than grow without bound; texts are defined again at their next use, and
-            // the reader keeps the old definitions, so earlier citations still resolve.
-            *self = TextTable::default();
+            // Start over rather than grow without bound; texts are defined again at their next use, after
+            // the mark that tells the reader to forget the old definitions.
+            self.start_over();
         }
         if self.row_bytes > ROW_TABLE_BYTES {
             self.rows.clear();
@@ -474,6 +495,7 @@ impl TextTable {
                 if is_statement { NewText::Statement(text) } else { NewText::Namespace(text) },
                 new,
                 next_seq,
+                self.forget_texts,
             )
         };
         let statements: Vec<u64> = statements.into_iter().map(|t| seq_of(t, true, new)).collect();
@@ -489,7 +511,8 @@ impl TextTable {
             }
         };
         let columns_seq = |columns: Vec<String>, new: &mut Vec<NewText>| {
-            cite(self.columns.get(&columns).copied(), NewText::Columns(columns), new, next_seq)
+            let known = self.columns.get(&columns).copied();
+            cite(known, NewText::Columns(columns), new, next_seq, self.forget_texts)
         };
         let mut inline_rows = 0u32;
         let mut last_params: Vec<Value> = Vec::new();
@@ -564,6 +587,7 @@ impl TextTable {
                 self.namespaces.insert(t.clone(), seq);
             }
             NewText::ForgetRows => self.rows_started = true,
+            NewText::ForgetTexts => self.forget_texts = false,
             NewText::Columns(names) => {
                 self.bytes += names.iter().map(|n| n.len() + 1).sum::<usize>();
                 self.columns.insert(names.clone(), seq);
@@ -601,6 +625,12 @@ impl Resolver {
         self.after_hole = true;
     }
 
+    /// How many definitions (statement texts, namespaces, column lists) it holds: those since the writer's
+    /// table last started over, and what earlier runs of the log left.
+    pub fn definitions(&self) -> usize {
+        self.statements.len() + self.namespaces.len() + self.columns.len()
+    }
+
     /// Rows left out, and runs kept without their parameters, because their values were in skipped records.
     pub fn values_lost(&self) -> u64 {
         self.values_lost
@@ -622,6 +652,13 @@ impl Resolver {
             }
             LogRecord::RowsForgotten => {
                 self.rows.clear();
+                return Ok(None);
+            }
+            LogRecord::TextsForgotten => {
+                // Nothing after the mark cites a definition before it: the writer's table started over.
+                self.statements = HashMap::new();
+                self.namespaces = HashMap::new();
+                self.columns = HashMap::new();
                 return Ok(None);
             }
             LogRecord::Columns { names } => {

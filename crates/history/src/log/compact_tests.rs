@@ -15,12 +15,18 @@ fn cite(table: &mut TextTable, text: &str, next_seq: &mut u64, log: &mut Vec<(u6
     ops.statements[0]
 }
 
-/// The writer's table is bounded: once full it starts over and defines texts again at their next use,
-/// while citations of the earlier definitions still resolve.
+/// The writer's table is bounded: once full it starts over, marks that in the log, and defines texts again
+/// at their next use; the reader forgets the definitions before the mark, so a citation across it is
+/// refused and the text's new definition resolves.
 #[test]
-fn a_full_text_table_starts_over_and_old_citations_still_resolve() {
+fn a_full_text_table_starts_over_on_both_sides() {
     let (mut table, mut seq, mut log) = (TextTable::default(), 0, Vec::new());
     let a = cite(&mut table, "SELECT 1", &mut seq, &mut log);
+    assert_eq!(
+        log[0].1,
+        LogRecord::Statement { text: "SELECT 1".into() },
+        "a run's first table is not marked"
+    );
     assert_eq!(cite(&mut table, "SELECT 1", &mut seq, &mut log), a, "a known text is not defined again");
     let big = "x".repeat(TEXT_TABLE_BYTES / 2 + 1);
     cite(&mut table, &format!("{big}1"), &mut seq, &mut log);
@@ -28,19 +34,23 @@ fn a_full_text_table_starts_over_and_old_citations_still_resolve() {
     let again = cite(&mut table, "SELECT 1", &mut seq, &mut log);
     assert_ne!(again, a, "after the table filled, the text is defined anew");
     assert!(table.bytes <= "SELECT 1".len(), "the table started over");
+    assert_eq!(log.iter().filter(|(_, r)| *r == LogRecord::TextsForgotten).count(), 1);
 
     let mut resolver = Resolver::new();
     for (s, r) in log {
         assert_eq!(resolver.resolve(s, r).unwrap(), None);
     }
-    for cited in [a, again] {
+    assert_eq!(resolver.statements.len(), 1, "the reader forgot the texts before the mark");
+    let late = |cited: u64| {
         let ops = CompactOps { ops: Vec::new(), statements: vec![cited], namespaces: Vec::new() };
-        let late = LogRecord::CompactLateOps { txn: TxnId(1), ops };
-        match resolver.resolve(seq, late).unwrap() {
-            Some(LogRecord::LateOps { statements, .. }) => assert_eq!(statements, vec!["SELECT 1"]),
-            other => panic!("{other:?}"),
-        }
+        LogRecord::CompactLateOps { txn: TxnId(1), ops }
+    };
+    match resolver.resolve(seq, late(again)).unwrap() {
+        Some(LogRecord::LateOps { statements, .. }) => assert_eq!(statements, vec!["SELECT 1"]),
+        other => panic!("{other:?}"),
     }
+    let err = resolver.resolve(seq + 1, late(a)).unwrap_err();
+    assert!(matches!(err, LogError::Inconsistent { .. }), "{err}");
 }
 
 /// Appends (here: numbers) a late-ops record of `rows` as the log does: new definitions first, then
@@ -342,8 +352,11 @@ fn a_key_made_of_its_runs_parameters_names_them() {
     assert!(matches!(compact.ops[6], CompactOp::WriteOfParams { params: 1, .. }), "{:?}", compact.ops[6]);
     assert!(matches!(compact.ops[7], CompactOp::Read { .. }), "not its parameters: {:?}", compact.ops[7]);
     let mut resolver = Resolver::new();
-    resolver.resolve(0, new.remove(0).record()).unwrap();
-    let back = resolver.resolve(1, LogRecord::CompactLateOps { txn: TxnId(1), ops: compact }).unwrap();
+    let (defined, namespace) = (new.len() as u64, compact.namespaces[0]);
+    for (seq, n) in new.into_iter().enumerate() {
+        resolver.resolve(seq as u64, n.record()).unwrap();
+    }
+    let back = resolver.resolve(defined, LogRecord::CompactLateOps { txn: TxnId(1), ops: compact }).unwrap();
     assert!(matches!(back, Some(LogRecord::LateOps { ops, .. }) if ops == logged));
     let beyond = CompactOps {
         ops: vec![
@@ -351,9 +364,10 @@ fn a_key_made_of_its_runs_parameters_names_them() {
             CompactOp::ReadOfParams { ns: 0, params: 2, observed: Observed::PreHistory(1), stmt: None },
         ],
         statements: vec![],
-        namespaces: vec![0],
+        namespaces: vec![namespace],
     };
-    let err = resolver.resolve(2, LogRecord::CompactLateOps { txn: TxnId(2), ops: beyond }).unwrap_err();
+    let err =
+        resolver.resolve(defined + 1, LogRecord::CompactLateOps { txn: TxnId(2), ops: beyond }).unwrap_err();
     assert!(err.to_string().contains("first 2 parameters"), "{err}");
 }
 

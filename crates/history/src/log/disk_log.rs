@@ -75,7 +75,7 @@ impl Inner {
         if self.bytes_since_cut < self.cut_every || !self.pending.is_empty() {
             return;
         }
-        self.texts = TextTable::default();
+        self.texts.start_over();
         self.bytes_since_cut = 0;
         if self.cuts.len() == KEPT_CUTS {
             self.cuts.pop_front();
@@ -647,6 +647,7 @@ fn scan_run(records: StoredRecords<'_>) -> Result<RunScan, LogError> {
             | LogRecord::Statement { .. }
             | LogRecord::Namespace { .. }
             | LogRecord::RowsForgotten
+            | LogRecord::TextsForgotten
             | LogRecord::Columns { .. }
             | LogRecord::Horizon { .. }
             | LogRecord::HorizonSnapshot(_)

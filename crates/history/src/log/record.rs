@@ -460,6 +460,12 @@ pub enum LogRecord {
         /// The sessions below `below` still open, in id order.
         open: Vec<SessionId>,
     },
+    /// The writer started a new table of texts (see [`super::compact`]): no record after this one cites a
+    /// statement, namespace or column definition before it, so the reader forgets them and its memory
+    /// stays bounded, as at [`LogRecord::RowsForgotten`]. Without it a reader kept every text the log ever
+    /// defined: with clients that put their values in the text (the simple protocol), one per statement
+    /// run. Appended last to the enum, so logs written before it existed still decode.
+    TextsForgotten,
 }
 
 /// Why a record value could not be decoded.
@@ -703,7 +709,8 @@ impl LogRecord {
             | LogRecord::Namespace { .. }
             | LogRecord::RowsForgotten
             | LogRecord::Columns { .. }
-            | LogRecord::SessionsOpen { .. } => None,
+            | LogRecord::SessionsOpen { .. }
+            | LogRecord::TextsForgotten => None,
         }
     }
 }

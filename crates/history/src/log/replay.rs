@@ -205,6 +205,12 @@ impl Replayer {
         self.resolver.after_hole();
     }
 
+    /// How many definitions of texts the log's reader holds to expand compact records (see
+    /// [`super::compact`]).
+    pub fn definitions(&self) -> usize {
+        self.resolver.definitions()
+    }
+
     /// Records dropped because they refer to what a skipped stretch held.
     pub fn lost_to_holes(&self) -> u64 {
         self.lost_to_holes
@@ -369,6 +375,7 @@ impl Replayer {
             LogRecord::Statement { .. }
             | LogRecord::Namespace { .. }
             | LogRecord::RowsForgotten
+            | LogRecord::TextsForgotten
             | LogRecord::Columns { .. }
             | LogRecord::CompactIntent(_)
             | LogRecord::CompactFinished { .. }
