@@ -429,14 +429,36 @@ impl VerifierIds {
         for op in &mut txn.ops {
             let (Op::Read { key, stmt, .. } | Op::Write { key, stmt, .. }) = op;
             *key = self.key(*key, id, names, verifier)?;
-            let Some(stmt) = stmt else { continue };
-            let at = stmt.0 as usize;
-            *stmt = self.statements.get_or_try_insert(at, || {
-                let text = names.statements.get(at).ok_or(OnlineError::UnknownName { txn: id })?;
-                Ok(verifier.add_statement(text.clone()))
-            })?;
+            if let Some(stmt) = stmt {
+                *stmt = self.statement(*stmt, id, names, verifier)?;
+            }
+        }
+        // A run finds its ops by their statement ([`history::values::Values::describe_params`]), so its
+        // statement is translated too: the reader numbers texts that only a run cites (a read that found
+        // nothing), the verifier does not, and from the first such text the two numberings differ.
+        if let Some(values) = txn.values.as_deref_mut() {
+            for run in &mut values.runs {
+                if let Some(stmt) = run.stmt {
+                    run.stmt = Some(self.statement(stmt, id, names, verifier)?);
+                }
+            }
         }
         Ok(())
+    }
+
+    /// The verifier's statement for the reader's `stmt`, which `txn` cites.
+    fn statement(
+        &mut self,
+        stmt: StmtRef,
+        txn: TxnId,
+        names: Names<'_>,
+        verifier: &mut OnlineVerifier,
+    ) -> Result<StmtRef, OnlineError> {
+        let at = stmt.0 as usize;
+        self.statements.get_or_try_insert(at, || {
+            let text = names.statements.get(at).ok_or(OnlineError::UnknownName { txn })?;
+            Ok(verifier.add_statement(text.clone()))
+        })
     }
 }
 

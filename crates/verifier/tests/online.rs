@@ -273,6 +273,71 @@ fn a_report_names_the_keys_and_statements_of_the_log_whatever_order_they_were_fi
     assert_eq!(sql, Some("UPDATE accounts SET v = v - 1 WHERE k = 'x'"));
 }
 
+/// A statement run that produced no op (a read that found nothing) still has its text in the log's reader,
+/// but not in the verifier, which adds only what ops cite: the two number statements differently from then
+/// on. A report must still show each op the parameters of its own run, which the run finds by its
+/// statement.
+#[test]
+fn a_report_shows_each_op_the_parameters_of_its_run_after_a_run_without_ops() {
+    use history::values::Value;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let run = |stmt: u32, param: &str| LoggedOp::Run {
+        stmt: Some(stmt),
+        params: vec![Value::Text(param.into())],
+        columns: Vec::new(),
+    };
+    let mut empty = LoggedTxn::new(TxnId(3), SessionId(3), 0);
+    empty.statements.push("SELECT v FROM accounts WHERE k = $1".into());
+    empty.ops.push(run(0, "nobody"));
+    let _ = log.append_finished(empty, Outcome::Committed, Some(5)).expect("finished");
+    for (id, writes) in [(1, "x"), (2, "y")] {
+        let mut t = skewed(id, id, writes, 10 + id);
+        t.statements[0] = "UPDATE accounts SET v = v - 1 WHERE k = $1".into();
+        t.ops.insert(0, run(0, writes));
+        let _durable_with_the_outcome = log.append_intent(t).expect("intent");
+    }
+    log.append_outcome(TxnId(1), Outcome::Committed, Some(10)).expect("outcome").wait().expect("durable");
+    log.append_outcome(TxnId(2), Outcome::Committed, Some(20)).expect("outcome").wait().expect("durable");
+    // Read by the verifier's own reader, and through a merger of many edges' logs (collector 0 keeps its
+    // ids), which numbers statements as the verifier does.
+    for merged in [false, true] {
+        let mut feeder = Feeder::new(RoundOptions::online(1_000, Duration::from_secs(3600)), None);
+        if merged {
+            use history::log::merge::{Heartbeat, Merger};
+            use history::{ClockBounds, CollectorId};
+            let mut merger = Merger::new(&[CollectorId(0)], ClockBounds::default());
+            let mut below = 0;
+            for item in log.tail(0) {
+                let (seq, record) = item.expect("a readable record");
+                merger.record(CollectorId(0), seq, record).expect("merges");
+                below = seq + 1;
+            }
+            merger.heartbeat(
+                CollectorId(0),
+                Heartbeat { below, appended_before_ns: u64::MAX / 2, read_at_ns: 0 },
+            );
+            let events = merger.release().expect("releases");
+            feeder.feed_events(events, merger.keys(), merger.statements()).expect("feeds");
+        } else {
+            feeder.read_log(&log, usize::MAX).expect("reads");
+        }
+        feeder.finish().expect("a last round");
+        let [report] = feeder.rejects() else { panic!("merged {merged}: one reject: {:?}", feeder.status()) };
+        for (id, writes) in [(1, "x"), (2, "y")] {
+            let t = report.transactions.iter().find(|t| t.id == TxnId(id)).expect("in the report");
+            for op in &t.ops {
+                let params = op.params.as_deref();
+                assert_eq!(
+                    params,
+                    Some(format!("$1 = '{writes}'").as_str()),
+                    "merged {merged}, T{id}: {op:?}"
+                );
+            }
+        }
+    }
+}
+
 /// The lost update of `integration-tests/tests/proxy_unrecorded_writers.rs`, as the proxy logs it: T1 and
 /// T2 write x through a SQL function (discovered by T3's and T4's reads), T1 having read x's initial
 /// version first. One-shot, the discovered writes join their transactions and the cycle is found. Online,

@@ -435,6 +435,14 @@ impl Merger {
                 *observed = self.corrected(c, *key, *observed);
             }
         }
+        // A run finds its ops by their statement (`Values::describe_params`): it must use the same numbering.
+        if let Some(values) = txn.values.as_deref_mut() {
+            for run in &mut values.runs {
+                if let Some(stmt) = run.stmt {
+                    run.stmt = Some(self.merged_statement(c, stmt)?);
+                }
+            }
+        }
         Ok(())
     }
 
