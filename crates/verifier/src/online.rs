@@ -174,6 +174,8 @@ impl Feeder {
     /// A feeder that reads the log from its first record, writing reject reports into `store` if given.
     pub fn new(options: RoundOptions, store: Option<ReportStore>) -> Self {
         let mut verifier = OnlineVerifier::new(Default::default(), Vec::new(), options);
+        // Every statement it pushes is translated by `ids`, which follows the verifier's renumbering.
+        verifier.forgetting_statements();
         if let Some(store) = store {
             verifier = verifier.with_report_store(store);
         }
@@ -369,6 +371,7 @@ impl Feeder {
 
     /// After restoring a checkpoint: the transactions read and not yet verified count their lag from now.
     fn restored(&mut self) {
+        self.verifier.forgetting_statements();
         if self.status.txns_read > self.status.verified {
             self.pushed_at.push_back((self.status.txns_read, Instant::now()));
         }
@@ -402,6 +405,10 @@ impl<'a> Names<'a> {
 struct VerifierIds {
     keys: IdMap<Key>,
     statements: IdMap<StmtRef>,
+    /// [`OnlineVerifier::statements_renumbered`] when `statements` was last valid: once it moves, the
+    /// verifier's numbers in `statements` are stale and the map starts over.
+    #[serde(skip)]
+    statements_renumbered: u64,
 }
 
 impl VerifierIds {
@@ -426,6 +433,10 @@ impl VerifierIds {
         verifier: &mut OnlineVerifier,
     ) -> Result<(), OnlineError> {
         let id = txn.id;
+        if self.statements_renumbered != verifier.statements_renumbered() {
+            self.statements = IdMap::default();
+            self.statements_renumbered = verifier.statements_renumbered();
+        }
         for op in &mut txn.ops {
             let (Op::Read { key, stmt, .. } | Op::Write { key, stmt, .. }) = op;
             *key = self.key(*key, id, names, verifier)?;

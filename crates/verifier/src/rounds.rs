@@ -47,7 +47,8 @@
 //! constraints) collection deletes little (measured before this change): unordered blind writes all stay
 //! on the frontier, and there is no sound way to collect them sooner (`gc`, "Blind writes"). Tombstones and
 //! the ids of collected writes are kept for ever (one map entry per collected write); links add one
-//! synthetic read per kept ordering, and go when their source is collected (`links`).
+//! synthetic read per kept ordering, and go when their source is collected (`links`). Statement texts
+//! that only collected transactions cited are forgotten, when the caller asks (`statements`).
 //!
 //! **Sessions.** `epoch_agree` waits for every open session (`epochs`). The proxy calls
 //! [`OnlineVerifier::session_ended`] when a client connection closes, so a quiet session does not stall
@@ -79,6 +80,7 @@ use crate::{Report, Verdict, verify};
 
 mod admission;
 mod links;
+mod statements;
 
 /// How to verify in rounds.
 #[derive(Clone, Debug)]
@@ -259,6 +261,12 @@ pub struct OnlineVerifier {
     /// entry per kind, so bounded), with the last transaction counted for each; every reject report carries
     /// the summary (DESIGN.md §3: a report says what it did not check).
     not_checked: Vec<(NotChecked, TxnId)>,
+    /// Whether the texts of collected transactions may be forgotten (`statements`).
+    #[serde(skip)]
+    forget_statements: bool,
+    /// How many times the statements were renumbered since this verifier was made or restored.
+    #[serde(skip)]
+    statements_renumbered: u64,
 }
 
 impl OnlineVerifier {
@@ -298,6 +306,8 @@ impl OnlineVerifier {
             next_link_write: 0,
             links_added: 0,
             not_checked: Vec::new(),
+            forget_statements: false,
+            statements_renumbered: 0,
         }
     }
 
@@ -596,6 +606,9 @@ impl OnlineVerifier {
             && self.epochs.broken().is_none()
         {
             (deleted, kept, constraints_collected) = self.collect(&p)?;
+        }
+        if deleted > 0 {
+            self.forget_collected_statements();
         }
         let gc_ms = gc_start.elapsed().as_secs_f64() * 1e3;
         self.max_live = self.max_live.max(self.work.transactions.len());

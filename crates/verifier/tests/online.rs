@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use history::log::{HistoryLog, LoggedOp, LoggedTxn};
-use history::{DiskLog, Durability, KeyName, Observed, Outcome, SessionId, TxnId, WriteId};
+use history::{DiskLog, Durability, KeyName, Observed, Op, Outcome, SessionId, TxnId, WriteId};
 use verifier::online::Feeder;
 use verifier::{ReportStore, RoundOptions};
 
@@ -336,6 +336,71 @@ fn a_report_shows_each_op_the_parameters_of_its_run_after_a_run_without_ops() {
             }
         }
     }
+}
+
+/// A client that puts its values in its statements cites a new text in every transaction. Once collection
+/// has deleted most of the transactions that cited them, the verifier forgets their texts and renumbers
+/// the statements of those it holds: the table stays bounded, and every transaction held (live across a
+/// renumbering, or pushed after it through the feeder's map, citing a text it has seen before or a new
+/// one) still names its own texts.
+#[test]
+fn the_verifier_forgets_the_texts_of_collected_transactions() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = DiskLog::open(dir.path().join("log"), Durability::None).expect("the log opens");
+    let (read_text, write_text) = ("SELECT v FROM accounts WHERE k = 'x'", |id: u64| {
+        format!("UPDATE accounts SET v = {id} WHERE k = 'x'")
+    });
+    let (mut seqs, mut last_x, mut last_fence) =
+        ([0u64; 2], Observed::PreHistory(0), Observed::PreHistory(0));
+    for id in 1..=12_000u64 {
+        let s = (id % 2) as usize;
+        let t = if id % 10 < 2 {
+            // Each session fences every fifth transaction of its own, so that epochs advance.
+            let ops = vec![read("F", last_fence), write("F", 1_000_000 + id)];
+            last_fence = Observed::Version(WriteId(1_000_000 + id));
+            logged(id, s as u64 + 1, seqs[s], ops, true)
+        } else {
+            let ops = vec![
+                LoggedOp::Read { key: key("x"), observed: last_x, stmt: Some(0) },
+                LoggedOp::Write { key: key("x"), write: WriteId(id), stmt: Some(1) },
+            ];
+            last_x = Observed::Version(WriteId(id));
+            let mut t = logged(id, s as u64 + 1, seqs[s], ops, false);
+            t.statements = vec![read_text.to_owned(), write_text(id)];
+            t
+        };
+        seqs[s] += 1;
+        let _ = log.append_finished(t, Outcome::Committed, Some(id)).expect("finished");
+    }
+    let options = RoundOptions { round_size: 500, round_interval: None, ..RoundOptions::default() };
+    let mut feeder = Feeder::new(options, None);
+    let (mut most, mut checked) = (0, 0);
+    loop {
+        let read = feeder.read_log(&log, 300).expect("reads");
+        let residual = feeder.verifier().residual();
+        most = most.max(residual.statements.len());
+        for t in &residual.transactions {
+            for op in &t.ops {
+                let Some(stmt) = op.stmt() else { continue };
+                let expected = match op {
+                    Op::Read { .. } => read_text.to_owned(),
+                    Op::Write { .. } => write_text(t.id.0),
+                };
+                assert_eq!(residual.statement(stmt), Some(expected.as_str()), "{}", t.id);
+                checked += 1;
+            }
+        }
+        if read == 0 {
+            break;
+        }
+    }
+    feeder.finish().expect("a last round");
+    assert!(feeder.new_rejects().is_empty());
+    let v = feeder.verifier();
+    assert!(v.deleted() > 10_000, "collection deleted {}", v.deleted());
+    assert!(v.statements_renumbered() > 1, "the texts were forgotten {} times", v.statements_renumbered());
+    assert!(most < 8_192, "{most} texts held at most");
+    eprintln!("{checked} ops checked; at most {most} texts held; renumbered {}", v.statements_renumbered());
 }
 
 /// The lost update of `integration-tests/tests/proxy_unrecorded_writers.rs`, as the proxy logs it: T1 and
