@@ -179,8 +179,10 @@ impl Feeder {
         if let Some(store) = store {
             verifier = verifier.with_report_store(store);
         }
+        let mut replayer = Replayer::new();
+        replayer.forgetting_statements();
         Feeder {
-            replayer: Replayer::new(),
+            replayer,
             verifier,
             ids: VerifierIds::default(),
             next_seq: 0,
@@ -238,7 +240,7 @@ impl Feeder {
     ) -> Result<usize, OnlineError> {
         let pushed_before = self.status.txns_read;
         for event in events {
-            self.feed(event, Names { keys, statements })?;
+            self.feed(event, Names { keys, statements, renumbered: 0 })?;
         }
         let pushed = self.status.txns_read - pushed_before;
         if pushed > 0 {
@@ -372,6 +374,7 @@ impl Feeder {
     /// After restoring a checkpoint: the transactions read and not yet verified count their lag from now.
     fn restored(&mut self) {
         self.verifier.forgetting_statements();
+        self.replayer.forgetting_statements();
         if self.status.txns_read > self.status.verified {
             self.pushed_at.push_back((self.status.txns_read, Instant::now()));
         }
@@ -389,11 +392,14 @@ impl Feeder {
 struct Names<'a> {
     keys: &'a KeyTable,
     statements: &'a [String],
+    /// How many times the reader renumbered `statements` ([`Replayer::statements_renumbered`]).
+    renumbered: u64,
 }
 
 impl<'a> Names<'a> {
     fn of(replayer: &'a Replayer) -> Self {
-        Names { keys: replayer.keys(), statements: replayer.statements() }
+        let renumbered = replayer.statements_renumbered();
+        Names { keys: replayer.keys(), statements: replayer.statements(), renumbered }
     }
 }
 
@@ -405,10 +411,11 @@ impl<'a> Names<'a> {
 struct VerifierIds {
     keys: IdMap<Key>,
     statements: IdMap<StmtRef>,
-    /// [`OnlineVerifier::statements_renumbered`] when `statements` was last valid: once it moves, the
-    /// verifier's numbers in `statements` are stale and the map starts over.
+    /// [`OnlineVerifier::statements_renumbered`] and the reader's [`Replayer::statements_renumbered`] when
+    /// `statements` was last valid: once either moves, its numbers in `statements` are stale and the map
+    /// starts over.
     #[serde(skip)]
-    statements_renumbered: u64,
+    statements_renumbered: (u64, u64),
 }
 
 impl VerifierIds {
@@ -433,9 +440,10 @@ impl VerifierIds {
         verifier: &mut OnlineVerifier,
     ) -> Result<(), OnlineError> {
         let id = txn.id;
-        if self.statements_renumbered != verifier.statements_renumbered() {
+        let renumbered = (verifier.statements_renumbered(), names.renumbered);
+        if self.statements_renumbered != renumbered {
             self.statements = IdMap::default();
-            self.statements_renumbered = verifier.statements_renumbered();
+            self.statements_renumbered = renumbered;
         }
         for op in &mut txn.ops {
             let (Op::Read { key, stmt, .. } | Op::Write { key, stmt, .. }) = op;

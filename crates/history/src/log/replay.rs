@@ -135,7 +135,16 @@ pub struct Replayer {
     /// Records after a hole that refer to what it held (an outcome of an intent in it, a text it defined),
     /// dropped.
     lost_to_holes: u64,
+    /// Whether texts no pending intent cites may be forgotten ([`Replayer::forgetting_statements`]).
+    #[serde(skip)]
+    forget_statements: bool,
+    /// How many times the statements were renumbered since this replayer was made or restored.
+    #[serde(skip)]
+    statements_renumbered: u64,
 }
+
+/// The table of statement texts is looked at only from this many texts on ([`Replayer::forgetting_statements`]).
+const FORGET_STATEMENTS_FROM: usize = 4_096;
 
 impl Replayer {
     /// A replayer for a log read from its first record.
@@ -205,6 +214,63 @@ impl Replayer {
         self.resolver.after_hole();
     }
 
+    /// Lets the replayer forget, before it applies a record, the statement texts that no pending intent
+    /// cites, once it holds many and at most half are cited (issue 20, bounded memory: a client that puts
+    /// its values in its statements makes a text per run). The texts the pending intents cite are
+    /// renumbered. So the caller must be done with every event returned so far (their statements refer to
+    /// the table as it was), and must look statements up again whenever
+    /// [`Replayer::statements_renumbered`] moves. The online verifier's feeder does both; a merger, which
+    /// holds events back, does not ask.
+    pub fn forgetting_statements(&mut self) {
+        self.forget_statements = true;
+    }
+
+    /// How many times the statements were renumbered since this replayer was made or restored.
+    pub fn statements_renumbered(&self) -> u64 {
+        self.statements_renumbered
+    }
+
+    /// Rebuilds the table of texts from those the pending intents cite, if asked to and worth it (see
+    /// [`Replayer::forgetting_statements`]). The rule reads only what a checkpoint stores, and renumbers in
+    /// log order, so a restored replayer renumbers as one that never stopped does.
+    fn forget_statements(&mut self) {
+        let texts = self.statements.texts();
+        if !self.forget_statements || texts.len() < FORGET_STATEMENTS_FROM {
+            return;
+        }
+        let mut pending: Vec<&mut ReplayedTxn> = self.pending.values_mut().collect();
+        pending.sort_unstable_by_key(|p| p.position);
+        let cited = |t: &Transaction| -> Vec<StmtRef> {
+            let runs = t.values.iter().flat_map(|v| v.runs.iter().filter_map(|r| r.stmt));
+            t.ops.iter().filter_map(|op| op.stmt()).chain(runs).collect()
+        };
+        let mut kept = StatementTable::default();
+        let mut renumbered: HashMap<StmtRef, StmtRef> = HashMap::new();
+        for p in &pending {
+            for old in cited(&p.txn) {
+                renumbered.entry(old).or_insert_with(|| kept.intern(&texts[old.0 as usize]));
+            }
+        }
+        if renumbered.len() * 2 > texts.len() {
+            return;
+        }
+        for p in pending {
+            for op in &mut p.txn.ops {
+                let (Op::Read { stmt, .. } | Op::Write { stmt, .. }) = op;
+                if let Some(s) = stmt {
+                    *s = renumbered[s];
+                }
+            }
+            for run in p.txn.values.iter_mut().flat_map(|v| v.runs.iter_mut()) {
+                if let Some(s) = &mut run.stmt {
+                    *s = renumbered[s];
+                }
+            }
+        }
+        self.statements = kept;
+        self.statements_renumbered += 1;
+    }
+
     /// How many definitions of texts the log's reader holds to expand compact records (see
     /// [`super::compact`]).
     pub fn definitions(&self) -> usize {
@@ -247,6 +313,7 @@ impl Replayer {
             return Err(inconsistent(seq, format!("expected record {expected} next; the log has a hole")));
         }
         self.next_seq = Some(seq.saturating_add(1));
+        self.forget_statements();
         // Definitions are kept, compact records expanded; what follows sees records as the proxy made them.
         let record = match self.resolver.resolve(seq, record) {
             Ok(Some(record)) => record,
