@@ -47,6 +47,12 @@ fn start_proxy(dir: &Path, collector: u32, nats_port: u16) -> (Running, u16) {
 
 /// A `krait proxy` with collector id `collector` on `port` (again, after a kill: same log, same config).
 fn proxy_on(dir: &Path, collector: u32, nats_port: u16, port: u16) -> Running {
+    proxy_with(dir, collector, nats_port, port, "[admin]\nenabled = false\n")
+}
+
+/// [`proxy_on`], with `more` in its configuration after the `[log]` section's `collector` line: more of
+/// `[log]`, then sections of its own (`[admin]` among them).
+fn proxy_with(dir: &Path, collector: u32, nats_port: u16, port: u16, more: &str) -> Running {
     let dir = dir.join(format!("proxy{collector}"));
     std::fs::create_dir_all(&dir).expect("creates the proxy's directory");
     let config = dir.join("krait.toml");
@@ -54,7 +60,7 @@ fn proxy_on(dir: &Path, collector: u32, nats_port: u16, port: u16) -> Running {
         &config,
         format!(
             "[listen]\naddress = \"127.0.0.1:{port}\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
-             [log]\npath = \"{}\"\ncollector = {collector}\n[admin]\nenabled = false\n\
+             [log]\npath = \"{}\"\ncollector = {collector}\n{more}\
              [ship]\nnats = \"nats://127.0.0.1:{nats_port}\"\n",
             dir.join("log").display()
         ),
@@ -375,6 +381,19 @@ async fn serializable_across_three_proxies_is_accepted_with_reads_joined_to_othe
     assert!(edges.reports().is_empty(), "no report:\n{}", lines.join("\n"));
 }
 
+/// Creates `table` with rows 0 to 7 at 0, directly; returns the direct connection, to drop it with.
+async fn eight_rows(table: &str) -> tokio_postgres::Client {
+    let direct = connect(5432).await;
+    direct
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int PRIMARY KEY, v int NOT NULL); \
+             INSERT INTO {table} SELECT g, 0 FROM generate_series(0, 7) g;"
+        ))
+        .await
+        .expect("creates the table");
+    direct
+}
+
 /// Increments random rows through one proxy, at SERIALIZABLE, until `until`; reconnects when the proxy or
 /// the connection goes away. Returns how many commits were acknowledged.
 async fn increments(port: u16, table: String, until: Instant, seed: u64) -> u64 {
@@ -423,14 +442,7 @@ async fn nats_and_proxy_kills_lose_no_acknowledged_commit() {
     let mut edges = edges();
     let nats_port = edges.nats_port();
     let table = format!("edges_faults_{}", std::process::id());
-    let direct = connect(5432).await;
-    direct
-        .batch_execute(&format!(
-            "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int PRIMARY KEY, v int NOT NULL); \
-             INSERT INTO {table} SELECT g, 0 FROM generate_series(0, 7) g;"
-        ))
-        .await
-        .expect("creates the table");
+    let direct = eight_rows(&table).await;
     let data = edges.dir.path().join("data");
     let mut verifier = Verifier::start(nats_port, &data);
     let start = Instant::now();
@@ -589,41 +601,15 @@ async fn a_restarted_verifier_resumes_from_its_checkpoint_after_the_messages_it_
 async fn retention_deletes_only_what_the_stream_has_acknowledged() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let (port, admin_port, nats_port) = (free_port(), free_port(), free_port());
-    let proxy_dir = dir.path().join("proxy1");
-    std::fs::create_dir_all(&proxy_dir).expect("creates the proxy's directory");
-    let config = proxy_dir.join("krait.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[listen]\naddress = \"127.0.0.1:{port}\"\n[upstream]\naddress = \"127.0.0.1:5432\"\n\
-             [log]\npath = \"{}\"\ncollector = 1\nsegment_bytes = 65536\n\
-             [log.retain]\nmax_age_s = 0\n\
-             [admin]\nenabled = true\naddress = \"127.0.0.1:{admin_port}\"\n\
-             [ship]\nnats = \"nats://127.0.0.1:{nats_port}\"\n",
-            proxy_dir.join("log").display()
-        ),
-    )
-    .expect("writes the config");
-    let _proxy = Running(
-        Command::new(env!("CARGO_BIN_EXE_krait"))
-            .args(["proxy", "--config", config.to_str().expect("utf-8 path")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starts krait proxy"),
+    let more = format!(
+        "segment_bytes = 65536\n[log.retain]\nmax_age_s = 0\n\
+         [admin]\nenabled = true\naddress = \"127.0.0.1:{admin_port}\"\n"
     );
-    wait_for_port(port, "krait proxy");
+    let _proxy = proxy_with(dir.path(), 1, nats_port, port, &more);
     wait_for_port(admin_port, "the proxy's admin server");
     let first_record = || api_status(admin_port)["log"]["first_record"].as_u64().expect("log.first_record");
     let table = format!("edges_retain_{}", std::process::id());
-    let direct = connect(5432).await;
-    direct
-        .batch_execute(&format!(
-            "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int PRIMARY KEY, v int NOT NULL); \
-             INSERT INTO {table} SELECT g, 0 FROM generate_series(0, 7) g;"
-        ))
-        .await
-        .expect("creates the table");
+    let direct = eight_rows(&table).await;
 
     // NATS is down: traffic until the log has sealed segments, then two retention passes.
     let mut acked = 0;
