@@ -126,7 +126,7 @@ fn main() {
             }
         }
         let events = merger.release().expect("releases");
-        feeder.feed_events(events, merger.keys(), merger.statements()).expect("feeds");
+        feeder.feed_events(events, &merger).expect("feeds");
         feeder.poll().expect("verifies");
     }
     let verifying = started.elapsed();

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use history::log::merge::Merger;
 use history::log::{HistoryLog, IdMap, LogError, Replayed, ReplayedTxn, Replayer};
 use history::{Durability, Key, KeyTable, Op, Outcome, StmtRef, Transaction, TxnId};
 use serde::{Deserialize, Serialize};
@@ -230,17 +231,17 @@ impl Feeder {
         Ok(n)
     }
 
-    /// Feeds events that another reader made (the [`history::log::merge::Merger`] of several collectors'
-    /// logs), whose keys and statements refer to `keys` and `statements`; returns how many transactions.
-    pub fn feed_events(
-        &mut self,
-        events: Vec<Replayed>,
-        keys: &KeyTable,
-        statements: &[String],
-    ) -> Result<usize, OnlineError> {
+    /// Feeds the events `merger` just released (the merged logs of several collectors), whose keys and
+    /// statements refer to its tables; returns how many transactions.
+    pub fn feed_events(&mut self, events: Vec<Replayed>, merger: &Merger) -> Result<usize, OnlineError> {
         let pushed_before = self.status.txns_read;
+        let names = Names {
+            keys: merger.keys(),
+            statements: merger.statements(),
+            renumbered: merger.statements_renumbered(),
+        };
         for event in events {
-            self.feed(event, Names { keys, statements, renumbered: 0 })?;
+            self.feed(event, names)?;
         }
         let pushed = self.status.txns_read - pushed_before;
         if pushed > 0 {

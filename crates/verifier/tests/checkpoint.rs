@@ -439,7 +439,7 @@ fn feed_stream(feeder: &mut Feeder, merger: &mut Merger, messages: &[Message], p
             }
         }
         let events = merger.release().expect("releases");
-        feeder.feed_events(events, merger.keys(), merger.statements()).expect("feeds");
+        feeder.feed_events(events, merger).expect("feeds");
         feeder.poll().expect("a round");
     }
 }

@@ -68,6 +68,10 @@ use crate::{
 /// The bits of a qualified id that hold the collector.
 const COLLECTOR_SHIFT: u32 = 56;
 
+/// From this many statement texts on, [`Merger::release`] starts its table over. Twice the collectors'
+/// readers' threshold: the table starts over whole, and every text it still needs is interned again.
+const FORGET_STATEMENTS_FROM: usize = 8_192;
+
 /// What a collector says about its shipping, after the records it covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Heartbeat {
@@ -197,6 +201,8 @@ pub struct CollectorStatus {
     /// Recorded rows and runs' parameters left out of kept transactions because their values were in a
     /// stretch given up on ([`super::Replayer::values_lost_to_holes`]).
     pub values_lost_to_holes: u64,
+    /// Statement texts its log's reader holds.
+    pub statements: usize,
 }
 
 /// Merges the records of several collectors into one history; see the module documentation.
@@ -216,6 +222,10 @@ pub struct Merger {
     /// Whether some collector's log has a hole: a read of a version no collector recorded may then be a
     /// read of a write the hole held.
     holed: bool,
+    /// How many times the merger's statement texts were forgotten since it was made or restored
+    /// ([`Merger::release`]).
+    #[serde(skip)]
+    statements_renumbered: u64,
 }
 
 impl Merger {
@@ -231,6 +241,7 @@ impl Merger {
             written: HashSet::new(),
             writers_of_key: HashMap::new(),
             holed: false,
+            statements_renumbered: 0,
         }
     }
 
@@ -242,6 +253,12 @@ impl Merger {
     /// The statement texts of the released events.
     pub fn statements(&self) -> &[String] {
         self.statements.texts()
+    }
+
+    /// How many times the merger forgot its statement texts since it was made or restored: the events of
+    /// one [`Merger::release`] and those of the next may number the same text differently when it moved.
+    pub fn statements_renumbered(&self) -> u64 {
+        self.statements_renumbered
     }
 
     /// Takes record `seq` of `collector`'s log. A record that comes before an earlier one waits for it, and
@@ -302,6 +319,15 @@ impl Merger {
         let source = self.sources.entry(collector).or_default();
         source.records += 1;
         source.next_seq = Some(seq + 1);
+        // A client that puts its values in its statements makes a text per run (issue 20, memory): the
+        // collector's reader forgets the texts no pending intent cites, but only while no event of it is
+        // held back here, since held events cite its texts by number.
+        if source.unstamped.is_empty()
+            && source.stamped.is_empty()
+            && source.replayer.forget_uncited_statements()
+        {
+            source.statements = IdMap::default();
+        }
         let events = source
             .replayer
             .apply(seq, record)
@@ -341,8 +367,20 @@ impl Merger {
     }
 
     /// The events every collector's heartbeats now allow, with ids qualified, reads corrected (see the
-    /// module documentation) and keys and statements in the merger's tables.
+    /// module documentation) and keys and statements in the merger's tables. Use the events before the next
+    /// call: from 8,192 statement texts on, a call starts the table over (and
+    /// [`Merger::statements_renumbered`] moves), so that a client putting its values in its statements does
+    /// not make it grow for ever.
     pub fn release(&mut self) -> Result<Vec<Replayed>, MergeError> {
+        // The caller is done with the events released before (they cite this table by number), and events
+        // held back cite their collectors' tables: so once large, the table can start over whole.
+        if self.statements.texts().len() >= FORGET_STATEMENTS_FROM {
+            self.statements = StatementTable::default();
+            for source in self.sources.values_mut() {
+                source.statements = IdMap::default();
+            }
+            self.statements_renumbered += 1;
+        }
         let collectors: Vec<CollectorId> = self.sources.keys().copied().collect();
         let mut out = Vec::new();
         for &c in &collectors {
@@ -385,6 +423,7 @@ impl Merger {
                 holes: s.holes.clone(),
                 lost_to_holes: s.replayer.lost_to_holes(),
                 values_lost_to_holes: s.replayer.values_lost_to_holes(),
+                statements: s.replayer.statements().len(),
             })
             .collect()
     }

@@ -234,9 +234,18 @@ impl Replayer {
     /// [`Replayer::forgetting_statements`]). The rule reads only what a checkpoint stores, and renumbers in
     /// log order, so a restored replayer renumbers as one that never stopped does.
     fn forget_statements(&mut self) {
+        if self.forget_statements {
+            self.forget_uncited_statements();
+        }
+    }
+
+    /// Forgets now, if worth it, the statement texts no pending intent cites, as
+    /// [`Replayer::forgetting_statements`] lets it do before each record; returns whether it renumbered.
+    /// For a caller that holds events back and knows when it holds none (a merger).
+    pub fn forget_uncited_statements(&mut self) -> bool {
         let texts = self.statements.texts();
-        if !self.forget_statements || texts.len() < FORGET_STATEMENTS_FROM {
-            return;
+        if texts.len() < FORGET_STATEMENTS_FROM {
+            return false;
         }
         let mut pending: Vec<&mut ReplayedTxn> = self.pending.values_mut().collect();
         pending.sort_unstable_by_key(|p| p.position);
@@ -252,7 +261,7 @@ impl Replayer {
             }
         }
         if renumbered.len() * 2 > texts.len() {
-            return;
+            return false;
         }
         for p in pending {
             for op in &mut p.txn.ops {
@@ -269,6 +278,7 @@ impl Replayer {
         }
         self.statements = kept;
         self.statements_renumbered += 1;
+        true
     }
 
     /// How many definitions of texts the log's reader holds to expand compact records (see

@@ -216,7 +216,7 @@ fn verify_until(
             skip_old_holes(merger, &mut waiting, after)?;
         }
         let events = merger.release()?;
-        feeder.feed_events(events, merger.keys(), merger.statements())?;
+        feeder.feed_events(events, merger)?;
         feeder.poll()?;
         for (id, line) in feeder.new_rejects() {
             match id {
