@@ -431,6 +431,33 @@ impl Transaction {
         }
         dropped.len()
     }
+
+    /// The statements it cites: its ops' and its statement runs', in that order (repeats included).
+    pub fn cited_statements(&self) -> impl Iterator<Item = StmtRef> + '_ {
+        let runs = self.values.iter().flat_map(|v| v.runs.iter().filter_map(|r| r.stmt));
+        self.ops.iter().filter_map(Op::stmt).chain(runs)
+    }
+
+    /// Renumbers every statement it cites, its ops' and its statement runs' alike, with `to` (into another
+    /// table of texts, or after its table was rebuilt). The runs go with the ops: a run finds its ops by
+    /// their statement ([`crate::values::Values::describe_params`]). Stops at `to`'s first error.
+    pub fn renumber_statements<E>(
+        &mut self,
+        mut to: impl FnMut(StmtRef) -> Result<StmtRef, E>,
+    ) -> Result<(), E> {
+        for op in &mut self.ops {
+            let (Op::Read { stmt, .. } | Op::Write { stmt, .. }) = op;
+            if let Some(s) = stmt {
+                *s = to(*s)?;
+            }
+        }
+        for run in self.values.iter_mut().flat_map(|v| v.runs.iter_mut()) {
+            if let Some(s) = &mut run.stmt {
+                *s = to(*s)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A point in the log where transactions may have been lost (a crash under `group` or `none` durability).

@@ -447,23 +447,12 @@ impl VerifierIds {
             self.statements_renumbered = renumbered;
         }
         for op in &mut txn.ops {
-            let (Op::Read { key, stmt, .. } | Op::Write { key, stmt, .. }) = op;
+            let (Op::Read { key, .. } | Op::Write { key, .. }) = op;
             *key = self.key(*key, id, names, verifier)?;
-            if let Some(stmt) = stmt {
-                *stmt = self.statement(*stmt, id, names, verifier)?;
-            }
         }
-        // A run finds its ops by their statement ([`history::values::Values::describe_params`]), so its
-        // statement is translated too: the reader numbers texts that only a run cites (a read that found
-        // nothing), the verifier does not, and from the first such text the two numberings differ.
-        if let Some(values) = txn.values.as_deref_mut() {
-            for run in &mut values.runs {
-                if let Some(stmt) = run.stmt {
-                    run.stmt = Some(self.statement(stmt, id, names, verifier)?);
-                }
-            }
-        }
-        Ok(())
+        // Runs' statements too: the reader numbers texts that only a run cites (a read that found nothing),
+        // the verifier does not, and from the first such text the two numberings differ.
+        txn.renumber_statements(|stmt| self.statement(stmt, id, names, verifier))
     }
 
     /// The verifier's statement for the reader's `stmt`, which `txn` cites.

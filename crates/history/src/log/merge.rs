@@ -465,24 +465,13 @@ impl Merger {
     /// Moves `txn`'s keys and statements into the merger's tables and corrects its reads.
     fn translate(&mut self, c: CollectorId, txn: &mut Transaction) -> Result<(), MergeError> {
         for op in &mut txn.ops {
-            let (Op::Read { key, stmt, .. } | Op::Write { key, stmt, .. }) = op;
+            let (Op::Read { key, .. } | Op::Write { key, .. }) = op;
             *key = self.merged_key(c, *key)?;
-            if let Some(stmt) = stmt {
-                *stmt = self.merged_statement(c, *stmt)?;
-            }
             if let Op::Read { key, observed, .. } = op {
                 *observed = self.corrected(c, *key, *observed);
             }
         }
-        // A run finds its ops by their statement (`Values::describe_params`): it must use the same numbering.
-        if let Some(values) = txn.values.as_deref_mut() {
-            for run in &mut values.runs {
-                if let Some(stmt) = run.stmt {
-                    run.stmt = Some(self.merged_statement(c, stmt)?);
-                }
-            }
-        }
-        Ok(())
+        txn.renumber_statements(|stmt| self.merged_statement(c, stmt))
     }
 
     /// What a read by a client of collector `c` observed, given what every collector recorded.

@@ -249,14 +249,10 @@ impl Replayer {
         }
         let mut pending: Vec<&mut ReplayedTxn> = self.pending.values_mut().collect();
         pending.sort_unstable_by_key(|p| p.position);
-        let cited = |t: &Transaction| -> Vec<StmtRef> {
-            let runs = t.values.iter().flat_map(|v| v.runs.iter().filter_map(|r| r.stmt));
-            t.ops.iter().filter_map(|op| op.stmt()).chain(runs).collect()
-        };
         let mut kept = StatementTable::default();
         let mut renumbered: HashMap<StmtRef, StmtRef> = HashMap::new();
         for p in &pending {
-            for old in cited(&p.txn) {
+            for old in p.txn.cited_statements() {
                 renumbered.entry(old).or_insert_with(|| kept.intern(&texts[old.0 as usize]));
             }
         }
@@ -264,17 +260,7 @@ impl Replayer {
             return false;
         }
         for p in pending {
-            for op in &mut p.txn.ops {
-                let (Op::Read { stmt, .. } | Op::Write { stmt, .. }) = op;
-                if let Some(s) = stmt {
-                    *s = renumbered[s];
-                }
-            }
-            for run in p.txn.values.iter_mut().flat_map(|v| v.runs.iter_mut()) {
-                if let Some(s) = &mut run.stmt {
-                    *s = renumbered[s];
-                }
-            }
+            let _ = p.txn.renumber_statements(|s| Ok::<_, std::convert::Infallible>(renumbered[&s]));
         }
         self.statements = kept;
         self.statements_renumbered += 1;

@@ -48,7 +48,7 @@ impl OnlineVerifier {
         }
         let mut renumbered: FastMap<StmtRef, StmtRef> = FastMap::default();
         let held = self.work.transactions.iter().chain(self.waiting.values().flatten());
-        for stmt in held.flat_map(cited) {
+        for stmt in held.flat_map(Transaction::cited_statements) {
             let next = StmtRef(renumbered.len() as u32);
             renumbered.entry(stmt).or_insert(next);
         }
@@ -62,30 +62,8 @@ impl OnlineVerifier {
         self.work.statements = texts;
         let held = self.work.transactions.iter_mut().chain(self.waiting.values_mut().flatten());
         for t in held {
-            renumber(t, &renumbered);
+            let _ = t.renumber_statements(|s| Ok::<_, std::convert::Infallible>(renumbered[&s]));
         }
         self.statements_renumbered += 1;
-    }
-}
-
-/// The statements `t` cites: its ops' and its runs'.
-fn cited(t: &Transaction) -> impl Iterator<Item = StmtRef> + '_ {
-    let runs = t.values.iter().flat_map(|v| v.runs.iter().filter_map(|r| r.stmt));
-    t.ops.iter().filter_map(|op| op.stmt()).chain(runs)
-}
-
-fn renumber(t: &mut Transaction, renumbered: &FastMap<StmtRef, StmtRef>) {
-    for op in &mut t.ops {
-        let (history::Op::Read { stmt, .. } | history::Op::Write { stmt, .. }) = op;
-        if let Some(s) = stmt {
-            *s = renumbered[s];
-        }
-    }
-    if let Some(values) = t.values.as_deref_mut() {
-        for run in &mut values.runs {
-            if let Some(s) = &mut run.stmt {
-                *s = renumbered[s];
-            }
-        }
     }
 }
