@@ -79,8 +79,12 @@ use crate::{FastMap, FastSet};
 use crate::{Report, Verdict, verify};
 
 mod admission;
+mod known;
 mod links;
 mod statements;
+mod tombstones;
+
+use known::{Known, KnownVersions};
 
 /// How to verify in rounds.
 #[derive(Clone, Debug)]
@@ -188,26 +192,6 @@ pub struct RoundStats {
     pub constraints_collected: usize,
 }
 
-/// What a collected write id was.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-enum Known {
-    /// Written by a live transaction.
-    Live,
-    /// Superseded and collected: a later read of it is a stale read.
-    Tombstone { writer: TxnId },
-    /// Written by an aborted transaction that was collected: a later read of it is G1a.
-    Aborted { writer: TxnId },
-    /// Written by a transaction removed after a reject: later reads of it cannot be judged.
-    Quarantined,
-    /// Written by a transaction that was admitted before the write was discovered (a SQL function's or a
-    /// trigger's write that a later read revealed, DESIGN.md §3): what rounds and collection decided
-    /// without it stands, so later reads of it cannot be judged.
-    DiscoveredLate,
-    /// Its key's base version (written by `writer`): reads of it read the key's initial version in the
-    /// residual history.
-    Base { writer: TxnId },
-}
-
 /// Verifies a growing history round by round; see the module documentation.
 ///
 /// It serializes to its state, without its options, its report store or its clock: what the online
@@ -229,7 +213,7 @@ pub struct OnlineVerifier {
     head_waits_for: FastMap<SessionId, WriteId>,
     /// Sessions that ended but still have waiting transactions.
     ending: HashSet<SessionId>,
-    known: FastMap<WriteId, Known>,
+    known: KnownVersions,
     base: FastMap<Key, WriteId>,
     epochs: Epochs,
     rounds: Vec<RoundStats>,
@@ -283,7 +267,7 @@ impl OnlineVerifier {
             head_waits_for: FastMap::default(),
             waiting_count: 0,
             ending: HashSet::new(),
-            known: FastMap::default(),
+            known: KnownVersions::default(),
             base: FastMap::default(),
             epochs: Epochs::default(),
             rounds: Vec::new(),
@@ -406,7 +390,7 @@ impl OnlineVerifier {
             }
             Some(_) => {}
             None => {
-                self.known.entry(write).or_insert(Known::DiscoveredLate);
+                self.known.insert_if_unknown(write, Known::DiscoveredLate);
             }
         }
     }
@@ -474,7 +458,7 @@ impl OnlineVerifier {
 
     /// Tombstones (collected versions a later read would be rejected for).
     pub fn tombstones(&self) -> usize {
-        self.known.values().filter(|k| matches!(k, Known::Tombstone { .. })).count()
+        self.known.tombstones()
     }
 
     /// Transactions deleted so far.
@@ -698,7 +682,7 @@ impl OnlineVerifier {
                 continue;
             }
             if let Some(old) = self.base.insert(key, w)
-                && let Some(Known::Base { writer }) = self.known.get(&old).copied()
+                && let Some(Known::Base { writer }) = self.known.get(old)
             {
                 self.known.insert(old, Known::Tombstone { writer });
             }

@@ -208,6 +208,37 @@ fn a_read_of_a_collected_version_is_a_stale_read() {
     assert_ne!(kept.reports[0].anomalies[0].class, AnomalyClass::StaleRead);
 }
 
+/// The verifier keeps its oldest tombstones apart from its newest, compactly (`rounds::tombstones`): a stale
+/// read of a version collected thousands of collected writes ago is found there and judged as one of a
+/// version collected in the last round.
+#[test]
+fn a_read_of_a_version_collected_long_before_is_a_stale_read() {
+    let mut b = HistoryBuilder::new().txn(1, |t| t.write("x", 1)).txn(1, |t| t.read("x", 1).write("x", 2));
+    // 50 counters incremented 6,000 times in all, with a fence every 10 transactions: each increment
+    // supersedes the last, so collection leaves thousands of tombstones after x=1's.
+    let (mut fence, mut last) = (0u64, HashMap::new());
+    for i in 0..6_000u64 {
+        let key = format!("c{}", i % 50);
+        let write = 10_000 + i;
+        let prev = last.insert(key.clone(), write);
+        b = b.txn(1 + i % 2, |t| match prev {
+            Some(p) => t.read(&key, p).write(&key, write),
+            None => t.read_init(&key).write(&key, write),
+        });
+        if i % 10 == 9 {
+            b = common::fence(b, 1 + fence % 2, if fence == 0 { 0 } else { 1000 + fence - 1 }, 1000 + fence);
+            fence += 1;
+        }
+    }
+    let h = b.txn(2, |t| t.read("x", 1)).build();
+    let out = verify_in_rounds(&h, &RoundOptions::offline(100)).unwrap();
+    assert!(out.tombstones > 5_000, "the test needs many tombstones after x=1's: {}", out.tombstones);
+    assert_eq!(out.verdict, Verdict::Reject);
+    let [report] = &out.reports[..] else { panic!("one report: {}", out.reports.len()) };
+    assert_eq!(report.anomalies[0].class, AnomalyClass::StaleRead, "{}", report.render_text());
+    assert!(report.anomalies[0].summary.contains("x=w1, which T1 wrote"), "{}", report.anomalies[0].summary);
+}
+
 /// Online, a session is first seen when its first transaction's record arrives. A transaction of a session
 /// first seen after collection began, before its session's first fence, may precede the write that
 /// superseded what it read (a long first transaction of a new connection): its read of the collected

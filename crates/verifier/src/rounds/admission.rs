@@ -44,8 +44,7 @@ impl OnlineVerifier {
                 Op::Read { observed: Observed::Foreign(tag), .. } => WriteId(tag),
                 _ => return None,
             };
-            let waits =
-                !self.known.contains_key(&w) && !own.get_or_insert_with(|| own_writes(t)).contains(&w);
+            let waits = !self.known.contains(w) && !own.get_or_insert_with(|| own_writes(t)).contains(&w);
             waits.then_some(w)
         })
     }
@@ -53,7 +52,7 @@ impl OnlineVerifier {
     /// Whether the head of session `s` can be admitted now. A head found waiting for a version is not
     /// searched again until that version is known.
     fn head_ready(&mut self, s: SessionId) -> bool {
-        if self.head_waits_for.get(&s).is_some_and(|w| !self.known.contains_key(w)) {
+        if self.head_waits_for.get(&s).is_some_and(|w| !self.known.contains(*w)) {
             return false;
         }
         let Some(t) = self.waiting.get(&s).and_then(|q| q.front()) else { return false };
@@ -140,7 +139,7 @@ impl OnlineVerifier {
             // A foreign read whose tag a known transaction wrote read that write (see `admissible`).
             if let Op::Read { observed, .. } = op
                 && let Observed::Foreign(tag) = *observed
-                && (self.known.contains_key(&WriteId(tag)) || own.contains(&WriteId(tag)))
+                && (self.known.contains(WriteId(tag)) || own.contains(&WriteId(tag)))
             {
                 *observed = Observed::Version(WriteId(tag));
             }
@@ -157,7 +156,7 @@ impl OnlineVerifier {
                             drop_ops.push(oi);
                         }
                         Observed::Version(w) if own.contains(&w) => {}
-                        Observed::Version(w) => match self.known.get(&w) {
+                        Observed::Version(w) => match self.known.get(w) {
                             Some(Known::Base { .. }) => *observed = Observed::PreHistory(base_tag(w)),
                             Some(Known::Tombstone { .. }) if judged && !covered => {
                                 self.unverifiable_reads += 1;
@@ -216,9 +215,9 @@ impl OnlineVerifier {
                 }
                 Op::Write { key, write, .. } => {
                     let counts = t.outcome != Outcome::Indeterminate;
-                    if counts && let Some(k) = self.known.get(write) {
+                    if counts && let Some(k) = self.known.get(*write) {
                         let earlier = match k {
-                            Known::Tombstone { writer } | Known::Aborted { writer } => Some(*writer),
+                            Known::Tombstone { writer } | Known::Aborted { writer } => Some(writer),
                             _ => None,
                         };
                         if let Some(writer) = earlier {

@@ -66,7 +66,7 @@ impl OnlineVerifier {
         let mut retired = FastMap::default();
         for id in deleted {
             if let Some((key, write)) = self.links.remove(id) {
-                self.known.remove(&write);
+                self.known.remove(write);
                 retired.insert(write, key);
             }
         }
@@ -117,8 +117,8 @@ mod tests {
         v.remove_quarantined(HashSet::from([TxnId(1)]));
 
         assert_eq!(v.unverifiable_reads, 1, "only the client's read of x is unverifiable");
-        assert!(matches!(v.known.get(&WriteId(11)), Some(Known::Quarantined)));
-        assert!(!v.known.contains_key(&write), "the link's write is forgotten, not quarantined");
+        assert!(matches!(v.known.get(WriteId(11)), Some(Known::Quarantined)));
+        assert!(!v.known.contains(write), "the link's write is forgotten, not quarantined");
         assert!(v.links.is_empty());
         assert_eq!(v.free_link_keys, [key], "the link's key is free again");
         let ops: usize = v.work.transactions.iter().map(|t| t.ops.len()).sum();

@@ -1,0 +1,223 @@
+//! The tombstones of collected versions (Cobra's longer text, §4): every superseded version that collection
+//! deleted, with its writer, so that a later read of one is judged a stale read. Not one of Fig. 3's stages:
+//! admission looks versions up here (`admission`), and collection adds them (`gc`).
+//!
+//! Tombstones are never changed or removed, and they are what the online verifier's memory grows with: one
+//! per collected write. A hash map held each in about 38 bytes (key, value, control byte and the map's
+//! slack). Here the newest sit in a small map and the rest in one array sorted by write id, 16 bytes each,
+//! which the newest are merged into once they are an eighth of it (so an entry is copied about nine
+//! times on average, whatever the total). A lookup in the array goes through an index of equal slices of the id range, so that it
+//! costs a step into a short stretch rather than a binary search over millions: write ids are hashes
+//! (the proxy's) or counters (importers'), spread evenly either way. A skewed spread only makes the
+//! stretches longer, never a lookup wrong.
+
+use history::{TxnId, WriteId};
+use serde::{Deserialize, Serialize};
+
+use crate::FastMap;
+
+/// The newest tombstones are merged into the sorted array once there are this many and they are an eighth
+/// of it.
+const MIN_RECENT: usize = 1 << 10;
+
+/// Sorted entries per slice of the index, on average.
+const PER_SLICE: usize = 16;
+
+/// Every tombstone, by write id; see the module documentation.
+#[derive(Debug, Default, Deserialize)]
+#[serde(from = "Stored")]
+pub(super) struct Tombstones {
+    /// The newest ones, not merged yet. An id here is newer than the same id in `sorted`.
+    recent: FastMap<WriteId, TxnId>,
+    /// The rest, sorted by write id, each id once.
+    sorted: Vec<(WriteId, TxnId)>,
+    /// Where each slice of `sorted`'s id range starts in it, and one past the end; built from `sorted`.
+    index: Vec<u32>,
+}
+
+/// What a checkpoint stores: the entries, without the index (rebuilt from them).
+#[derive(Deserialize)]
+struct Stored {
+    recent: Vec<(WriteId, TxnId)>,
+    sorted: Vec<(WriteId, TxnId)>,
+}
+
+/// [`Stored`], borrowed for writing, so that a checkpoint does not copy the sorted array.
+#[derive(Serialize)]
+struct StoredRef<'a> {
+    recent: Vec<(WriteId, TxnId)>,
+    sorted: &'a [(WriteId, TxnId)],
+}
+
+impl Serialize for Tombstones {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let recent = self.recent.iter().map(|(w, t)| (*w, *t)).collect();
+        StoredRef { recent, sorted: &self.sorted }.serialize(s)
+    }
+}
+
+impl From<Stored> for Tombstones {
+    fn from(s: Stored) -> Self {
+        let mut t =
+            Tombstones { recent: s.recent.into_iter().collect(), sorted: s.sorted, index: Vec::new() };
+        // A checkpoint is input: sort it again rather than trust it, so that a lookup never misses.
+        t.sorted.sort_unstable_by_key(|e| e.0);
+        t.sorted.dedup_by_key(|e| e.0);
+        t.build_index();
+        t
+    }
+}
+
+impl Tombstones {
+    /// The writer of the collected version `write`, if it is a tombstone.
+    pub(super) fn get(&self, write: WriteId) -> Option<TxnId> {
+        if let Some(&writer) = self.recent.get(&write) {
+            return Some(writer);
+        }
+        let range = self.slice_of(write)?;
+        let stretch = &self.sorted[range];
+        stretch.binary_search_by_key(&write, |e| e.0).ok().map(|i| stretch[i].1)
+    }
+
+    /// Adds a tombstone. The same id again (a duplicated write id) replaces the earlier writer.
+    pub(super) fn insert(&mut self, write: WriteId, writer: TxnId) {
+        self.recent.insert(write, writer);
+        if self.recent.len() >= MIN_RECENT.max(self.sorted.len() / 8) {
+            self.merge();
+        }
+    }
+
+    /// How many there are (an id written twice counts once once merged).
+    pub(super) fn len(&self) -> usize {
+        self.recent.len() + self.sorted.len()
+    }
+
+    /// Merges the newest into the sorted array; the newest win where ids repeat.
+    fn merge(&mut self) {
+        let mut newest: Vec<(WriteId, TxnId)> = self.recent.drain().collect();
+        newest.sort_unstable_by_key(|e| e.0);
+        let older = std::mem::take(&mut self.sorted);
+        let mut merged = Vec::with_capacity(older.len() + newest.len());
+        let (mut a, mut b) = (older.into_iter().peekable(), newest.into_iter().peekable());
+        loop {
+            let next = match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) if x.0 < y.0 => a.next(),
+                (Some(x), Some(y)) if x.0 == y.0 => {
+                    a.next();
+                    b.next()
+                }
+                (_, Some(_)) => b.next(),
+                (Some(_), None) => a.next(),
+                (None, None) => break,
+            };
+            merged.extend(next);
+        }
+        self.sorted = merged;
+        self.build_index();
+    }
+
+    /// The number of slices and the bounds of the id range they split, or `None` when nothing is sorted.
+    fn slices(&self) -> Option<(usize, u64, u64)> {
+        let (first, last) = (self.sorted.first()?.0.0, self.sorted.last()?.0.0);
+        Some(((self.sorted.len() / PER_SLICE).next_power_of_two(), first, last))
+    }
+
+    /// Which slice of `[first, last]` the id `w` falls in.
+    fn slice(w: u64, slices: usize, first: u64, last: u64) -> usize {
+        let span = u128::from(last - first) + 1;
+        (u128::from(w - first) * slices as u128 / span) as usize
+    }
+
+    fn build_index(&mut self) {
+        self.index.clear();
+        let Some((slices, first, last)) = self.slices() else { return };
+        self.index.reserve(slices + 1);
+        let mut at = 0;
+        for s in 0..slices {
+            while at < self.sorted.len() && Self::slice(self.sorted[at].0.0, slices, first, last) < s {
+                at += 1;
+            }
+            self.index.push(at as u32);
+        }
+        self.index.push(self.sorted.len() as u32);
+    }
+
+    /// The stretch of `sorted` that holds `write` if anything does.
+    fn slice_of(&self, write: WriteId) -> Option<std::ops::Range<usize>> {
+        let (slices, first, last) = self.slices()?;
+        if write.0 < first || write.0 > last {
+            return None;
+        }
+        let s = Self::slice(write.0, slices, first, last);
+        Some(self.index[s] as usize..self.index[s + 1] as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    /// Random inserts, with repeated ids, against a plain map; ids spread as hashes, as counters and
+    /// clustered (two far-apart runs of counters, the worst spread for the index).
+    #[test]
+    fn every_tombstone_is_found_and_nothing_else_across_merges() {
+        let mut rng = StdRng::seed_from_u64(7);
+        type Shape = dyn Fn(&mut StdRng, u64) -> u64;
+        let shapes: [&Shape; 3] = [&|rng, _| rng.r#gen::<u64>(), &|_, i| 1_000 + i * 3, &|_, i| {
+            if i % 2 == 0 { i } else { u64::MAX - i }
+        }];
+        for shape in shapes {
+            let mut store = Tombstones::default();
+            let mut oracle: HashMap<WriteId, TxnId> = HashMap::new();
+            let mut ids = Vec::new();
+            for i in 0..200_000u64 {
+                let w = if i % 97 == 0 && !ids.is_empty() {
+                    ids[rng.gen_range(0..ids.len())]
+                } else {
+                    WriteId(shape(&mut rng, i))
+                };
+                ids.push(w);
+                store.insert(w, TxnId(i));
+                oracle.insert(w, TxnId(i));
+            }
+            assert!(!store.sorted.is_empty(), "the test must reach a merge");
+            // Before and after the last entries are merged.
+            for merged in [false, true] {
+                if merged {
+                    store.merge();
+                    assert_eq!(store.len(), oracle.len());
+                }
+                for (w, writer) in &oracle {
+                    assert_eq!(store.get(*w), Some(*writer), "tombstone {w} lost or stale");
+                }
+                for _ in 0..20_000 {
+                    let w = WriteId(rng.r#gen::<u64>());
+                    assert_eq!(store.get(w), oracle.get(&w).copied());
+                }
+                for w in [WriteId(0), WriteId(u64::MAX), WriteId(1_001), WriteId(999)] {
+                    assert_eq!(store.get(w), oracle.get(&w).copied());
+                }
+            }
+        }
+    }
+
+    /// A checkpoint keeps every tombstone and rebuilds the index.
+    #[test]
+    fn a_checkpoint_restores_every_tombstone() {
+        let mut store = Tombstones::default();
+        for i in 0..(MIN_RECENT as u64 + 10) {
+            store.insert(WriteId(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)), TxnId(i));
+        }
+        let bytes = serde_json::to_vec(&store).unwrap();
+        let back: Tombstones = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back.len(), store.len());
+        for i in 0..(MIN_RECENT as u64 + 10) {
+            assert_eq!(back.get(WriteId(i.wrapping_mul(0x9e37_79b9_7f4a_7c15))), Some(TxnId(i)));
+        }
+    }
+}
