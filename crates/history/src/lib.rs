@@ -8,6 +8,7 @@ pub mod log;
 mod model;
 pub mod plain;
 pub mod values;
+mod write_ids;
 
 pub use builder::{HistoryBuilder, TxnBuilder};
 pub use codec::{CodecError, Format, read_history, write_history};
@@ -17,3 +18,4 @@ pub use model::{
     Observed, Op, Outcome, RecordingHorizon, SessionId, SnapshotParseError, StmtRef, Transaction, TxnId,
     UncheckedStatement, WriteId, now_ns,
 };
+pub use write_ids::WriteIdMap;

@@ -82,7 +82,6 @@ mod admission;
 mod known;
 mod links;
 mod statements;
-mod tombstones;
 
 use known::{Known, KnownVersions};
 

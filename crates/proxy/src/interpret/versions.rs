@@ -81,7 +81,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use history::log::LoggedOp;
-use history::{KeyName, Observed, RecordingHorizon, TxnId, WriteId};
+use history::{KeyName, Observed, RecordingHorizon, TxnId, WriteId, WriteIdMap};
 
 use super::plan::{PkValue, RowKind, RowPlan};
 
@@ -144,7 +144,8 @@ pub const HORIZON_QUERY: &str = "SELECT pg_current_snapshot()::text";
 /// tell a recorded version from a pre-history one and from one of an unrecorded writer.
 #[derive(Debug, Default)]
 pub struct VersionBook {
-    written: Mutex<HashSet<u64>>,
+    /// The recorded write ids: one per version this proxy ever recorded, compactly (8 bytes each).
+    written: Mutex<WriteIdMap<()>>,
     /// The last tombstone recorded per key, cleared when a live version of the key is recorded. A point
     /// lookup that finds no row after a recorded DELETE read that tombstone, not the initial "no row".
     tombstones: Mutex<HashMap<KeyName, WriteId>>,
@@ -258,13 +259,13 @@ impl VersionBook {
     /// Notes a recorded write.
     pub fn insert(&self, w: WriteId) {
         if let Ok(mut s) = self.written.lock() {
-            s.insert(w.0);
+            s.insert(w, ());
         }
     }
 
     /// Whether this proxy recorded a write of `w`.
     pub fn contains(&self, w: WriteId) -> bool {
-        self.written.lock().map(|s| s.contains(&w.0)).unwrap_or(false)
+        self.written.lock().map(|s| s.contains(w)).unwrap_or(false)
     }
 
     /// How many write ids the book holds.

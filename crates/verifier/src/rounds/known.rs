@@ -2,13 +2,12 @@
 //! base version, a tombstone, and so on ([`Known`]). Admission asks it of every read (`admission`);
 //! collection moves versions from live to base or tombstone (`gc`).
 //!
-//! Tombstones are final and make up nearly all entries after a while, so they are kept apart, compactly
-//! (`tombstones`); the other kinds can still change and stay in a map.
+//! Tombstones are final and make up nearly all entries after a while (one per collected write), so they
+//! are kept apart, compactly ([`WriteIdMap`]); the other kinds can still change and stay in a map.
 
-use history::{TxnId, WriteId};
+use history::{TxnId, WriteId, WriteIdMap};
 use serde::{Deserialize, Serialize};
 
-use super::tombstones::Tombstones;
 use crate::FastMap;
 
 /// What a known write id is.
@@ -37,7 +36,8 @@ pub(super) struct KnownVersions {
     /// Every kind but tombstones. An id here wins over the same id among the tombstones (a write id
     /// written again after its first writer was collected, which admission reports).
     current: FastMap<WriteId, Known>,
-    tombstones: Tombstones,
+    /// Each tombstone's writer.
+    tombstones: WriteIdMap<TxnId>,
 }
 
 impl KnownVersions {

@@ -86,7 +86,7 @@ impl VersionBook {
             self.set_horizon(horizon.clone());
         }
         if let Ok(mut w) = self.written.lock() {
-            *w = c.written.iter().copied().collect();
+            *w = c.written.iter().map(|&id| (history::WriteId(id), ())).collect();
         }
         if let Ok(mut s) = self.seen.lock() {
             *s = c.seen.iter().copied().collect();
@@ -103,8 +103,9 @@ impl VersionBook {
     /// The book's versions, keys, owners and horizon, into `c`.
     fn save(&self, c: &mut BookCheckpoint) {
         c.horizon = self.horizon().cloned();
-        c.written = self.written.lock().map(|w| w.iter().copied().collect()).unwrap_or_default();
+        c.written = self.written.lock().map(|w| w.iter().map(|(id, ())| id.0).collect()).unwrap_or_default();
         c.written.sort_unstable();
+        c.written.dedup();
         c.seen = self.seen.lock().map(|s| s.iter().copied().collect()).unwrap_or_default();
         c.seen.sort_unstable();
         if let Ok(o) = self.owners.lock() {

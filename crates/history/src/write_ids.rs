@@ -1,100 +1,139 @@
-//! The tombstones of collected versions (Cobra's longer text, §4): every superseded version that collection
-//! deleted, with its writer, so that a later read of one is judged a stale read. Not one of Fig. 3's stages:
-//! admission looks versions up here (`admission`), and collection adds them (`gc`).
+//! A compact map from write ids, for records that only grow: the online verifier's tombstones (every
+//! collected version, with its writer) and the proxy's book of recorded writes. Both hold one entry per
+//! version ever written and are most of what a long run's memory grows with.
 //!
-//! Tombstones are never changed or removed, and they are what the online verifier's memory grows with: one
-//! per collected write. A hash map held each in about 38 bytes (key, value, control byte and the map's
-//! slack). Here the newest sit in a small map and the rest in one array sorted by write id, 16 bytes each,
-//! which the newest are merged into once they are an eighth of it (so an entry is copied about nine
-//! times on average, whatever the total). A lookup in the array goes through an index of equal slices of the id range, so that it
-//! costs a step into a short stretch rather than a binary search over millions: write ids are hashes
-//! (the proxy's) or counters (importers'), spread evenly either way. A skewed spread only makes the
-//! stretches longer, never a lookup wrong.
+//! A hash map holds a `(u64, u64)` entry in about 38 bytes (key, value, control byte and the map's slack).
+//! Here the newest entries sit in a small map and the rest in one array sorted by write id, 8 bytes plus the
+//! value each, which the newest are merged into once they are an eighth of it (so an entry is copied about
+//! nine times on average, whatever the total). A lookup in the array goes through an index of equal slices
+//! of the id range, so that it costs a step into a short stretch rather than a binary search over millions:
+//! write ids are hashes (the proxy's) or counters (importers'), spread evenly either way. A skewed spread
+//! only makes the stretches longer, never a lookup wrong. Entries are never removed.
 
-use history::{TxnId, WriteId};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::FastMap;
+use crate::WriteId;
 
-/// The newest tombstones are merged into the sorted array once there are this many and they are an eighth
-/// of it.
+type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// The newest entries are merged into the sorted array once there are this many and they are an eighth of
+/// it.
 const MIN_RECENT: usize = 1 << 10;
 
 /// Sorted entries per slice of the index, on average.
 const PER_SLICE: usize = 16;
 
-/// Every tombstone, by write id; see the module documentation.
-#[derive(Debug, Default, Deserialize)]
-#[serde(from = "Stored")]
-pub(super) struct Tombstones {
-    /// The newest ones, not merged yet. An id here is newer than the same id in `sorted`.
-    recent: FastMap<WriteId, TxnId>,
+/// Values by write id, compactly; see the module documentation.
+#[derive(Debug, Deserialize)]
+#[serde(from = "Stored<V>", bound(deserialize = "V: DeserializeOwned + Copy"))]
+pub struct WriteIdMap<V> {
+    /// The newest entries, not merged yet. An id here is newer than the same id in `sorted`.
+    recent: FastMap<WriteId, V>,
     /// The rest, sorted by write id, each id once.
-    sorted: Vec<(WriteId, TxnId)>,
+    sorted: Vec<(WriteId, V)>,
     /// Where each slice of `sorted`'s id range starts in it, and one past the end; built from `sorted`.
     index: Vec<u32>,
 }
 
 /// What a checkpoint stores: the entries, without the index (rebuilt from them).
 #[derive(Deserialize)]
-struct Stored {
-    recent: Vec<(WriteId, TxnId)>,
-    sorted: Vec<(WriteId, TxnId)>,
+struct Stored<V> {
+    recent: Vec<(WriteId, V)>,
+    sorted: Vec<(WriteId, V)>,
 }
 
 /// [`Stored`], borrowed for writing, so that a checkpoint does not copy the sorted array.
 #[derive(Serialize)]
-struct StoredRef<'a> {
-    recent: Vec<(WriteId, TxnId)>,
-    sorted: &'a [(WriteId, TxnId)],
+struct StoredRef<'a, V> {
+    recent: Vec<(WriteId, V)>,
+    sorted: &'a [(WriteId, V)],
 }
 
-impl Serialize for Tombstones {
+impl<V: Serialize + Copy> Serialize for WriteIdMap<V> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let recent = self.recent.iter().map(|(w, t)| (*w, *t)).collect();
         StoredRef { recent, sorted: &self.sorted }.serialize(s)
     }
 }
 
-impl From<Stored> for Tombstones {
-    fn from(s: Stored) -> Self {
-        let mut t =
-            Tombstones { recent: s.recent.into_iter().collect(), sorted: s.sorted, index: Vec::new() };
-        // A checkpoint is input: sort it again rather than trust it, so that a lookup never misses.
-        t.sorted.sort_unstable_by_key(|e| e.0);
-        t.sorted.dedup_by_key(|e| e.0);
+impl<V: Copy> From<Stored<V>> for WriteIdMap<V> {
+    fn from(s: Stored<V>) -> Self {
+        // What was stored is input: sort it again rather than trust it, so that a lookup never misses.
+        let mut t: WriteIdMap<V> = s.sorted.into_iter().collect();
+        t.recent = s.recent.into_iter().collect();
+        t
+    }
+}
+
+impl<V: Copy> FromIterator<(WriteId, V)> for WriteIdMap<V> {
+    /// A map of the entries, the last of each id winning, with all of them sorted at once.
+    fn from_iter<I: IntoIterator<Item = (WriteId, V)>>(entries: I) -> Self {
+        let mut sorted: Vec<(WriteId, V)> = entries.into_iter().collect();
+        // A stable sort keeps each id's entries in order; reversed, `dedup` keeps the last.
+        sorted.sort_by_key(|e| e.0);
+        sorted.reverse();
+        sorted.dedup_by_key(|e| e.0);
+        sorted.reverse();
+        let mut t = WriteIdMap { recent: FastMap::default(), sorted, index: Vec::new() };
         t.build_index();
         t
     }
 }
 
-impl Tombstones {
-    /// The writer of the collected version `write`, if it is a tombstone.
-    pub(super) fn get(&self, write: WriteId) -> Option<TxnId> {
-        if let Some(&writer) = self.recent.get(&write) {
-            return Some(writer);
+impl<V> Default for WriteIdMap<V> {
+    fn default() -> Self {
+        WriteIdMap { recent: FastMap::default(), sorted: Vec::new(), index: Vec::new() }
+    }
+}
+
+impl<V: Copy> WriteIdMap<V> {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The value of `write`, if it has one.
+    pub fn get(&self, write: WriteId) -> Option<V> {
+        if let Some(&v) = self.recent.get(&write) {
+            return Some(v);
         }
         let range = self.slice_of(write)?;
         let stretch = &self.sorted[range];
         stretch.binary_search_by_key(&write, |e| e.0).ok().map(|i| stretch[i].1)
     }
 
-    /// Adds a tombstone. The same id again (a duplicated write id) replaces the earlier writer.
-    pub(super) fn insert(&mut self, write: WriteId, writer: TxnId) {
-        self.recent.insert(write, writer);
+    /// Whether `write` has a value.
+    pub fn contains(&self, write: WriteId) -> bool {
+        self.get(write).is_some()
+    }
+
+    /// Sets the value of `write`; the same id again replaces the earlier value.
+    pub fn insert(&mut self, write: WriteId, value: V) {
+        self.recent.insert(write, value);
         if self.recent.len() >= MIN_RECENT.max(self.sorted.len() / 8) {
             self.merge();
         }
     }
 
-    /// How many there are (an id written twice counts once once merged).
-    pub(super) fn len(&self) -> usize {
+    /// How many ids have a value (an id set twice may count twice until the next merge).
+    pub fn len(&self) -> usize {
         self.recent.len() + self.sorted.len()
+    }
+
+    /// Every entry, in no particular order (an id set twice may come twice until the next merge).
+    pub fn iter(&self) -> impl Iterator<Item = (WriteId, V)> + '_ {
+        self.sorted.iter().copied().chain(self.recent.iter().map(|(w, v)| (*w, *v)))
+    }
+
+    /// Whether no id has a value.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Merges the newest into the sorted array; the newest win where ids repeat.
     fn merge(&mut self) {
-        let mut newest: Vec<(WriteId, TxnId)> = self.recent.drain().collect();
+        let mut newest: Vec<(WriteId, V)> = self.recent.drain().collect();
         newest.sort_unstable_by_key(|e| e.0);
         let older = std::mem::take(&mut self.sorted);
         let mut merged = Vec::with_capacity(older.len() + newest.len());
@@ -161,18 +200,19 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     use super::*;
+    use crate::TxnId;
 
     /// Random inserts, with repeated ids, against a plain map; ids spread as hashes, as counters and
     /// clustered (two far-apart runs of counters, the worst spread for the index).
     #[test]
-    fn every_tombstone_is_found_and_nothing_else_across_merges() {
+    fn every_entry_is_found_and_nothing_else_across_merges() {
         let mut rng = StdRng::seed_from_u64(7);
         type Shape = dyn Fn(&mut StdRng, u64) -> u64;
         let shapes: [&Shape; 3] = [&|rng, _| rng.r#gen::<u64>(), &|_, i| 1_000 + i * 3, &|_, i| {
             if i % 2 == 0 { i } else { u64::MAX - i }
         }];
         for shape in shapes {
-            let mut store = Tombstones::default();
+            let mut store = WriteIdMap::default();
             let mut oracle: HashMap<WriteId, TxnId> = HashMap::new();
             let mut ids = Vec::new();
             for i in 0..200_000u64 {
@@ -193,7 +233,7 @@ mod tests {
                     assert_eq!(store.len(), oracle.len());
                 }
                 for (w, writer) in &oracle {
-                    assert_eq!(store.get(*w), Some(*writer), "tombstone {w} lost or stale");
+                    assert_eq!(store.get(*w), Some(*writer), "entry {w} lost or stale");
                 }
                 for _ in 0..20_000 {
                     let w = WriteId(rng.r#gen::<u64>());
@@ -206,15 +246,30 @@ mod tests {
         }
     }
 
-    /// A checkpoint keeps every tombstone and rebuilds the index.
+    /// Built from a list, the last entry of each id wins, and later inserts merge with it.
     #[test]
-    fn a_checkpoint_restores_every_tombstone() {
-        let mut store = Tombstones::default();
+    fn a_map_built_from_a_list_keeps_the_last_of_each_id() {
+        let mut map: WriteIdMap<u32> =
+            [(WriteId(5), 1), (WriteId(3), 2), (WriteId(5), 3), (WriteId(9), 4)].into_iter().collect();
+        assert_eq!((map.get(WriteId(5)), map.get(WriteId(3)), map.get(WriteId(4))), (Some(3), Some(2), None));
+        for i in 0..MIN_RECENT as u64 {
+            map.insert(WriteId(100 + i), 7);
+        }
+        map.insert(WriteId(5), 8);
+        // The inserts above were merged; id 5 is now both merged and recent, and counts twice until the next
+        // merge.
+        assert_eq!((map.get(WriteId(5)), map.get(WriteId(9)), map.len()), (Some(8), Some(4), MIN_RECENT + 4));
+    }
+
+    /// Serialized and read back, it keeps every entry and rebuilds the index.
+    #[test]
+    fn a_stored_map_restores_every_entry() {
+        let mut store = WriteIdMap::default();
         for i in 0..(MIN_RECENT as u64 + 10) {
             store.insert(WriteId(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)), TxnId(i));
         }
         let bytes = serde_json::to_vec(&store).unwrap();
-        let back: Tombstones = serde_json::from_slice(&bytes).unwrap();
+        let back: WriteIdMap<TxnId> = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(back.len(), store.len());
         for i in 0..(MIN_RECENT as u64 + 10) {
             assert_eq!(back.get(WriteId(i.wrapping_mul(0x9e37_79b9_7f4a_7c15))), Some(TxnId(i)));
