@@ -165,7 +165,7 @@ pub struct Feeder {
     /// `(cumulative transactions pushed, when)` for each read that pushed some, to measure the lag.
     #[serde(skip)]
     pushed_at: VecDeque<(u64, Instant)>,
-    seen_rounds: usize,
+    seen_rounds: u64,
     seen_rejects: usize,
     /// The clients' transactions counted as indeterminate, until a resolution says how they ended.
     indeterminate: HashSet<TxnId>,
@@ -340,12 +340,13 @@ impl Feeder {
     }
 
     fn after_push(&mut self) {
-        let rounds = self.verifier.rounds();
-        for r in rounds.get(self.seen_rounds..).unwrap_or_default() {
+        let (rounds, done) = (self.verifier.rounds(), self.verifier.rounds_done());
+        let new = usize::try_from(done - self.seen_rounds).unwrap_or(usize::MAX);
+        for r in &rounds[rounds.len().saturating_sub(new)..] {
             self.status.verified += r.admitted as u64;
         }
-        self.seen_rounds = rounds.len();
-        self.status.rounds = rounds.len() as u64;
+        self.seen_rounds = done;
+        self.status.rounds = done;
         self.status.rejects = self.verifier.rejects().len() as u64;
         self.status.report_ids = self.verifier.report_ids().to_vec();
         self.status.reject_lines = self.verifier.rejects().iter().map(|r| r.verdict_line()).collect();

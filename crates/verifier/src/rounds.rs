@@ -46,7 +46,7 @@
 //! writes ordered only by
 //! constraints) collection deletes little (measured before this change): unordered blind writes all stay
 //! on the frontier, and there is no sound way to collect them sooner (`gc`, "Blind writes"). Tombstones and
-//! the ids of collected writes are kept for ever (one map entry per collected write); links add one
+//! the ids of collected writes are kept for ever (16 bytes per collected write, `known`); links add one
 //! synthetic read per kept ordering, and go when their source is collected (`links`). Statement texts
 //! that only collected transactions cited are forgotten, when the caller asks (`statements`).
 //!
@@ -112,6 +112,10 @@ pub struct RoundOptions {
     /// version keeps its writer; a fence goes only after everything before it in its session), under which
     /// the live set grows without bound (see the `gc` module).
     pub gc_legacy_rules: bool,
+    /// The most recent rounds whose [`RoundStats`] are kept ([`OnlineVerifier::rounds`]); older ones are
+    /// only counted ([`OnlineVerifier::rounds_done`]), so that a verifier that runs for months does not keep
+    /// (and checkpoint) a line per round. Offline, every round is kept.
+    pub rounds_kept: usize,
 }
 
 impl Default for RoundOptions {
@@ -127,6 +131,7 @@ impl Default for RoundOptions {
             stop_at_first_reject: false,
             max_waiting: 100_000,
             gc_legacy_rules: false,
+            rounds_kept: 1_024,
         }
     }
 }
@@ -139,6 +144,7 @@ impl RoundOptions {
             round_size,
             round_interval: None,
             stop_at_first_reject: true,
+            rounds_kept: usize::MAX,
             ..RoundOptions::default()
         }
     }
@@ -215,7 +221,10 @@ pub struct OnlineVerifier {
     known: KnownVersions,
     base: FastMap<Key, WriteId>,
     epochs: Epochs,
+    /// The last rounds (at most twice [`RoundOptions::rounds_kept`]), oldest first.
     rounds: Vec<RoundStats>,
+    /// Rounds run so far, kept or not.
+    rounds_done: u64,
     #[serde(with = "crate::report::as_json")]
     rejects: Vec<Report>,
     report_ids: Vec<String>,
@@ -270,6 +279,7 @@ impl OnlineVerifier {
             base: FastMap::default(),
             epochs: Epochs::default(),
             rounds: Vec::new(),
+            rounds_done: 0,
             rejects: Vec::new(),
             report_ids: Vec::new(),
             rejects_in_round: 0,
@@ -504,9 +514,15 @@ impl OnlineVerifier {
         &self.report_ids
     }
 
-    /// Every round so far.
+    /// The last rounds, oldest first: every round offline, and at least the last
+    /// [`RoundOptions::rounds_kept`] ones online.
     pub fn rounds(&self) -> &[RoundStats] {
         &self.rounds
+    }
+
+    /// How many rounds have run.
+    pub fn rounds_done(&self) -> u64 {
+        self.rounds_done
     }
 
     /// `epoch_agree` now.
@@ -595,8 +611,14 @@ impl OnlineVerifier {
         }
         let gc_ms = gc_start.elapsed().as_secs_f64() * 1e3;
         self.max_live = self.max_live.max(self.work.transactions.len());
+        self.rounds_done += 1;
+        // Dropping the older half at once keeps pushes amortised O(1) while `rounds` stays a slice.
+        if self.rounds.len() >= self.options.rounds_kept.saturating_mul(2) {
+            let drop = self.rounds.len() - self.options.rounds_kept;
+            self.rounds.drain(..drop);
+        }
         self.rounds.push(RoundStats {
-            round: self.rounds.len() as u64 + 1,
+            round: self.rounds_done,
             admitted,
             round_size: self.round_size,
             verified,

@@ -83,6 +83,31 @@ fn serial_transactions_are_accepted_and_a_recovery_record_releases_pending_inten
     assert!(s.rounds >= 2, "one round per transaction at round size 1: {s:?}");
 }
 
+/// A verifier that runs for months keeps only its last rounds' lines, and still counts every round and every
+/// verified transaction.
+#[test]
+fn only_the_last_rounds_are_kept_and_every_one_is_counted() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = DiskLog::open(dir.path().join("log"), Durability::None).expect("the log opens");
+    let n = 40u64;
+    for i in 0..n {
+        let mut t = LoggedTxn::new(TxnId(i + 1), SessionId(1), i);
+        t.ops.push(LoggedOp::Write { key: key("x"), write: WriteId(100 + i), stmt: None });
+        log.append_finished(t, Outcome::Committed, None).expect("finished").wait().expect("durable");
+    }
+    let options = RoundOptions { rounds_kept: 3, ..RoundOptions::online(1, Duration::from_secs(3600)) };
+    let mut feeder = Feeder::new(options, None);
+    // A few records per read, so that rounds are counted across reads as well as within one.
+    while feeder.read_log(&log, 7).expect("reads") > 0 {}
+    feeder.finish().expect("a last round");
+    let s = feeder.status();
+    assert_eq!((s.txns_read, s.verified, s.rejects), (n, n, 0), "{s:?}");
+    assert_eq!(s.rounds, n, "one round per transaction at round size 1: {s:?}");
+    let kept = feeder.verifier().rounds();
+    assert!((3..=6).contains(&kept.len()), "at least the last 3 rounds, at most twice that: {}", kept.len());
+    assert_eq!(kept.last().map(|r| r.round), Some(n), "the last round kept is the last run");
+}
+
 #[test]
 fn reading_is_bounded_per_call() {
     let dir = tempfile::tempdir().expect("a temp dir");

@@ -318,16 +318,12 @@ const CHECKPOINT_COST_SHARE: u32 = 20;
 impl CheckpointSchedule {
     /// A schedule that counts from now and from `feeder`'s rounds so far.
     pub fn new(feeder: &Feeder) -> Self {
-        CheckpointSchedule {
-            rounds: feeder.verifier.rounds().len() as u64,
-            at: Instant::now(),
-            cost: Duration::ZERO,
-        }
+        CheckpointSchedule { rounds: feeder.verifier.rounds_done(), at: Instant::now(), cost: Duration::ZERO }
     }
 
     /// Whether one is due.
     pub fn due(&self, feeder: &Feeder) -> bool {
-        let rounds = feeder.verifier.rounds().len() as u64;
+        let rounds = feeder.verifier.rounds_done();
         let interval = CHECKPOINT_INTERVAL.max(self.cost * CHECKPOINT_COST_SHARE);
         rounds >= self.rounds + CHECKPOINT_EVERY_ROUNDS && self.at.elapsed() >= interval
     }
@@ -343,7 +339,7 @@ impl CheckpointSchedule {
         let start = Instant::now();
         match store(feeder) {
             Ok(Some(covers)) => {
-                self.rounds = feeder.verifier.rounds().len() as u64;
+                self.rounds = feeder.verifier.rounds_done();
                 self.at = Instant::now();
                 self.cost = start.elapsed();
                 feeder.status.checkpoint_covers = Some(covers);
