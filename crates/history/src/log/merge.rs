@@ -53,7 +53,7 @@
 //! orders it before every recorded transaction. Start every proxy of a deployment before traffic flows (or
 //! record every writer) so that their horizons agree; [`Merger::horizons_differ`] says when they do not.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -62,7 +62,7 @@ use super::replay::{IdMap, Replayed, ReplayedTxn, Replayer, StatementTable};
 use super::{LogError, LogRecord};
 use crate::{
     ClockBounds, CollectorId, Key, KeyTable, Observed, Op, RecordingHorizon, SessionId, StmtRef, Transaction,
-    TxnId, WriteId,
+    TxnId, WriteId, WriteIdMap,
 };
 
 /// The bits of a qualified id that hold the collector.
@@ -215,8 +215,9 @@ pub struct Merger {
     sources: BTreeMap<CollectorId, Source>,
     keys: KeyTable,
     statements: StatementTable,
-    /// Every write id some collector recorded (pending intents included).
-    written: HashSet<WriteId>,
+    /// Every write id some collector recorded (pending intents included), compactly: 8 bytes each, and it
+    /// grows with every version written.
+    written: WriteIdMap<()>,
     /// For each key some collector wrote, the collectors that wrote it.
     writers_of_key: HashMap<Key, Vec<CollectorId>>,
     /// Whether some collector's log has a hole: a read of a version no collector recorded may then be a
@@ -238,7 +239,7 @@ impl Merger {
             sources: collectors.iter().map(|&c| (c, Source::default())).collect(),
             keys: KeyTable::default(),
             statements: StatementTable::default(),
-            written: HashSet::new(),
+            written: WriteIdMap::new(),
             writers_of_key: HashMap::new(),
             holed: false,
             statements_renumbered: 0,
@@ -346,7 +347,7 @@ impl Merger {
         }
         for (key, write) in writes {
             let key = self.merged_key(collector, key)?;
-            self.written.insert(write);
+            self.written.insert(write, ());
             let writers = self.writers_of_key.entry(key).or_default();
             if !writers.contains(&collector) {
                 writers.push(collector);
@@ -478,7 +479,7 @@ impl Merger {
     fn corrected(&self, c: CollectorId, key: Key, observed: Observed) -> Observed {
         match observed {
             Observed::PreHistory(tag) | Observed::Unrecorded(tag) | Observed::Foreign(tag)
-                if self.written.contains(&WriteId(tag)) =>
+                if self.written.contains(WriteId(tag)) =>
             {
                 Observed::Version(WriteId(tag))
             }
@@ -490,7 +491,7 @@ impl Merger {
             // A collector reads `Version` only of writes it recorded itself, and `Foreign` only of versions
             // no one recorded: after a hole either may be a write the hole held.
             Observed::Version(WriteId(tag)) | Observed::Foreign(tag)
-                if self.holed && !self.written.contains(&WriteId(tag)) =>
+                if self.holed && !self.written.contains(WriteId(tag)) =>
             {
                 Observed::Unrecorded(tag)
             }
