@@ -102,9 +102,9 @@ pub struct Status {
     pub rounds: u64,
     /// Reject reports found.
     pub rejects: u64,
-    /// Ids of the stored reports, in order found.
+    /// Ids of the last stored reports ([`crate::RoundOptions::rejects_kept`]), in order found.
     pub report_ids: Vec<String>,
-    /// The verdict line of each reject.
+    /// The verdict line of each of the last rejects.
     pub reject_lines: Vec<String>,
     /// Transactions read but not yet verified, plus log records not yet read.
     pub lag_txns: u64,
@@ -166,7 +166,7 @@ pub struct Feeder {
     #[serde(skip)]
     pushed_at: VecDeque<(u64, Instant)>,
     seen_rounds: u64,
-    seen_rejects: usize,
+    seen_rejects: u64,
     /// The clients' transactions counted as indeterminate, until a resolution says how they ended.
     indeterminate: HashSet<TxnId>,
 }
@@ -315,16 +315,17 @@ impl Feeder {
 
     /// New reject verdict lines (with their report ids) since the last call.
     pub fn new_rejects(&mut self) -> Vec<(Option<String>, String)> {
-        let rejects = self.verifier.rejects();
-        let ids = self.verifier.report_ids();
-        let out = (self.seen_rejects..rejects.len())
-            .filter_map(|i| Some((ids.get(i).cloned(), rejects.get(i)?.verdict_line())))
+        let (rejects, ids, found) =
+            (self.verifier.rejects(), self.verifier.report_ids(), self.verifier.rejects_found());
+        let new = usize::try_from(found - self.seen_rejects).unwrap_or(usize::MAX);
+        let out = (rejects.len().saturating_sub(new)..rejects.len())
+            .map(|i| (ids.get(i).cloned(), rejects[i].verdict_line()))
             .collect();
-        self.seen_rejects = rejects.len();
+        self.seen_rejects = found;
         out
     }
 
-    /// The reject reports found so far.
+    /// The last reject reports found ([`OnlineVerifier::rejects`]).
     pub fn rejects(&self) -> &[Report] {
         self.verifier.rejects()
     }
@@ -347,9 +348,12 @@ impl Feeder {
         }
         self.seen_rounds = done;
         self.status.rounds = done;
-        self.status.rejects = self.verifier.rejects().len() as u64;
-        self.status.report_ids = self.verifier.report_ids().to_vec();
-        self.status.reject_lines = self.verifier.rejects().iter().map(|r| r.verdict_line()).collect();
+        // The lists change only with a new reject; rebuilding them on every read was work per reject kept.
+        if self.status.rejects != self.verifier.rejects_found() {
+            self.status.rejects = self.verifier.rejects_found();
+            self.status.report_ids = self.verifier.report_ids().to_vec();
+            self.status.reject_lines = self.verifier.rejects().iter().map(|r| r.verdict_line()).collect();
+        }
         while self.pushed_at.front().is_some_and(|&(n, _)| n <= self.status.verified) {
             self.pushed_at.pop_front();
         }

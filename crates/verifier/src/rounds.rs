@@ -116,6 +116,11 @@ pub struct RoundOptions {
     /// only counted ([`OnlineVerifier::rounds_done`]), so that a verifier that runs for months does not keep
     /// (and checkpoint) a line per round. Offline, every round is kept.
     pub rounds_kept: usize,
+    /// The most recent reject reports kept in memory ([`OnlineVerifier::rejects`]) with their ids; older
+    /// ones are only counted ([`OnlineVerifier::rejects_found`]) and stay in the report store. A database
+    /// that breaks its isolation level on every round would otherwise fill memory with reports. Offline,
+    /// every report is kept.
+    pub rejects_kept: usize,
 }
 
 impl Default for RoundOptions {
@@ -132,6 +137,7 @@ impl Default for RoundOptions {
             max_waiting: 100_000,
             gc_legacy_rules: false,
             rounds_kept: 1_024,
+            rejects_kept: 256,
         }
     }
 }
@@ -145,6 +151,7 @@ impl RoundOptions {
             round_interval: None,
             stop_at_first_reject: true,
             rounds_kept: usize::MAX,
+            rejects_kept: usize::MAX,
             ..RoundOptions::default()
         }
     }
@@ -225,9 +232,13 @@ pub struct OnlineVerifier {
     rounds: Vec<RoundStats>,
     /// Rounds run so far, kept or not.
     rounds_done: u64,
+    /// The last reject reports (at most twice [`RoundOptions::rejects_kept`]), oldest first.
     #[serde(with = "crate::report::as_json")]
     rejects: Vec<Report>,
+    /// Their ids in the store, one per report when there is a store.
     report_ids: Vec<String>,
+    /// Reject reports found so far, kept or not.
+    rejects_found: u64,
     rejects_in_round: usize,
     #[serde(skip)]
     store: Option<ReportStore>,
@@ -282,6 +293,7 @@ impl OnlineVerifier {
             rounds_done: 0,
             rejects: Vec::new(),
             report_ids: Vec::new(),
+            rejects_found: 0,
             rejects_in_round: 0,
             store: None,
             deleted: 0,
@@ -504,14 +516,20 @@ impl OnlineVerifier {
         self.unverifiable_reads
     }
 
-    /// The reject reports found so far.
+    /// The last reject reports, oldest first: every one offline, and at least the last
+    /// [`RoundOptions::rejects_kept`] online.
     pub fn rejects(&self) -> &[Report] {
         &self.rejects
     }
 
-    /// The ids under which the reject reports were stored, if there is a store.
+    /// The ids under which the reports of [`OnlineVerifier::rejects`] were stored, if there is a store.
     pub fn report_ids(&self) -> &[String] {
         &self.report_ids
+    }
+
+    /// How many reject reports have been found, kept or not.
+    pub fn rejects_found(&self) -> u64 {
+        self.rejects_found
     }
 
     /// The last rounds, oldest first: every round offline, and at least the last
@@ -537,10 +555,16 @@ impl OnlineVerifier {
 
     fn record_reject(&mut self, mut report: Report) -> Result<(), RoundsError> {
         report.not_checked = self.not_checked();
+        if self.rejects.len() >= self.options.rejects_kept.saturating_mul(2) {
+            let drop = self.rejects.len() - self.options.rejects_kept;
+            self.rejects.drain(..drop);
+            self.report_ids.drain(..drop.min(self.report_ids.len()));
+        }
         if let Some(store) = &self.store {
             self.report_ids.push(store.save(&report)?);
         }
         self.rejects.push(report);
+        self.rejects_found += 1;
         self.rejects_in_round += 1;
         if self.options.stop_at_first_reject {
             self.stopped = true;
@@ -806,7 +830,7 @@ pub fn verify_in_rounds(history: &History, options: &RoundOptions) -> Result<Rou
     }
     v.finish()?;
     Ok(RoundsOutcome {
-        verdict: if v.rejects().is_empty() { Verdict::Accept } else { Verdict::Reject },
+        verdict: if v.rejects_found() == 0 { Verdict::Accept } else { Verdict::Reject },
         reports: v.rejects().to_vec(),
         rounds: v.rounds().to_vec(),
         transactions: history.transactions.len(),

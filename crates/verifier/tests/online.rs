@@ -83,6 +83,48 @@ fn serial_transactions_are_accepted_and_a_recovery_record_releases_pending_inten
     assert!(s.rounds >= 2, "one round per transaction at round size 1: {s:?}");
 }
 
+/// A database that breaks its isolation over and over: the verifier keeps only its last reports in memory,
+/// and still counts, announces and stores every one.
+#[test]
+fn only_the_last_reject_reports_are_kept_and_every_one_is_stored_and_announced() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = DiskLog::open(dir.path().join("log"), Durability::None).expect("the log opens");
+    let pairs = 20u64;
+    for i in 0..pairs {
+        // A write skew of its own per pair: each reads both keys' initial versions and writes one.
+        let (x, y) = (format!("x{i}"), format!("y{i}"));
+        for (n, writes) in [(0, &x), (1, &y)] {
+            let mut t = LoggedTxn::new(TxnId(2 * i + n + 1), SessionId(n + 1), i);
+            for k in [&x, &y] {
+                t.ops.push(LoggedOp::Read { key: key(k), observed: Observed::PreHistory(0), stmt: None });
+            }
+            t.ops.push(LoggedOp::Write { key: key(writes), write: WriteId(100 + 2 * i + n), stmt: None });
+            log.append_finished(t, Outcome::Committed, None).expect("finished").wait().expect("durable");
+        }
+    }
+    let store = ReportStore::open(dir.path()).expect("a report store");
+    let options = RoundOptions { rejects_kept: 3, ..RoundOptions::online(2, Duration::from_secs(3600)) };
+    let mut feeder = Feeder::new(options, Some(store.clone()));
+    let mut announced = Vec::new();
+    while feeder.read_log(&log, 5).expect("reads") > 0 {
+        announced.extend(feeder.new_rejects());
+    }
+    feeder.finish().expect("a last round");
+    announced.extend(feeder.new_rejects());
+    let s = feeder.status();
+    assert_eq!(s.rejects, pairs, "{s:?}");
+    assert_eq!(announced.len() as u64, pairs, "each reject announced once: {announced:?}");
+    let mut ids: Vec<String> = announced.iter().map(|(id, _)| id.clone().expect("stored")).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len() as u64, pairs, "one report per reject");
+    assert_eq!(store.ids().expect("the store lists").len() as u64, pairs, "every report is in the store");
+    let kept = feeder.rejects().len();
+    assert!((3..=6).contains(&kept), "at least the last 3 reports, at most twice that: {kept}");
+    assert_eq!((s.report_ids.len(), s.reject_lines.len()), (kept, kept));
+    assert_eq!(s.report_ids.last(), announced.last().and_then(|(id, _)| id.as_ref()), "the newest is kept");
+}
+
 /// A verifier that runs for months keeps only its last rounds' lines, and still counts every round and every
 /// verified transaction.
 #[test]
