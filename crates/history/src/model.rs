@@ -2,6 +2,7 @@
 //! writes on interned keys, with the identity of every version read and written.
 
 use std::fmt;
+use std::hash::BuildHasher;
 
 use serde::{Deserialize, Serialize};
 
@@ -170,9 +171,8 @@ impl Eq for KeyTable {}
 impl KeyTable {
     /// Returns the key for `name`, adding it if it is new.
     pub fn intern(&mut self, name: KeyName) -> Key {
-        use std::hash::BuildHasher;
-        let hash = self.hasher.hash_one(&name);
-        if let Some(&key) = self.index.find(hash, |k| self.names[k.0 as usize] == name) {
+        let (hash, found) = self.find(&name);
+        if let Some(key) = found {
             return key;
         }
         let key = Key(u32::try_from(self.names.len()).expect("more than 2^32 distinct keys"));
@@ -182,6 +182,12 @@ impl KeyTable {
         key
     }
 
+    /// The hash of `name` and its key, if it was interned.
+    fn find(&self, name: &KeyName) -> (u64, Option<Key>) {
+        let hash = self.hasher.hash_one(name);
+        (hash, self.index.find(hash, |k| self.names[k.0 as usize] == *name).copied())
+    }
+
     /// Interns a key with an empty namespace, named by a string.
     pub fn intern_str(&mut self, name: &str) -> Key {
         self.intern(KeyName { namespace: String::new(), bytes: name.as_bytes().to_vec() })
@@ -189,9 +195,7 @@ impl KeyTable {
 
     /// The key for `name`, if it was interned.
     pub fn get(&self, name: &KeyName) -> Option<Key> {
-        use std::hash::BuildHasher;
-        let hash = self.hasher.hash_one(name);
-        self.index.find(hash, |k| self.names[k.0 as usize] == *name).copied()
+        self.find(name).1
     }
 
     /// The name of an interned key. Keys come from this table, so the lookup cannot miss for them.
@@ -461,10 +465,16 @@ impl Transaction {
         self.ops.iter().filter_map(Op::stmt).chain(runs)
     }
 
-    /// Renumbers every statement it cites, its ops' and its statement runs' alike, with `to` (into another
-    /// table of texts, or after its table was rebuilt). The runs go with the ops: a run finds its ops by
-    /// their statement ([`crate::values::Values::describe_params`]). Stops at `to`'s first error.
-    pub fn renumber_statements<E>(
+    /// Renumbers every statement it cites, its ops' and its statement runs' alike, with `to` (after its
+    /// table of texts was rebuilt). The runs go with the ops: a run finds its ops by their statement
+    /// ([`crate::values::Values::describe_params`]).
+    pub fn renumber_statements(&mut self, mut to: impl FnMut(StmtRef) -> StmtRef) {
+        let Ok(()) = self.try_renumber_statements(|s| Ok::<_, std::convert::Infallible>(to(s)));
+    }
+
+    /// As [`Transaction::renumber_statements`], with a renumbering that can fail (into another table of
+    /// texts, which may lack one); stops at `to`'s first error.
+    pub fn try_renumber_statements<E>(
         &mut self,
         mut to: impl FnMut(StmtRef) -> Result<StmtRef, E>,
     ) -> Result<(), E> {

@@ -152,6 +152,13 @@ impl Status {
     }
 }
 
+/// The positions, in a list that keeps its last `kept` of `total` entries so far, of those after the first
+/// `seen`: the verifier keeps only its last rounds and reports, and counts them all.
+fn newest(kept: usize, total: u64, seen: u64) -> std::ops::Range<usize> {
+    let new = usize::try_from(total.saturating_sub(seen)).unwrap_or(usize::MAX);
+    kept.saturating_sub(new)..kept
+}
+
 /// Feeds an [`OnlineVerifier`] from a history log; see the module documentation. It serializes to its
 /// state, for its checkpoint ([`Feeder::checkpoint`]).
 #[derive(Serialize, Deserialize)]
@@ -317,10 +324,8 @@ impl Feeder {
     pub fn new_rejects(&mut self) -> Vec<(Option<String>, String)> {
         let (rejects, ids, found) =
             (self.verifier.rejects(), self.verifier.report_ids(), self.verifier.rejects_found());
-        let new = usize::try_from(found - self.seen_rejects).unwrap_or(usize::MAX);
-        let out = (rejects.len().saturating_sub(new)..rejects.len())
-            .map(|i| (ids.get(i).cloned(), rejects[i].verdict_line()))
-            .collect();
+        let new = newest(rejects.len(), found, self.seen_rejects);
+        let out = new.map(|i| (ids.get(i).cloned(), rejects[i].verdict_line())).collect();
         self.seen_rejects = found;
         out
     }
@@ -342,8 +347,7 @@ impl Feeder {
 
     fn after_push(&mut self) {
         let (rounds, done) = (self.verifier.rounds(), self.verifier.rounds_done());
-        let new = usize::try_from(done - self.seen_rounds).unwrap_or(usize::MAX);
-        for r in &rounds[rounds.len().saturating_sub(new)..] {
+        for r in &rounds[newest(rounds.len(), done, self.seen_rounds)] {
             self.status.verified += r.admitted as u64;
         }
         self.seen_rounds = done;
@@ -457,7 +461,7 @@ impl VerifierIds {
         }
         // Runs' statements too: the reader numbers texts that only a run cites (a read that found nothing),
         // the verifier does not, and from the first such text the two numberings differ.
-        txn.renumber_statements(|stmt| self.statement(stmt, id, names, verifier))
+        txn.try_renumber_statements(|stmt| self.statement(stmt, id, names, verifier))
     }
 
     /// The verifier's statement for the reader's `stmt`, which `txn` cites.

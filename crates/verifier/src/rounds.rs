@@ -555,11 +555,8 @@ impl OnlineVerifier {
 
     fn record_reject(&mut self, mut report: Report) -> Result<(), RoundsError> {
         report.not_checked = self.not_checked();
-        if self.rejects.len() >= self.options.rejects_kept.saturating_mul(2) {
-            let drop = self.rejects.len() - self.options.rejects_kept;
-            self.rejects.drain(..drop);
-            self.report_ids.drain(..drop.min(self.report_ids.len()));
-        }
+        let dropped = make_room(&mut self.rejects, self.options.rejects_kept);
+        self.report_ids.drain(..dropped.min(self.report_ids.len()));
         if let Some(store) = &self.store {
             self.report_ids.push(store.save(&report)?);
         }
@@ -636,11 +633,7 @@ impl OnlineVerifier {
         let gc_ms = gc_start.elapsed().as_secs_f64() * 1e3;
         self.max_live = self.max_live.max(self.work.transactions.len());
         self.rounds_done += 1;
-        // Dropping the older half at once keeps pushes amortised O(1) while `rounds` stays a slice.
-        if self.rounds.len() >= self.options.rounds_kept.saturating_mul(2) {
-            let drop = self.rounds.len() - self.options.rounds_kept;
-            self.rounds.drain(..drop);
-        }
+        make_room(&mut self.rounds, self.options.rounds_kept);
         self.rounds.push(RoundStats {
             round: self.rounds_done,
             admitted,
@@ -795,6 +788,18 @@ impl RoundsOutcome {
     pub fn throughput(&self) -> f64 {
         self.transactions as f64 / (self.elapsed_ms / 1e3).max(1e-9)
     }
+}
+
+/// Before a push onto a list that keeps at least its last `kept` entries: once it holds twice that, drops
+/// the oldest down to `kept`, at once, so that pushes stay amortised O(1) while the list stays a slice.
+/// Returns how many it dropped.
+fn make_room<T>(list: &mut Vec<T>, kept: usize) -> usize {
+    if list.len() < kept.saturating_mul(2) {
+        return 0;
+    }
+    let dropped = list.len() - kept;
+    list.drain(..dropped);
+    dropped
 }
 
 /// Verifies a recorded history with the same round-by-round algorithm the online verifier uses, so that it

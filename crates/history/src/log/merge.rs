@@ -472,7 +472,7 @@ impl Merger {
                 *observed = self.corrected(c, *key, *observed);
             }
         }
-        txn.renumber_statements(|stmt| self.merged_statement(c, stmt))
+        txn.try_renumber_statements(|stmt| self.merged_statement(c, stmt))
     }
 
     /// What a read by a client of collector `c` observed, given what every collector recorded.

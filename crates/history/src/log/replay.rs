@@ -260,7 +260,7 @@ impl Replayer {
             return false;
         }
         for p in pending {
-            let _ = p.txn.renumber_statements(|s| Ok::<_, std::convert::Infallible>(renumbered[&s]));
+            p.txn.renumber_statements(|s| renumbered[&s]);
         }
         self.statements = kept;
         self.statements_renumbered += 1;

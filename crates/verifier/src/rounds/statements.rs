@@ -62,7 +62,7 @@ impl OnlineVerifier {
         self.work.statements = texts;
         let held = self.work.transactions.iter_mut().chain(self.waiting.values_mut().flatten());
         for t in held {
-            let _ = t.renumber_statements(|s| Ok::<_, std::convert::Infallible>(renumbered[&s]));
+            t.renumber_statements(|s| renumbered[&s]);
         }
         self.statements_renumbered += 1;
     }
