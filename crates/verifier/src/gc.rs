@@ -131,6 +131,7 @@ use crate::pipeline::Polygraph;
 
 mod entangled;
 mod exits;
+mod frontier;
 
 use exits::exit_links;
 
@@ -290,21 +291,7 @@ pub(crate) fn plan(
         by_key.entry(ver.key).or_default().push(i as u32);
     }
     let writer = |x: u32| norm.versions[x as usize].writer;
-    let frontier: Vec<bool> = (0..norm.versions.len() as u32)
-        .map(|x| {
-            let Some(t) = writer(x) else { return false };
-            // The version a read-modify-write put right after this one usually settles it at once (the fence
-            // key's long chain would otherwise cost a scan of all its versions per version).
-            if let Some(y) = p.g.next.get(x as usize).copied().flatten()
-                && writer(y).is_some_and(|u| u != t && old[u as usize] && reach.reaches(t, u))
-            {
-                return false;
-            }
-            !by_key[&norm.versions[x as usize].key].iter().any(|&y| {
-                y != x && writer(y).is_some_and(|u| u != t && old[u as usize] && reach.reaches(t, u))
-            })
-        })
-        .collect();
+    let frontier = frontier::frontier(norm, &p.g.next, &by_key, &old, reach.as_ref());
     // Rule 2 runs to a fixpoint with rules 3 and 4 below.
     let mut live = entangled::LiveConstraints::new(p, &known_adj, reach.as_ref(), &frontier, &candidate);
     let mut del: Vec<bool> = candidate.clone();
