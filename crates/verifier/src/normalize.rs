@@ -98,6 +98,8 @@ struct WriteSite {
     key: Key,
     /// Whether it is the transaction's last write of `key` (the only one others may see).
     visible: bool,
+    /// The version it made, once versions are numbered: the one a read of its write id resolves to.
+    version: Option<u32>,
 }
 
 /// The most anomalies of one stage kept in a report; the count beyond is still reported.
@@ -128,6 +130,9 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
     // an id (an `xmin` cannot tell them apart); that is one version, not a duplicate.
     let mut sites: FastMap<WriteId, WriteSite> = FastMap::default();
     let mut duplicates: Vec<(WriteId, usize, usize, usize, usize)> = Vec::new();
+    // Every visible write, in history order (transaction, then op): the versions below, without finding
+    // each transaction's last writes a second time.
+    let mut visible_writes: Vec<(usize, usize)> = Vec::new();
     // One map for every transaction's last writes, cleared between them: online, this runs every round
     // over the whole residual history, and a map per transaction was a fifth of normalisation's time.
     let mut last_write: FastMap<Key, usize> = FastMap::default();
@@ -136,6 +141,9 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
         for (oi, op) in t.ops.iter().enumerate() {
             let Op::Write { key, write, .. } = *op else { continue };
             let visible = last_write.get(&key) == Some(&oi);
+            if visible {
+                visible_writes.push((ti, oi));
+            }
             match sites.get_mut(&write) {
                 Some(site) if site.txn == ti && site.key == key => {
                     site.op = oi;
@@ -143,7 +151,7 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
                 }
                 Some(site) => duplicates.push((write, site.txn, site.op, ti, oi)),
                 None => {
-                    sites.insert(write, WriteSite { txn: ti, op: oi, key, visible });
+                    sites.insert(write, WriteSite { txn: ti, op: oi, key, visible, version: None });
                 }
             }
         }
@@ -198,26 +206,22 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
 
     // Versions: the last write of each key by each included transaction (whatever its id, so that a
     // duplicated id never hides a write), then initial versions as reads find them.
-    let mut version_of: FastMap<WriteId, u32> = FastMap::default();
-    for (v, nt) in out.txns.iter_mut().enumerate() {
-        let ops = &txns[nt.hist].ops;
-        last_writes(ops, &mut last_write);
-        for (oi, op) in ops.iter().enumerate() {
-            let Op::Write { key, write, .. } = *op else { continue };
-            if last_write.get(&key) == Some(&oi) {
-                let idx = out.versions.len() as u32;
-                out.versions.push(Version {
-                    key,
-                    label: Label::Write(write),
-                    writer: Some(v as u32),
-                    readers: Vec::new(),
-                });
-                if !ambiguous.contains(&write) {
-                    version_of.insert(write, idx);
-                }
-                nt.writes.push((key, idx));
-            }
+    for (ti, oi) in visible_writes {
+        let Some(vertex) = out.vertex_of[ti] else { continue };
+        let Op::Write { key, write, .. } = txns[ti].ops[oi] else { continue };
+        let idx = out.versions.len() as u32;
+        out.versions.push(Version {
+            key,
+            label: Label::Write(write),
+            writer: Some(vertex),
+            readers: Vec::new(),
+        });
+        if !ambiguous.contains(&write)
+            && let Some(site) = sites.get_mut(&write)
+        {
+            site.version = Some(idx);
         }
+        out.txns[vertex as usize].writes.push((key, idx));
     }
     let gap_start = h.gaps.iter().map(|g| g.after_txns).min();
     let mut initial_of: FastMap<(Key, Observed), u32> = FastMap::default();
@@ -415,8 +419,8 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
                                 });
                                 continue;
                             }
-                            Some(_) => match version_of.get(&w) {
-                                Some(&v) => v,
+                            Some(site) => match site.version {
+                                Some(v) => v,
                                 // Unreachable in practice: every visible write of an included
                                 // transaction has a version. Treat it as unverifiable, not a panic.
                                 None => {
