@@ -286,12 +286,9 @@ pub(crate) fn plan(
     let graph = Graph::from_edges(n as u32, &pairs).map_err(VerifyError::Reachability)?;
     let reach = reachability(&graph, Some(&p.g.sessions), options.reachability)?;
     // Rule 3: frontier, by reachability in the known graph.
-    let mut by_key: crate::FastMap<Key, Vec<u32>> = crate::FastMap::default();
-    for (i, ver) in norm.versions.iter().enumerate() {
-        by_key.entry(ver.key).or_default().push(i as u32);
-    }
+    let keys = frontier::KeyVersions::new(&p.chains, norm.versions.len());
     let writer = |x: u32| norm.versions[x as usize].writer;
-    let frontier = frontier::frontier(norm, &p.g.next, &by_key, &old, reach.as_ref());
+    let frontier = frontier::frontier(norm, &keys, &old, reach.as_ref());
     // Rule 2 runs to a fixpoint with rules 3 and 4 below.
     let mut live = entangled::LiveConstraints::new(p, &known_adj, reach.as_ref(), &frontier, &candidate);
     let mut del: Vec<bool> = candidate.clone();
@@ -323,7 +320,7 @@ pub(crate) fn plan(
                 return Err(Refusal::FenceOrder);
             }
         }
-        for &(key, x) in &norm.txns[v as usize].writes {
+        for &(_, x) in &norm.txns[v as usize].writes {
             if write_id(x).is_some_and(|w| pinned.contains(&w)) {
                 return Err(Refusal::Pinned);
             }
@@ -333,7 +330,7 @@ pub(crate) fn plan(
                 }
                 continue;
             }
-            for &y in &by_key[&key] {
+            for y in keys.of(x) {
                 if y == x {
                     continue;
                 }
@@ -417,9 +414,11 @@ pub(crate) fn plan(
     // which rule 2 deletes together or not at all, and `r` is kept. Future reads of `x` are stale reads, as
     // for any tombstone.
     let mut extra: Vec<(u32, u32)> = Vec::new();
-    let mut dangling: HashSet<u32> = HashSet::new();
+    // Kept readers that lost a read, by vertex: a flag each, tested once per known edge below.
+    let mut dangling = vec![false; n];
+    let mut any_dangling = false;
     for v in (0..n as u32).filter(|&v| del[v as usize]) {
-        for &(key, x) in &norm.txns[v as usize].writes {
+        for &(_, x) in &norm.txns[v as usize].writes {
             if frontier[x as usize] {
                 continue;
             }
@@ -427,9 +426,9 @@ pub(crate) fn plan(
                 norm.versions[x as usize].readers.iter().copied().filter(|&r| r != v && !del[r as usize]);
             let Some(first) = readers.next() else { continue };
             let Some(w) = write_id(x) else { continue };
-            let later = by_key[&key]
-                .iter()
-                .filter_map(|&y| writer(y))
+            let later = keys
+                .of(x)
+                .filter_map(writer)
                 .filter(|&u| u != v && old[u as usize] && reach.reaches(v, u))
                 .min_by_key(|&u| del[u as usize]);
             let Some(u) = later else {
@@ -439,7 +438,8 @@ pub(crate) fn plan(
             };
             for r in std::iter::once(first).chain(readers) {
                 out.drop_reads.push((hist(r), w));
-                dangling.insert(r);
+                dangling[r as usize] = true;
+                any_dangling = true;
                 if u == r {
                     continue;
                 }
@@ -451,10 +451,10 @@ pub(crate) fn plan(
             }
         }
     }
-    if !dangling.is_empty() {
+    if any_dangling {
         use crate::known_graph::Origin;
         for e in &p.g.edges {
-            if dangling.contains(&e.from)
+            if dangling[e.from as usize]
                 && !del[e.to as usize]
                 && !matches!(e.origin, Origin::So | Origin::Wr { .. } | Origin::Rt)
             {
