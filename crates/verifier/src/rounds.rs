@@ -727,10 +727,14 @@ impl OnlineVerifier {
             self.known.insert(w, Known::Base { writer: id(i) });
             promoted.insert(w);
         }
-        let doomed: FastSet<usize> = plan.delete.iter().copied().collect();
+        let mut doomed = vec![false; self.work.transactions.len()];
+        for &i in &plan.delete {
+            doomed[i] = true;
+        }
+        let deleted = doomed.iter().filter(|&&d| d).count();
         let mut i = 0;
         self.work.transactions.retain(|_| {
-            let keep = !doomed.contains(&i);
+            let keep = !doomed[i];
             i += 1;
             keep
         });
@@ -746,8 +750,8 @@ impl OnlineVerifier {
         }
         self.drop_retired_reads(retired);
         self.epochs.forget(ids);
-        self.deleted += doomed.len() as u64;
-        Ok((doomed.len(), plan.kept, plan.constraints))
+        self.deleted += deleted as u64;
+        Ok((deleted, plan.kept, plan.constraints))
     }
 }
 

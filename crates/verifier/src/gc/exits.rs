@@ -73,10 +73,9 @@ pub(super) fn exit_links(
                 offer(si, pos, w, &mut touched);
             }
         }
-        let mut out: Vec<(usize, usize, u32)> =
-            touched.drain(..).filter_map(|si| best[si].take().map(|(pos, w)| (si, pos, w))).collect();
-        out.sort_unstable();
-        out
+        // In no particular order: merging takes the earliest per session whatever the order, and the links
+        // are sorted at the end.
+        touched.drain(..).filter_map(|si| best[si].take().map(|(pos, w)| (si, pos, w))).collect()
     };
     let mut exits: Vec<Vec<(usize, usize, u32)>> = vec![Vec::new(); n];
     for &d in order.iter().rev() {
