@@ -93,13 +93,27 @@ pub(crate) struct Normalized {
 /// Where a write op sits.
 #[derive(Clone, Copy, Debug)]
 struct WriteSite {
-    txn: usize,
-    op: usize,
+    /// u32s, not usizes: a round's map of sites is read once per read, and smaller entries miss the cache
+    /// less (a history index fits: the verifier numbers vertices in u32 too).
+    txn: u32,
+    op: u32,
     key: Key,
     /// Whether it is the transaction's last write of `key` (the only one others may see).
     visible: bool,
     /// The version it made, once versions are numbered: the one a read of its write id resolves to.
     version: Option<u32>,
+}
+
+impl WriteSite {
+    /// The writer's index in the history.
+    fn txn(&self) -> usize {
+        self.txn as usize
+    }
+
+    /// The write's index in the writer's ops.
+    fn op(&self) -> usize {
+        self.op as usize
+    }
 }
 
 /// The most anomalies of one stage kept in a report; the count beyond is still reported.
@@ -145,13 +159,16 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
                 visible_writes.push((ti, oi));
             }
             match sites.get_mut(&write) {
-                Some(site) if site.txn == ti && site.key == key => {
-                    site.op = oi;
+                Some(site) if site.txn() == ti && site.key == key => {
+                    site.op = oi as u32;
                     site.visible |= visible;
                 }
-                Some(site) => duplicates.push((write, site.txn, site.op, ti, oi)),
+                Some(site) => duplicates.push((write, site.txn(), site.op(), ti, oi)),
                 None => {
-                    sites.insert(write, WriteSite { txn: ti, op: oi, key, visible, version: None });
+                    sites.insert(
+                        write,
+                        WriteSite { txn: ti as u32, op: oi as u32, key, visible, version: None },
+                    );
                 }
             }
         }
@@ -170,12 +187,12 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
             if let Op::Read { observed: Observed::Version(w), .. } = *op
                 && !ambiguous.contains(&w)
                 && let Some(site) = sites.get(&w)
-                && site.txn != ti
-                && !included[site.txn]
-                && txns[site.txn].outcome == Outcome::Indeterminate
+                && site.txn() != ti
+                && !included[site.txn()]
+                && txns[site.txn()].outcome == Outcome::Indeterminate
             {
-                included[site.txn] = true;
-                work.push(site.txn);
+                included[site.txn()] = true;
+                work.push(site.txn());
             }
         }
     }
@@ -369,15 +386,15 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
                                         t.id,
                                         key_name(h, key),
                                         w,
-                                        txns[site.txn].id,
+                                        txns[site.txn()].id,
                                         w,
                                         key_name(h, site.key)
                                     ),
-                                    ops: vec![here, OpRef::new(txns[site.txn].id, site.op)],
+                                    ops: vec![here, OpRef::new(txns[site.txn()].id, site.op())],
                                 });
                                 continue;
                             }
-                            Some(site) if site.txn == ti => {
+                            Some(site) if site.txn() == ti => {
                                 out.anomalies.push(Found {
                                     class: AnomalyClass::FutureRead,
                                     summary: format!(
@@ -386,11 +403,11 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
                                         key_name(h, key),
                                         w
                                     ),
-                                    ops: vec![here, OpRef::new(t.id, site.op)],
+                                    ops: vec![here, OpRef::new(t.id, site.op())],
                                 });
                                 continue;
                             }
-                            Some(site) if txns[site.txn].outcome == Outcome::Aborted => {
+                            Some(site) if txns[site.txn()].outcome == Outcome::Aborted => {
                                 out.anomalies.push(Found {
                                     class: AnomalyClass::G1a,
                                     summary: format!(
@@ -398,9 +415,9 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
                                         t.id,
                                         key_name(h, key),
                                         w,
-                                        txns[site.txn].id
+                                        txns[site.txn()].id
                                     ),
-                                    ops: vec![OpRef::new(txns[site.txn].id, site.op), here],
+                                    ops: vec![OpRef::new(txns[site.txn()].id, site.op()), here],
                                 });
                                 continue;
                             }
@@ -412,10 +429,10 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
                                         t.id,
                                         key_name(h, key),
                                         w,
-                                        txns[site.txn].id,
+                                        txns[site.txn()].id,
                                         key_name(h, key)
                                     ),
-                                    ops: vec![OpRef::new(txns[site.txn].id, site.op), here],
+                                    ops: vec![OpRef::new(txns[site.txn()].id, site.op()), here],
                                 });
                                 continue;
                             }
