@@ -85,8 +85,16 @@ impl VersionBook {
         if let Some(horizon) = &c.horizon {
             self.set_horizon(horizon.clone());
         }
-        if let Ok(mut w) = self.written.lock() {
-            *w = c.written.iter().map(|&id| (history::WriteId(id), ())).collect();
+        for (i, shard) in self.written.iter().enumerate() {
+            if let Ok(mut w) = shard.lock() {
+                *w = c
+                    .written
+                    .iter()
+                    .map(|&id| history::WriteId(id))
+                    .filter(|&id| super::written_shard(id) == i)
+                    .map(|id| (id, ()))
+                    .collect();
+            }
         }
         if let Ok(mut s) = self.seen.lock() {
             *s = c.seen.iter().copied().collect();
@@ -103,7 +111,12 @@ impl VersionBook {
     /// The book's versions, keys, owners and horizon, into `c`.
     fn save(&self, c: &mut BookCheckpoint) {
         c.horizon = self.horizon().cloned();
-        c.written = self.written.lock().map(|w| w.iter().map(|(id, ())| id.0).collect()).unwrap_or_default();
+        c.written = Vec::new();
+        for shard in &self.written {
+            if let Ok(w) = shard.lock() {
+                c.written.extend(w.iter().map(|(id, ())| id.0));
+            }
+        }
         c.written.sort_unstable();
         c.written.dedup();
         c.seen = self.seen.lock().map(|s| s.iter().copied().collect()).unwrap_or_default();

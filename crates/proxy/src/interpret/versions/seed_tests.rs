@@ -271,3 +271,22 @@ fn a_checkpoint_advanced_to_a_cut_in_the_middle_of_a_run_equals_one_from_the_who
     }
     assert!(advanced >= 40, "{advanced} checkpoints advanced to a cut");
 }
+
+/// A book restored from a checkpoint finds every write id the checkpoint lists, whichever shard holds it,
+/// and none it does not: `contains` is what tells a recorded version from an unrecorded writer's.
+#[test]
+fn a_restored_book_finds_every_write_id_of_its_checkpoint() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let ids: Vec<u64> = (0..5_000).map(|_| rng.r#gen()).collect();
+    let (kept, absent) = ids.split_at(4_000);
+    let book = VersionBook::new();
+    book.restore(&BookCheckpoint { written: kept.to_vec(), ..Default::default() });
+    assert_eq!(book.len(), kept.len());
+    assert!(kept.iter().all(|&id| book.contains(WriteId(id))), "a checkpointed id is missing");
+    assert!(!absent.iter().any(|&id| book.contains(WriteId(id))), "an id never recorded is found");
+    let mut saved = BookCheckpoint::default();
+    book.save(&mut saved);
+    let mut sorted = kept.to_vec();
+    sorted.sort_unstable();
+    assert_eq!(saved.written, sorted);
+}
