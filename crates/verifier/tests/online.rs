@@ -13,6 +13,34 @@ fn key(name: &str) -> KeyName {
     KeyName { namespace: "accounts".into(), bytes: name.as_bytes().to_vec() }
 }
 
+/// A fresh log with `durability` in a temp dir of its own, which lives as long as the returned guard.
+fn temp_log(durability: Durability) -> (tempfile::TempDir, DiskLog) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let log = DiskLog::open(dir.path().join("log"), durability).expect("the log opens");
+    (dir, log)
+}
+
+/// Appends `t` as committed, without a commit time, and waits until it is durable.
+fn commit(log: &DiskLog, t: LoggedTxn) {
+    log.append_finished(t, Outcome::Committed, None).expect("finished").wait().expect("durable");
+}
+
+/// A logged transaction of `session` at position `seq` with the given ops.
+fn logged(id: u64, session: u64, seq: u64, ops: Vec<LoggedOp>, fence: bool) -> LoggedTxn {
+    let mut t = LoggedTxn::new(TxnId(id), SessionId(session), seq);
+    t.ops = ops;
+    t.fence = fence;
+    t
+}
+
+fn read(k: &str, observed: Observed) -> LoggedOp {
+    LoggedOp::Read { key: key(k), observed, stmt: None }
+}
+
+fn write(k: &str, w: u64) -> LoggedOp {
+    LoggedOp::Write { key: key(k), write: WriteId(w), stmt: None }
+}
+
 /// A transaction that reads `x` and `y` at their initial versions and writes `writes`.
 fn skewed(id: u64, session: u64, writes: &str, write: u64) -> LoggedTxn {
     let mut t = LoggedTxn::new(TxnId(id), SessionId(session), 0);
@@ -26,8 +54,7 @@ fn skewed(id: u64, session: u64, writes: &str, write: u64) -> LoggedTxn {
 
 #[test]
 fn a_write_skew_in_the_log_is_rejected_and_its_report_stored() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let (dir, log) = temp_log(Durability::Strict);
     let _durable_with_the_outcome = log.append_intent(skewed(1, 1, "x", 11)).expect("intent");
     let _durable_with_the_outcome = log.append_intent(skewed(2, 2, "y", 12)).expect("intent");
     // Only T1's outcome is logged so far: T2 must wait for its outcome, not be verified as it stands.
@@ -63,8 +90,7 @@ fn a_write_skew_in_the_log_is_rejected_and_its_report_stored() {
 
 #[test]
 fn serial_transactions_are_accepted_and_a_recovery_record_releases_pending_intents() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let (_dir, log) = temp_log(Durability::Strict);
     // T1 writes x; T2 (same session, later) reads T1's x and writes y: serial, accepted.
     let mut t1 = LoggedTxn::new(TxnId(1), SessionId(1), 0);
     t1.ops.push(LoggedOp::Write { key: key("x"), write: WriteId(11), stmt: None });
@@ -87,19 +113,18 @@ fn serial_transactions_are_accepted_and_a_recovery_record_releases_pending_inten
 /// and still counts, announces and stores every one.
 #[test]
 fn only_the_last_reject_reports_are_kept_and_every_one_is_stored_and_announced() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let log = DiskLog::open(dir.path().join("log"), Durability::None).expect("the log opens");
+    let (dir, log) = temp_log(Durability::None);
     let pairs = 20u64;
     for i in 0..pairs {
         // A write skew of its own per pair: each reads both keys' initial versions and writes one.
         let (x, y) = (format!("x{i}"), format!("y{i}"));
         for (n, writes) in [(0, &x), (1, &y)] {
-            let mut t = LoggedTxn::new(TxnId(2 * i + n + 1), SessionId(n + 1), i);
-            for k in [&x, &y] {
-                t.ops.push(LoggedOp::Read { key: key(k), observed: Observed::PreHistory(0), stmt: None });
-            }
-            t.ops.push(LoggedOp::Write { key: key(writes), write: WriteId(100 + 2 * i + n), stmt: None });
-            log.append_finished(t, Outcome::Committed, None).expect("finished").wait().expect("durable");
+            let ops = vec![
+                read(&x, Observed::PreHistory(0)),
+                read(&y, Observed::PreHistory(0)),
+                write(writes, 100 + 2 * i + n),
+            ];
+            commit(&log, logged(2 * i + n + 1, n + 1, i, ops, false));
         }
     }
     let store = ReportStore::open(dir.path()).expect("a report store");
@@ -129,13 +154,10 @@ fn only_the_last_reject_reports_are_kept_and_every_one_is_stored_and_announced()
 /// verified transaction.
 #[test]
 fn only_the_last_rounds_are_kept_and_every_one_is_counted() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let log = DiskLog::open(dir.path().join("log"), Durability::None).expect("the log opens");
+    let (_dir, log) = temp_log(Durability::None);
     let n = 40u64;
     for i in 0..n {
-        let mut t = LoggedTxn::new(TxnId(i + 1), SessionId(1), i);
-        t.ops.push(LoggedOp::Write { key: key("x"), write: WriteId(100 + i), stmt: None });
-        log.append_finished(t, Outcome::Committed, None).expect("finished").wait().expect("durable");
+        commit(&log, logged(i + 1, 1, i, vec![write("x", 100 + i)], false));
     }
     let options = RoundOptions { rounds_kept: 3, ..RoundOptions::online(1, Duration::from_secs(3600)) };
     let mut feeder = Feeder::new(options, None);
@@ -152,33 +174,16 @@ fn only_the_last_rounds_are_kept_and_every_one_is_counted() {
 
 #[test]
 fn reading_is_bounded_per_call() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let (_dir, log) = temp_log(Durability::Strict);
     for i in 0..10 {
         let t = LoggedTxn::new(TxnId(i + 1), SessionId(1), i);
-        log.append_finished(t, Outcome::Committed, None).expect("finished").wait().expect("durable");
+        commit(&log, t);
     }
     let mut feeder = Feeder::new(RoundOptions::online(1_000, Duration::from_secs(3600)), None);
     assert_eq!(feeder.read_log(&log, 4).expect("reads"), 4);
     assert_eq!(feeder.status().lag_txns, 10, "4 read but unverified, 6 not read yet");
     assert_eq!(feeder.read_log(&log, 100).expect("reads"), 6);
     assert_eq!(feeder.read_log(&log, 100).expect("reads"), 0);
-}
-
-/// A logged transaction of `session` at position `seq` with the given ops.
-fn logged(id: u64, session: u64, seq: u64, ops: Vec<LoggedOp>, fence: bool) -> LoggedTxn {
-    let mut t = LoggedTxn::new(TxnId(id), SessionId(session), seq);
-    t.ops = ops;
-    t.fence = fence;
-    t
-}
-
-fn read(k: &str, observed: Observed) -> LoggedOp {
-    LoggedOp::Read { key: key(k), observed, stmt: None }
-}
-
-fn write(k: &str, w: u64) -> LoggedOp {
-    LoggedOp::Write { key: key(k), write: WriteId(w), stmt: None }
 }
 
 /// Session 3 runs one transaction (left as an intent with no outcome when `orphan`) and goes quiet;
@@ -318,8 +323,7 @@ fn a_session_whose_end_fell_in_a_hole_ends_at_the_list_of_open_sessions() {
 /// order their first records come; a report must still name what each transaction read and wrote.
 #[test]
 fn a_report_names_the_keys_and_statements_of_the_log_whatever_order_they_were_first_seen() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let (_dir, log) = temp_log(Durability::Strict);
     let _durable_with_the_outcome = log.append_intent(skewed(1, 1, "x", 11)).expect("intent");
     // T3, finished in between, is the first to reach the verifier: its key and statement come first there.
     let mut other = LoggedTxn::new(TxnId(3), SessionId(3), 0);
@@ -347,8 +351,7 @@ fn a_report_names_the_keys_and_statements_of_the_log_whatever_order_they_were_fi
 #[test]
 fn a_report_shows_each_op_the_parameters_of_its_run_after_a_run_without_ops() {
     use history::values::Value;
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let (_dir, log) = temp_log(Durability::Strict);
     let run = |stmt: u32, param: &str| LoggedOp::Run {
         stmt: Some(stmt),
         params: vec![Value::Text(param.into())],
@@ -413,8 +416,7 @@ fn a_report_shows_each_op_the_parameters_of_its_run_after_a_run_without_ops() {
 /// one) still names its own texts.
 #[test]
 fn the_verifier_forgets_the_texts_of_collected_transactions() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let log = DiskLog::open(dir.path().join("log"), Durability::None).expect("the log opens");
+    let (_dir, log) = temp_log(Durability::None);
     // Every read runs one text, but the first, so that a stale map (which would take a text's new number
     // for its old one) names a wrong text.
     let read_text = |id: u64| match id {
@@ -540,8 +542,7 @@ fn forgetting_texts_keeps_every_held_op_naming_its_own(
 /// reads of them are unverifiable, never judged.
 #[test]
 fn writes_discovered_after_admission_are_unverifiable_online_and_checked_one_shot() {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let log = DiskLog::open(dir.path().join("log"), Durability::Strict).expect("the log opens");
+    let (_dir, log) = temp_log(Durability::Strict);
     let t1 = logged(1, 1, 0, vec![read("x", Observed::PreHistory(0))], false);
     let t2 = logged(2, 2, 0, vec![], false);
     let _covered = log.append_intent(t1).expect("intent");
