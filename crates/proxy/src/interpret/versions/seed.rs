@@ -85,15 +85,15 @@ impl VersionBook {
         if let Some(horizon) = &c.horizon {
             self.set_horizon(horizon.clone());
         }
-        for (i, shard) in self.written.iter().enumerate() {
+        // One pass over the checkpoint's ids, not one per shard: a restore runs at every start.
+        let mut ids: [Vec<(history::WriteId, ())>; super::WRITTEN_SHARDS] = Default::default();
+        for &id in &c.written {
+            let id = history::WriteId(id);
+            ids[super::written_shard(id)].push((id, ()));
+        }
+        for (shard, ids) in self.written.iter().zip(ids) {
             if let Ok(mut w) = shard.lock() {
-                *w = c
-                    .written
-                    .iter()
-                    .map(|&id| history::WriteId(id))
-                    .filter(|&id| super::written_shard(id) == i)
-                    .map(|id| (id, ()))
-                    .collect();
+                *w = ids.into_iter().collect();
             }
         }
         if let Ok(mut s) = self.seen.lock() {
