@@ -208,6 +208,23 @@ fn a_read_of_a_collected_version_is_a_stale_read() {
     assert_ne!(kept.reports[0].anomalies[0].class, AnomalyClass::StaleRead);
 }
 
+/// A write id is one version: written again after its first writer was collected, it is a duplicate that
+/// only admission can see (the first writer is gone from the residual history), and each round's write
+/// checks against what the verifier knows of the id must find it.
+#[test]
+fn a_write_id_written_again_after_its_writer_was_collected_is_a_duplicate() {
+    let b = HistoryBuilder::new().txn(1, |t| t.write("x", 1)).txn(1, |t| t.read("x", 1).write("x", 2));
+    let b = fences(b, 10);
+    let h = b.txn(2, |t| t.write("y", 1)).build();
+    assert!(!verify(&h, &Options::default()).unwrap().is_accept());
+    let out = verify_in_rounds(&h, &RoundOptions::offline(2)).unwrap();
+    assert!(out.deleted > 0, "x=1's writer must be collected before the second write of its id");
+    assert_eq!(out.verdict, Verdict::Reject);
+    let report = &out.reports[0];
+    assert_eq!(report.anomalies[0].class, AnomalyClass::DuplicateWrite, "{}", report.render_text());
+    assert!(report.anomalies[0].summary.contains("written twice: by T1"), "{}", report.anomalies[0].summary);
+}
+
 /// The verifier keeps its oldest tombstones apart from its newest, compactly (`rounds::tombstones`): a stale
 /// read of a version collected thousands of collected writes ago is found there and judged as one of a
 /// version collected in the last round.

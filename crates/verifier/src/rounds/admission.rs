@@ -30,37 +30,50 @@ fn own_writes(t: &Transaction) -> FastSet<WriteId> {
 }
 
 impl OnlineVerifier {
-    /// The first version `t` reads that is not known yet, or `None` when `t` can be admitted. A foreign
-    /// read (`[record] exclusive`) waits for a write of its tag too: the writer's row may have reached the
-    /// proxy after the reader's, and its record then comes later. If none comes before admission is forced,
-    /// the pipeline reports the read.
-    fn waits_for(&self, t: &Transaction) -> Option<WriteId> {
+    /// What the verifier knows of each version `t` reads, by op index (`None` for an op that reads no
+    /// recorded version, or one not known). With `wait`, the first version read that is neither known nor
+    /// `t`'s own instead (`Err`): `t` waits for it. A foreign read (`[record] exclusive`) waits for a
+    /// write of its tag too: the writer's row may have reached the proxy after the reader's, and its record
+    /// then comes later. If none comes before admission is forced, the pipeline reports the read.
+    ///
+    /// Admission reads what this found rather than asking again: the versions map is large and each
+    /// lookup a likely cache miss, and asking twice per read showed in profiles (TPC-C's rounds).
+    fn known_reads(&self, t: &Transaction, wait: bool) -> Result<Vec<Option<Known>>, WriteId> {
         // The own writes are gathered once, and only if some read is of a version not known yet: searching
         // the ops for each such read was quadratic in the transaction (TPC-C's read what they wrote).
         let mut own = None;
-        t.ops.iter().find_map(|op| {
+        let mut found = Vec::with_capacity(t.ops.len());
+        for op in &t.ops {
             let w = match *op {
                 Op::Read { observed: Observed::Version(w), .. } => w,
                 Op::Read { observed: Observed::Foreign(tag), .. } => WriteId(tag),
-                _ => return None,
+                _ => {
+                    found.push(None);
+                    continue;
+                }
             };
-            let waits = !self.known.contains(w) && !own.get_or_insert_with(|| own_writes(t)).contains(&w);
-            waits.then_some(w)
-        })
+            let known = self.known.get(w);
+            if wait && known.is_none() && !own.get_or_insert_with(|| own_writes(t)).contains(&w) {
+                return Err(w);
+            }
+            found.push(known);
+        }
+        Ok(found)
     }
 
-    /// Whether the head of session `s` can be admitted now. A head found waiting for a version is not
-    /// searched again until that version is known.
-    fn head_ready(&mut self, s: SessionId) -> bool {
-        if self.head_waits_for.get(&s).is_some_and(|w| !self.known.contains(*w)) {
-            return false;
+    /// What the verifier knows of the versions the head of session `s` reads, when the head can be
+    /// admitted now (always, when `force`). A head found waiting for a version is not searched again until
+    /// that version is known.
+    fn ready_head(&mut self, s: SessionId, force: bool) -> Option<Vec<Option<Known>>> {
+        if !force && self.head_waits_for.get(&s).is_some_and(|w| !self.known.contains(*w)) {
+            return None;
         }
-        let Some(t) = self.waiting.get(&s).and_then(|q| q.front()) else { return false };
-        match self.waits_for(t) {
-            None => true,
-            Some(w) => {
+        let t = self.waiting.get(&s).and_then(|q| q.front())?;
+        match self.known_reads(t, !force) {
+            Ok(reads) => Some(reads),
+            Err(w) => {
                 self.head_waits_for.insert(s, w);
-                false
+                None
             }
         }
     }
@@ -80,13 +93,9 @@ impl OnlineVerifier {
             let mut progress = false;
             let sessions: Vec<SessionId> = self.waiting.keys().copied().collect();
             for s in sessions {
-                loop {
-                    let has_head = self.waiting.get(&s).is_some_and(|q| !q.is_empty());
-                    if !has_head || !(force || self.head_ready(s)) {
-                        break;
-                    }
+                while let Some(reads) = self.ready_head(s, force) {
                     let Some(t) = self.pop_head(s) else { break };
-                    self.admit(t)?;
+                    self.admit(t, reads)?;
                     progress = true;
                     if self.stopped {
                         return Ok(());
@@ -102,7 +111,8 @@ impl OnlineVerifier {
                     .min()
                     .map(|(_, s)| s);
                 if let Some(t) = oldest.and_then(|s| self.pop_head(s)) {
-                    self.admit(t)?;
+                    let reads = self.known_reads(&t, false).unwrap_or_default();
+                    self.admit(t, reads)?;
                     progress = true;
                 }
             }
@@ -121,8 +131,9 @@ impl OnlineVerifier {
     }
 
     /// Admits one transaction: checks its reads against tombstones and base versions, rewrites reads of
-    /// base versions, and adds it to the residual history.
-    fn admit(&mut self, mut t: Transaction) -> Result<(), RoundsError> {
+    /// base versions, and adds it to the residual history. `known` is what [`Self::known_reads`] found
+    /// for `t`'s reads.
+    fn admit(&mut self, mut t: Transaction, known: Vec<Option<Known>>) -> Result<(), RoundsError> {
         // A read of a collected version is a stale read only for a reader the Guarantee covers (Cobra
         // §4.2): one that follows a fence of its session. Before its session's first fence, a reader from a
         // session first seen after collection began may legitimately precede the write that superseded the
@@ -139,7 +150,7 @@ impl OnlineVerifier {
             // A foreign read whose tag a known transaction wrote read that write (see `admissible`).
             if let Op::Read { observed, .. } = op
                 && let Observed::Foreign(tag) = *observed
-                && (self.known.contains(WriteId(tag)) || own.contains(&WriteId(tag)))
+                && (known.get(oi).copied().flatten().is_some() || own.contains(&WriteId(tag)))
             {
                 *observed = Observed::Version(WriteId(tag));
             }
@@ -156,7 +167,7 @@ impl OnlineVerifier {
                             drop_ops.push(oi);
                         }
                         Observed::Version(w) if own.contains(&w) => {}
-                        Observed::Version(w) => match self.known.get(w) {
+                        Observed::Version(w) => match known.get(oi).copied().flatten() {
                             Some(Known::Base { .. }) => *observed = Observed::PreHistory(base_tag(w)),
                             Some(Known::Tombstone { .. }) if judged && !covered => {
                                 self.unverifiable_reads += 1;
@@ -214,8 +225,12 @@ impl OnlineVerifier {
                     }
                 }
                 Op::Write { key, write, .. } => {
-                    let counts = t.outcome != Outcome::Indeterminate;
-                    if counts && let Some(k) = self.known.get(*write) {
+                    // Known as live from here on, whatever happens to the transaction below; what the id
+                    // was before tells a second writer of it.
+                    let before = self.known.insert_live(*write);
+                    if t.outcome != Outcome::Indeterminate
+                        && let Some(k) = before
+                    {
                         let earlier = match k {
                             Known::Tombstone { writer } | Known::Aborted { writer } => Some(writer),
                             _ => None,
@@ -245,9 +260,6 @@ impl OnlineVerifier {
                 i += 1;
                 keep
             });
-        }
-        for w in own {
-            self.known.insert(w, Known::Live);
         }
         self.work.transactions.push(t);
         self.new_in_round += 1;

@@ -67,6 +67,15 @@ impl KnownVersions {
         }
     }
 
+    /// Records that a live transaction wrote `write`, and returns what the id was before ([`Self::get`]),
+    /// in one lookup of the map: admission does this for every write it admits.
+    pub(super) fn insert_live(&mut self, write: WriteId) -> Option<Known> {
+        match self.current.insert(write, Known::Live) {
+            Some(before) => Some(before),
+            None => self.tombstones.get(write).map(|writer| Known::Tombstone { writer }),
+        }
+    }
+
     /// Records what `write` is unless it is known already.
     pub(super) fn insert_if_unknown(&mut self, write: WriteId, known: Known) {
         if !self.contains(write) {
