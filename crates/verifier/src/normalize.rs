@@ -141,12 +141,16 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
     let txns = &h.transactions;
 
     // Index every write, and find duplicate write ids. Two writes of one key in one transaction may share
-    // an id (an `xmin` cannot tell them apart); that is one version, not a duplicate.
-    let mut sites: FastMap<WriteId, WriteSite> = FastMap::default();
+    // an id (an `xmin` cannot tell them apart); that is one version, not a duplicate. The map holds each
+    // id's index in `sites`, so the passes below that already know a write's site reach it without hashing
+    // its id again.
+    let mut site_of: FastMap<WriteId, u32> = FastMap::default();
+    let mut sites: Vec<WriteSite> = Vec::new();
     let mut duplicates: Vec<(WriteId, usize, usize, usize, usize)> = Vec::new();
-    // Every visible write, in history order (transaction, then op): the versions below, without finding
-    // each transaction's last writes a second time.
-    let mut visible_writes: Vec<(usize, usize)> = Vec::new();
+    // Every visible write, in history order (transaction, then op), with its site (`None` when another
+    // transaction wrote the id first): the versions below, without finding each transaction's last writes
+    // a second time.
+    let mut visible_writes: Vec<(usize, usize, Option<u32>)> = Vec::new();
     // One map for every transaction's last writes, cleared between them: online, this runs every round
     // over the whole residual history, and a map per transaction was a fifth of normalisation's time.
     let mut last_write: FastMap<Key, usize> = FastMap::default();
@@ -155,41 +159,64 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
         for (oi, op) in t.ops.iter().enumerate() {
             let Op::Write { key, write, .. } = *op else { continue };
             let visible = last_write.get(&key) == Some(&oi);
-            if visible {
-                visible_writes.push((ti, oi));
-            }
-            match sites.get_mut(&write) {
-                Some(site) if site.txn() == ti && site.key == key => {
+            let site = match site_of.get(&write).copied() {
+                Some(s) if sites[s as usize].txn() == ti && sites[s as usize].key == key => {
+                    let site = &mut sites[s as usize];
                     site.op = oi as u32;
                     site.visible |= visible;
+                    Some(s)
                 }
-                Some(site) => duplicates.push((write, site.txn(), site.op(), ti, oi)),
+                Some(s) => {
+                    let first = &sites[s as usize];
+                    duplicates.push((write, first.txn(), first.op(), ti, oi));
+                    None
+                }
                 None => {
-                    sites.insert(
-                        write,
-                        WriteSite { txn: ti as u32, op: oi as u32, key, visible, version: None },
-                    );
+                    let s = sites.len() as u32;
+                    site_of.insert(write, s);
+                    sites.push(WriteSite { txn: ti as u32, op: oi as u32, key, visible, version: None });
+                    Some(s)
                 }
+            };
+            if visible {
+                visible_writes.push((ti, oi, site));
             }
         }
     }
+    let site = |w: &WriteId| site_of.get(w).map(|&s| &sites[s as usize]);
 
     // A read of a write id that is written more than once cannot be resolved; the duplicate is reported
     // (below) and such reads are left unjudged.
     let ambiguous: FastSet<WriteId> = duplicates.iter().map(|d| d.0).collect();
 
     // Included: committed transactions, and indeterminate ones an included transaction read from (a read
-    // from one proves it committed). The rest of the indeterminate ones are dropped (DESIGN.md §3).
+    // from one proves it committed). The rest of the indeterminate ones are dropped (DESIGN.md §3). Only
+    // the writes of indeterminate transactions can include one, so the reads are searched only when some
+    // transaction is indeterminate, and against those writes alone (most rounds have none).
     let mut included: Vec<bool> = txns.iter().map(|t| t.outcome == Outcome::Committed).collect();
-    let mut work: Vec<usize> = (0..txns.len()).filter(|&i| included[i]).collect();
+    let undecided: FastSet<WriteId> = txns
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.outcome == Outcome::Indeterminate)
+        .flat_map(|(ti, t)| {
+            t.ops.iter().filter_map(move |op| match *op {
+                Op::Write { write, .. } => Some((ti, write)),
+                _ => None,
+            })
+        })
+        .filter(|&(ti, write)| site(&write).is_some_and(|s| s.txn() == ti))
+        .map(|(_, write)| write)
+        .collect();
+    let mut work: Vec<usize> =
+        if undecided.is_empty() { Vec::new() } else { (0..txns.len()).filter(|&i| included[i]).collect() };
     while let Some(ti) = work.pop() {
         for op in &txns[ti].ops {
             if let Op::Read { observed: Observed::Version(w), .. } = *op
+                && undecided.contains(&w)
                 && !ambiguous.contains(&w)
-                && let Some(site) = sites.get(&w)
+                && let Some(site) = site(&w)
                 && site.txn() != ti
                 && !included[site.txn()]
-                && txns[site.txn()].outcome == Outcome::Indeterminate
             {
                 included[site.txn()] = true;
                 work.push(site.txn());
@@ -223,7 +250,7 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
 
     // Versions: the last write of each key by each included transaction (whatever its id, so that a
     // duplicated id never hides a write), then initial versions as reads find them.
-    for (ti, oi) in visible_writes {
+    for (ti, oi, site) in visible_writes {
         let Some(vertex) = out.vertex_of[ti] else { continue };
         let Op::Write { key, write, .. } = txns[ti].ops[oi] else { continue };
         let idx = out.versions.len() as u32;
@@ -233,10 +260,10 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
             writer: Some(vertex),
             readers: Vec::new(),
         });
-        if !ambiguous.contains(&write)
-            && let Some(site) = sites.get_mut(&write)
+        if let Some(s) = site
+            && !ambiguous.contains(&write)
         {
-            site.version = Some(idx);
+            sites[s as usize].version = Some(idx);
         }
         out.txns[vertex as usize].writes.push((key, idx));
     }
@@ -353,7 +380,7 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
                             });
                             continue;
                         }
-                        Observed::Version(w) => match sites.get(&w) {
+                        Observed::Version(w) => match site_of.get(&w).map(|&s| &sites[s as usize]) {
                             None if after_gap => {
                                 out.unverified.push(Unverified {
                                     op: here,
