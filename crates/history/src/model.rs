@@ -203,6 +203,14 @@ impl KeyTable {
         self.names.get(key.0 as usize)
     }
 
+    /// Makes room for `additional` more keys, exactly: a table cloned whole has none, and its first new key
+    /// would copy every name into a table twice the size.
+    pub fn reserve(&mut self, additional: usize) {
+        self.names.reserve_exact(additional);
+        let (names, hasher) = (&self.names, &self.hasher);
+        self.index.reserve(additional, |k| hasher.hash_one(&names[k.0 as usize]));
+    }
+
     /// How many distinct keys are interned.
     pub fn len(&self) -> usize {
         self.names.len()

@@ -272,12 +272,18 @@ pub struct OnlineVerifier {
     statements_renumbered: u64,
 }
 
+/// Keys a new verifier's table makes room for beyond those it is given (see [`OnlineVerifier::new`]).
+const LINK_KEY_ROOM: usize = 4096;
+
 impl OnlineVerifier {
     /// A verifier for transactions whose keys and statements refer to `keys` and `statements`; intern new
     /// keys through [`OnlineVerifier::intern_key`] and add statements through
     /// [`OnlineVerifier::add_statement`].
-    pub fn new(keys: KeyTable, statements: Vec<String>, options: RoundOptions) -> Self {
+    pub fn new(mut keys: KeyTable, statements: Vec<String>, options: RoundOptions) -> Self {
         let round_size = options.round_size.max(1);
+        // Collection interns link keys, a few thousand at most (they are reused): room for them up front,
+        // so the first does not copy a table of hundreds of thousands of keys.
+        keys.reserve(LINK_KEY_ROOM);
         OnlineVerifier {
             work: History { keys, statements, ..History::default() },
             options,
