@@ -79,10 +79,12 @@ use crate::{FastMap, FastSet};
 use crate::{Report, Verdict, verify};
 
 mod admission;
+mod base;
 mod known;
 mod links;
 mod statements;
 
+use base::BaseVersions;
 use known::{Known, KnownVersions};
 
 /// How to verify in rounds.
@@ -226,7 +228,7 @@ pub struct OnlineVerifier {
     /// Sessions that ended but still have waiting transactions.
     ending: HashSet<SessionId>,
     known: KnownVersions,
-    base: FastMap<Key, WriteId>,
+    base: BaseVersions,
     epochs: Epochs,
     /// The last rounds (at most twice [`RoundOptions::rounds_kept`]), oldest first.
     rounds: Vec<RoundStats>,
@@ -293,7 +295,7 @@ impl OnlineVerifier {
             waiting_count: 0,
             ending: HashSet::new(),
             known: KnownVersions::default(),
-            base: FastMap::default(),
+            base: BaseVersions::default(),
             epochs: Epochs::default(),
             rounds: Vec::new(),
             rounds_done: 0,

@@ -202,12 +202,12 @@ impl OnlineVerifier {
                             }
                             _ => {}
                         },
-                        o if is_initial(o) && judged && !covered && self.base.contains_key(key) => {
+                        o if is_initial(o) && judged && !covered && self.base.contains(*key) => {
                             self.unverifiable_reads += 1;
                             drop_ops.push(oi);
                         }
                         o if is_initial(o) && judged => {
-                            if let Some(&b) = self.base.get(key) {
+                            if let Some(b) = self.base.get(*key) {
                                 let name = name();
                                 found.push((
                                     AnomalyClass::StaleRead,
