@@ -93,13 +93,16 @@ pub(crate) struct Normalized {
 /// Where a write op sits.
 #[derive(Clone, Copy, Debug)]
 struct WriteSite {
-    /// u32s, not usizes: a round's map of sites is read once per read, and smaller entries miss the cache
+    /// u32s, not usizes: a round's sites are read once per read, and smaller entries miss the cache
     /// less (a history index fits: the verifier numbers vertices in u32 too).
     txn: u32,
     op: u32,
     key: Key,
     /// Whether it is the transaction's last write of `key` (the only one others may see).
     visible: bool,
+    /// Whether the writer aborted: kept here, where a read's resolution looks anyway, rather than in the
+    /// writer's transaction, a cache miss of its own for every read.
+    aborted: bool,
     /// The version it made, once versions are numbered: the one a read of its write id resolves to.
     version: Option<u32>,
 }
@@ -174,7 +177,15 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
                 None => {
                     let s = sites.len() as u32;
                     site_of.insert(write, s);
-                    sites.push(WriteSite { txn: ti as u32, op: oi as u32, key, visible, version: None });
+                    let aborted = t.outcome == Outcome::Aborted;
+                    sites.push(WriteSite {
+                        txn: ti as u32,
+                        op: oi as u32,
+                        key,
+                        visible,
+                        aborted,
+                        version: None,
+                    });
                     Some(s)
                 }
             };
@@ -434,7 +445,7 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
                                 });
                                 continue;
                             }
-                            Some(site) if txns[site.txn()].outcome == Outcome::Aborted => {
+                            Some(site) if site.aborted => {
                                 out.anomalies.push(Found {
                                     class: AnomalyClass::G1a,
                                     summary: format!(
