@@ -6,15 +6,10 @@
 //! have read that version or a later one. With combining off, every version is its own chain.
 
 use history::Key;
-use smallvec::SmallVec;
 
+use crate::Few;
 use crate::known_graph::{KnownGraph, Origin};
 use crate::normalize::Normalized;
-
-/// The versions of one chain, or the chains of one key: most have one or two (every version a transaction
-/// inserts is a chain of its own), so they are held inline, where each was a heap allocation. TPC-C makes
-/// about 70,000 chains per 10,000 transactions (700k for its 105k), nearly all of one version.
-pub(crate) type Few = SmallVec<[u32; 2]>;
 
 /// One chain of versions of one key.
 #[derive(Clone, Debug)]

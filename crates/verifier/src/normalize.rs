@@ -9,7 +9,7 @@
 //! of the transaction's own later write), internal reads (a read after an own write that returns something
 //! else), non-repeatable reads, and reads of two different initial versions of one key.
 
-use crate::{FastMap, FastSet};
+use crate::{FastMap, FastSet, Few};
 use history::{History, Key, Observed, Op, Outcome, WriteId};
 
 use crate::report::{AnomalyClass, OpRef, UnverifiableCause};
@@ -32,7 +32,7 @@ pub(crate) struct Version {
     /// writer never needs to be a vertex: it would have no incoming edge and lie on no cycle).
     pub writer: Option<u32>,
     /// The vertices whose external read of `key` returned this version.
-    pub readers: Vec<u32>,
+    pub readers: Few,
 }
 
 impl Version {
@@ -269,7 +269,7 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
             key,
             label: Label::Write(write),
             writer: Some(vertex),
-            readers: Vec::new(),
+            readers: Few::new(),
         });
         if let Some(s) = site
             && !ambiguous.contains(&write)
@@ -493,7 +493,7 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
                                 key,
                                 label: Label::Initial(initial),
                                 writer: None,
-                                readers: Vec::new(),
+                                readers: Few::new(),
                             });
                             out.versions.len() as u32 - 1
                         }),
