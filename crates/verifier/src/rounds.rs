@@ -66,6 +66,7 @@ use history::{
     UncheckedStatement, WriteId,
 };
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 use thiserror::Error;
 
 use crate::epochs::Epochs;
@@ -225,6 +226,16 @@ pub struct OnlineVerifier {
     /// head's reads). Checking rebuilds it, so checkpoints do not store it.
     #[serde(skip)]
     head_waits_for: FastMap<SessionId, WriteId>,
+    /// The other way round: for each version a waiting head waits for, the sessions whose head it is.
+    /// When the version becomes known they are woken, so admission looks at a session only when its head
+    /// may have become admissible (it looked at every session on every push). Not stored, as above.
+    #[serde(skip)]
+    waiters: FastMap<WriteId, SmallVec<[SessionId; 2]>>,
+    /// Sessions whose head may be admissible now and has not been looked at since: a transaction pushed
+    /// onto an empty queue, a head whose version became known, a head behind one admitted by force.
+    /// Restoring a checkpoint wakes every waiting session.
+    #[serde(skip)]
+    wake: Vec<SessionId>,
     /// Sessions that ended but still have waiting transactions.
     ending: HashSet<SessionId>,
     known: KnownVersions,
@@ -292,6 +303,8 @@ impl OnlineVerifier {
             new_in_round: 0,
             waiting: BTreeMap::new(),
             head_waits_for: FastMap::default(),
+            waiters: FastMap::default(),
+            wake: Vec::new(),
             waiting_count: 0,
             ending: HashSet::new(),
             known: KnownVersions::default(),
@@ -330,6 +343,7 @@ impl OnlineVerifier {
         self.options = options;
         self.store = store;
         self.last_round_at = Instant::now();
+        self.wake = self.waiting.keys().copied().collect();
     }
 
     /// The options it verifies with.
@@ -414,12 +428,16 @@ impl OnlineVerifier {
         match waiting {
             Some(t) if !t.ops.contains(&op) => {
                 t.ops.push(op);
-                // The new write may be the very version a waiting head reads.
-                self.head_waits_for.clear();
+                // The new write may be the very version its session's head waits for (its own).
+                let session = t.session;
+                self.rewake(session);
             }
             Some(_) => {}
             None => {
-                self.known.insert_if_unknown(write, Known::DiscoveredLate);
+                if !self.known.contains(write) {
+                    self.known.insert(write, Known::DiscoveredLate);
+                    self.now_known(write);
+                }
             }
         }
     }
@@ -433,7 +451,12 @@ impl OnlineVerifier {
         if !self.epochs.knows(txn.session) {
             self.epochs.declare(txn.session);
         }
-        self.waiting.entry(txn.session).or_default().push_back(txn);
+        let session = txn.session;
+        let queue = self.waiting.entry(session).or_default();
+        queue.push_back(txn);
+        if queue.len() == 1 {
+            self.wake.push(session);
+        }
         self.waiting_count += 1;
         self.admit_ready(false)?;
         if self.new_in_round >= self.round_size {

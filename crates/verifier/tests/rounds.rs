@@ -487,3 +487,58 @@ fn adaptive_round_sizes_stay_within_bounds_and_keep_the_verdict() {
         assert!(out.rounds.iter().all(|r| (2..=9).contains(&r.round_size)));
     }
 }
+
+/// Admission looks only at the sessions whose head may have become admissible: a head that waits for a
+/// version is woken when the version's writer is admitted (from any session, through a chain of waits),
+/// or when a later read reveals the version's writer; the transactions queued behind it follow at once,
+/// not at the next session's push or at the end.
+#[test]
+fn a_waiting_head_is_admitted_as_soon_as_what_it_read_is_known() {
+    let h = HistoryBuilder::new()
+        .txn(2, |t| t.write("x", 1))
+        .txn(1, |t| t.read("x", 1).write("y", 2))
+        .txn(1, |t| t.write("w", 4))
+        .txn(3, |t| t.read("y", 2))
+        .txn(4, |t| t.read("z", 5))
+        .txn(5, |t| t.write("v", 6))
+        .txn(5, |t| t.write("v", 7))
+        .build();
+    let options = RoundOptions { round_size: 1_000, round_interval: None, ..RoundOptions::default() };
+    let mut v = OnlineVerifier::new(h.keys.clone(), h.statements.clone(), options);
+    let txn = |i: usize| h.transactions[i].clone();
+    for i in [3, 1, 2, 4] {
+        v.push(txn(i)).unwrap();
+    }
+    assert_eq!(v.waiting_transactions(), 4, "each waits for a version nobody has written yet");
+    v.push(txn(0)).unwrap();
+    assert_eq!(v.waiting_transactions(), 1, "x=1's writer wakes session 1, whose head wakes session 3");
+    v.push(txn(5)).unwrap();
+    assert_eq!(v.waiting_transactions(), 1, "nobody has written z=5");
+    // A later read shows that T5 (already admitted) wrote z=5 too, in a statement nobody recorded.
+    v.discovered_write(h.transactions[5].id, h.transactions[4].ops[0].key(), WriteId(5));
+    v.push(txn(6)).unwrap();
+    assert_eq!(v.waiting_transactions(), 0, "the discovered write wakes session 4");
+    v.finish().unwrap();
+    assert!(v.rejects().is_empty());
+    assert_eq!(v.unverifiable_reads(), 1, "a read of a write discovered after its writer was admitted");
+}
+
+/// Past `max_waiting`, the head that has waited longest is admitted whatever it waits for, and the heads
+/// behind it are looked at at once.
+#[test]
+fn past_max_waiting_the_oldest_head_goes_and_its_session_follows() {
+    let h = HistoryBuilder::new()
+        .txn(1, |t| t.read("x", 1))
+        .txn(1, |t| t.write("y", 2))
+        .txn(1, |t| t.write("y", 3))
+        .build();
+    let options =
+        RoundOptions { round_size: 1_000, round_interval: None, max_waiting: 1, ..RoundOptions::default() };
+    let mut v = OnlineVerifier::new(h.keys.clone(), h.statements.clone(), options);
+    v.push(h.transactions[0].clone()).unwrap();
+    assert_eq!(v.waiting_transactions(), 1);
+    v.push(h.transactions[1].clone()).unwrap();
+    assert_eq!(v.waiting_transactions(), 0, "the forced head's successor needs nothing");
+    v.push(h.transactions[2].clone()).unwrap();
+    assert_eq!(v.waiting_transactions(), 0);
+}

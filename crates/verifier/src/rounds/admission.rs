@@ -9,7 +9,7 @@
 //! transaction read is known, so each round's history is closed under reads-from. Quarantine takes out the
 //! transactions a reject names, and later reads of their writes are counted as unverifiable.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 
 use history::{History, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId};
 
@@ -63,7 +63,7 @@ impl OnlineVerifier {
 
     /// What the verifier knows of the versions the head of session `s` reads, when the head can be
     /// admitted now (always, when `force`). A head found waiting for a version is not searched again until
-    /// that version is known.
+    /// that version is known: it is registered as waiting for it, and woken when it is ([`Self::now_known`]).
     fn ready_head(&mut self, s: SessionId, force: bool) -> Option<Vec<Option<Known>>> {
         if !force && self.head_waits_for.get(&s).is_some_and(|w| !self.known.contains(*w)) {
             return None;
@@ -72,62 +72,104 @@ impl OnlineVerifier {
         match self.known_reads(t, !force) {
             Ok(reads) => Some(reads),
             Err(w) => {
-                self.head_waits_for.insert(s, w);
+                if let Some(before) = self.head_waits_for.insert(s, w) {
+                    self.stop_waiting(s, before);
+                }
+                self.waiters.entry(w).or_default().push(s);
                 None
             }
         }
     }
 
+    /// Takes session `s` off the list of those waiting for version `w`.
+    fn stop_waiting(&mut self, s: SessionId, w: WriteId) {
+        if let Some(sessions) = self.waiters.get_mut(&w) {
+            sessions.retain(|waiter| *waiter != s);
+            if sessions.is_empty() {
+                self.waiters.remove(&w);
+            }
+        }
+    }
+
+    /// Version `w` has just become known: wakes the sessions whose head waited for it.
+    pub(super) fn now_known(&mut self, w: WriteId) {
+        // Most writes are waited for by no one, and the map is then nearly always empty.
+        if self.waiters.is_empty() {
+            return;
+        }
+        if let Some(sessions) = self.waiters.remove(&w) {
+            for s in sessions {
+                self.head_waits_for.remove(&s);
+                self.wake.push(s);
+            }
+        }
+    }
+
+    /// Wakes session `s` whatever its head waited for (its head changed, or what the head needs did).
+    pub(super) fn rewake(&mut self, s: SessionId) {
+        if let Some(w) = self.head_waits_for.remove(&s) {
+            self.stop_waiting(s, w);
+        }
+        self.wake.push(s);
+    }
+
     /// Takes the head of session `s` off its queue.
     fn pop_head(&mut self, s: SessionId) -> Option<Transaction> {
         let t = self.waiting.get_mut(&s).and_then(|q| q.pop_front())?;
-        self.head_waits_for.remove(&s);
+        if let Some(w) = self.head_waits_for.remove(&s) {
+            self.stop_waiting(s, w);
+        }
         self.waiting_count -= 1;
         Some(t)
     }
 
-    /// Admits waiting transactions whose writers are known, session by session, until none is left that
-    /// can go (all of them when `force`, or when too many wait).
+    /// After admitting a head of session `s`: forgets an emptied queue, and ends the session if it ended
+    /// while transactions of it waited ([`OnlineVerifier::session_ended`]).
+    fn settle(&mut self, s: SessionId) {
+        if self.waiting.get(&s).is_some_and(VecDeque::is_empty) {
+            self.waiting.remove(&s);
+            if self.ending.remove(&s) {
+                self.epochs.end(s);
+            }
+        }
+    }
+
+    /// Admits waiting transactions whose writers are known, until none is left that can go (all of them
+    /// when `force`, or when too many wait). Only woken sessions are looked at (`wake`), so a push
+    /// costs what it admits, not what waits.
     pub(super) fn admit_ready(&mut self, force: bool) -> Result<(), RoundsError> {
+        if force {
+            self.wake.extend(self.waiting.keys().copied());
+        }
         loop {
-            let mut progress = false;
-            let sessions: Vec<SessionId> = self.waiting.keys().copied().collect();
-            for s in sessions {
+            while let Some(s) = self.wake.pop() {
                 while let Some(reads) = self.ready_head(s, force) {
                     let Some(t) = self.pop_head(s) else { break };
                     self.admit(t, reads)?;
-                    progress = true;
+                    self.settle(s);
                     if self.stopped {
                         return Ok(());
                     }
                 }
             }
-            if !progress && self.waiting_count > self.options.max_waiting {
-                // Admit the head that has waited longest (lowest transaction id) to make room.
-                let oldest = self
-                    .waiting
-                    .iter()
-                    .filter_map(|(s, q)| q.front().map(|t| (t.id, *s)))
-                    .min()
-                    .map(|(_, s)| s);
-                if let Some(t) = oldest.and_then(|s| self.pop_head(s)) {
-                    let reads = self.known_reads(&t, false).unwrap_or_default();
-                    self.admit(t, reads)?;
-                    progress = true;
-                }
-            }
-            if !progress {
-                break;
+            if self.waiting_count <= self.options.max_waiting || !self.admit_oldest()? || self.stopped {
+                return Ok(());
             }
         }
-        self.waiting.retain(|_, q| !q.is_empty());
-        let done: Vec<SessionId> =
-            self.ending.iter().copied().filter(|s| !self.waiting.contains_key(s)).collect();
-        for s in done {
-            self.ending.remove(&s);
-            self.epochs.end(s);
-        }
-        Ok(())
+    }
+
+    /// Admits the head that has waited longest (lowest transaction id), whatever it waits for, to make
+    /// room when too many wait. Returns whether there was one.
+    fn admit_oldest(&mut self) -> Result<bool, RoundsError> {
+        let oldest = self.waiting.iter().filter_map(|(s, q)| q.front().map(|t| (t.id, *s))).min();
+        let Some(t) = oldest.and_then(|(_, s)| self.pop_head(s)) else { return Ok(false) };
+        let s = t.session;
+        let reads = self.known_reads(&t, false).unwrap_or_default();
+        self.admit(t, reads)?;
+        self.settle(s);
+        // Its next head has not been looked at.
+        self.wake.push(s);
+        Ok(true)
     }
 
     /// Admits one transaction: checks its reads against tombstones and base versions, rewrites reads of
@@ -228,6 +270,9 @@ impl OnlineVerifier {
                     // Known as live from here on, whatever happens to the transaction below; what the id
                     // was before tells a second writer of it.
                     let before = self.known.insert_live(*write);
+                    if before.is_none() {
+                        self.now_known(*write);
+                    }
                     if t.outcome != Outcome::Indeterminate
                         && let Some(k) = before
                     {

@@ -76,13 +76,6 @@ impl KnownVersions {
         }
     }
 
-    /// Records what `write` is unless it is known already.
-    pub(super) fn insert_if_unknown(&mut self, write: WriteId, known: Known) {
-        if !self.contains(write) {
-            self.insert(write, known);
-        }
-    }
-
     /// Forgets a version that is not a tombstone (a retired link's write).
     pub(super) fn remove(&mut self, write: WriteId) {
         self.current.remove(&write);
