@@ -147,13 +147,17 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
     // an id (an `xmin` cannot tell them apart); that is one version, not a duplicate. The map holds each
     // id's index in `sites`, so the passes below that already know a write's site reach it without hashing
     // its id again.
-    let mut site_of: FastMap<WriteId, u32> = FastMap::default();
-    let mut sites: Vec<WriteSite> = Vec::new();
+    // Sized for every write at once: online, a round's history holds about a hundred thousand writes
+    // (TPC-C), and growing to that by doubling rehashed and copied each table many times.
+    let n_writes: usize =
+        txns.iter().map(|t| t.ops.iter().filter(|op| matches!(op, Op::Write { .. })).count()).sum();
+    let mut site_of: FastMap<WriteId, u32> = FastMap::with_capacity_and_hasher(n_writes, Default::default());
+    let mut sites: Vec<WriteSite> = Vec::with_capacity(n_writes);
     let mut duplicates: Vec<(WriteId, usize, usize, usize, usize)> = Vec::new();
     // Every visible write, in history order (transaction, then op), with its site (`None` when another
     // transaction wrote the id first): the versions below, without finding each transaction's last writes
     // a second time.
-    let mut visible_writes: Vec<(usize, usize, Option<u32>)> = Vec::new();
+    let mut visible_writes: Vec<(usize, usize, Option<u32>)> = Vec::with_capacity(n_writes);
     // One map for every transaction's last writes, cleared between them: online, this runs every round
     // over the whole residual history, and a map per transaction was a fifth of normalisation's time.
     let mut last_write: FastMap<Key, usize> = FastMap::default();
@@ -261,28 +265,38 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
 
     // Versions: the last write of each key by each included transaction (whatever its id, so that a
     // duplicated id never hides a write), then initial versions as reads find them.
-    for (ti, oi, site) in visible_writes {
-        let Some(vertex) = out.vertex_of[ti] else { continue };
-        let Op::Write { key, write, .. } = txns[ti].ops[oi] else { continue };
-        let idx = out.versions.len() as u32;
-        out.versions.push(Version {
-            key,
-            label: Label::Write(write),
-            writer: Some(vertex),
-            readers: Few::new(),
-        });
-        if let Some(s) = site
-            && !ambiguous.contains(&write)
-        {
-            sites[s as usize].version = Some(idx);
+    // A transaction's visible writes are adjacent, so each gets its list made at its size at once.
+    out.versions.reserve(visible_writes.len());
+    for one_txn in visible_writes.chunk_by(|a, b| a.0 == b.0) {
+        let Some(vertex) = out.vertex_of[one_txn[0].0] else { continue };
+        let mut writes = Vec::with_capacity(one_txn.len());
+        for &(ti, oi, site) in one_txn {
+            let Op::Write { key, write, .. } = txns[ti].ops[oi] else { continue };
+            let idx = out.versions.len() as u32;
+            out.versions.push(Version {
+                key,
+                label: Label::Write(write),
+                writer: Some(vertex),
+                readers: Few::new(),
+            });
+            if let Some(s) = site
+                && !ambiguous.contains(&write)
+            {
+                sites[s as usize].version = Some(idx);
+            }
+            writes.push((key, idx));
         }
-        out.txns[vertex as usize].writes.push((key, idx));
+        out.txns[vertex as usize].writes = writes;
     }
     let gap_start = h.gaps.iter().map(|g| g.after_txns).min();
     let mut initial_of: FastMap<(Key, Observed), u32> = FastMap::default();
     // Per key, in the transaction at hand: the own write seen so far, and the first external read.
     let mut own: FastMap<Key, (WriteId, usize)> = FastMap::default();
     let mut external: FastMap<Key, (Observed, usize)> = FastMap::default();
+    // A transaction's reads are gathered here and then copied out at their size: grown in place from
+    // empty, each took several reallocations (TPC-C's transactions read about thirty keys).
+    let mut reads: Vec<(Key, u32)> = Vec::new();
+    let mut ordered: Vec<(usize, Key, u32)> = Vec::new();
     for vertex in 0..out.txns.len() {
         let ti = out.txns[vertex].hist;
         let t = &txns[ti];
@@ -290,8 +304,8 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
         let after_gap = gap_start.is_some_and(|g| ti as u64 >= g);
         own.clear();
         external.clear();
-        let mut reads = Vec::new();
-        let mut ordered = Vec::new();
+        reads.clear();
+        ordered.clear();
         for (oi, op) in t.ops.iter().enumerate() {
             match *op {
                 Op::Write { key, write, .. } => {
@@ -511,8 +525,8 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
                 readers.push(vertex as u32);
             }
         }
-        out.txns[vertex].reads = reads;
-        out.txns[vertex].ordered_reads = ordered;
+        out.txns[vertex].reads = reads.clone();
+        out.txns[vertex].ordered_reads = ordered.clone();
     }
 
     // Initial versions all precede every recorded write, so two different initial versions of one key
