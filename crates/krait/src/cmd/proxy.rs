@@ -48,7 +48,7 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async {
         eprintln!(
-            "krait proxy: clients connect to {}, database at {}, history log in {} ({:?} durability)",
+            "krait proxy: clients connect to {}, database at {}, history log in {} (durability {})",
             config.listen.address,
             config.upstream.address,
             config.log.path.display(),
