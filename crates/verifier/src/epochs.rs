@@ -60,6 +60,9 @@ pub(crate) struct Epochs {
     txn_epoch: HashMap<TxnId, u64>,
     /// Why epochs cannot be trusted any more, if they cannot (garbage collection then stops).
     broken: Option<String>,
+    /// Fences admitted without an outcome, by the version they wrote, until a later fence reads it (see
+    /// [`Epochs::note_unresolved_fence`]).
+    unresolved: HashMap<WriteId, (TxnId, SessionId)>,
 }
 
 /// A fence's read of the fence key, and its write if it is a read-modify-write; `None` unless it reads one
@@ -101,6 +104,9 @@ impl Epochs {
 
     /// Records an admitted transaction (in session order).
     pub(crate) fn admit(&mut self, t: &Transaction) {
+        if t.fence && t.outcome == Outcome::Indeterminate {
+            self.note_unresolved_fence(t);
+        }
         let fence = if t.fence && t.outcome == Outcome::Committed { Some(t) } else { None };
         let Some(f) = fence else {
             self.sessions.entry(t.session).or_default().open.push(t.id);
@@ -117,7 +123,10 @@ impl Epochs {
         // The version read has the epoch of the fence that wrote it (0: the initial version).
         let read_epoch = match observed {
             Observed::Version(w) => match self.fence_epoch.get(&w) {
-                Some(&e) => e,
+                Some(&e) => {
+                    self.resolve_fence(w);
+                    e
+                }
                 None => {
                     self.break_with(format!("fence {} read a version of the fence key no fence wrote", f.id));
                     self.max_epoch
@@ -153,6 +162,46 @@ impl Epochs {
         if let Some(w) = wrote {
             self.fence_epoch.insert(w, epoch);
         }
+        self.max_epoch = self.max_epoch.max(epoch);
+    }
+
+    /// A fence whose outcome is unknown: a recorder that crashed as the fence committed logged its intent
+    /// and no outcome (Krait's proxy records a fence only once it has ended, so its fences have one; other
+    /// recorders' need not). Its write gets the epoch it would have (one past the version it read), so
+    /// that the next fence, which reads it if it did commit (a read of it proves it did), continues the
+    /// chain instead of breaking epochs ([`Epochs::resolve_fence`]). Until then nothing else counts it: it and
+    /// its session's transactions since the last fence stay open (never old), which claims less, never
+    /// more. A fence that did not commit is never read, and its entry never looked at.
+    fn note_unresolved_fence(&mut self, f: &Transaction) {
+        let Some((key, observed, Some(wrote))) = fence_ops(f) else { return };
+        if self.fence_key.is_some_and(|k| k != key) {
+            return;
+        }
+        let read_epoch = match observed {
+            Observed::Version(w) => self.fence_epoch.get(&w).copied(),
+            Observed::Absent | Observed::PreHistory(_) if self.max_epoch == 0 => Some(0),
+            _ => None,
+        };
+        if let Some(e) = read_epoch {
+            self.fence_epoch.insert(wrote, e + 1);
+            self.unresolved.insert(wrote, (f.id, f.session));
+        }
+    }
+
+    /// A fence read `w`, the version of a fence admitted without an outcome: that fence committed, and
+    /// gets what its admission would have given it had its outcome been known. It takes its epoch, its
+    /// session's transactions before it take the one before, and its session has reached it.
+    fn resolve_fence(&mut self, w: WriteId) {
+        let Some((id, session)) = self.unresolved.remove(&w) else { return };
+        let Some(&epoch) = self.fence_epoch.get(&w) else { return };
+        let Some(s) = self.sessions.get_mut(&session) else { return };
+        let Some(at) = s.open.iter().position(|&t| t == id) else { return };
+        for before in s.open.drain(..at) {
+            self.txn_epoch.insert(before, epoch.saturating_sub(1));
+        }
+        s.open.remove(0);
+        self.txn_epoch.insert(id, epoch);
+        s.last_fence = Some(s.last_fence.map_or(epoch, |last| last.max(epoch)));
         self.max_epoch = self.max_epoch.max(epoch);
     }
 

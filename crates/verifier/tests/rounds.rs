@@ -542,3 +542,34 @@ fn past_max_waiting_the_oldest_head_goes_and_its_session_follows() {
     v.push(h.transactions[2].clone()).unwrap();
     assert_eq!(v.waiting_transactions(), 0);
 }
+
+/// A recorder that crashed as its last fence committed leaves that fence without an outcome. The next run
+/// fences the same row and reads that fence's version, which proves it committed: the chain goes on, and
+/// garbage collection with it (epochs broke there before, and collection stopped for good).
+#[test]
+fn a_fence_left_without_an_outcome_by_a_crash_continues_the_chain() {
+    let b = HistoryBuilder::new().txn(1, |t| t.write("x", 1)).txn(1, |t| t.read("x", 1).write("x", 2));
+    let b = fences(b, 6);
+    let b = b.indeterminate(1, |t| t.read("F", 1005).write("F", 1006)).fence();
+    let mut b = b.txn(3, |t| t.read("F", 1006).write("F", 1007)).fence();
+    // The next run: a counter incremented between fences of its two sessions.
+    for i in 0..12 {
+        b = b.txn(3 + i % 2, |t| {
+            if i == 0 { t.read_init("y") } else { t.read("y", 100 + i - 1) }.write("y", 100 + i)
+        });
+        b = common::fence(b, 3 + (i + 1) % 2, 1007 + i, 1008 + i);
+    }
+    let h = b.txn(3, |t| t.read("x", 2)).build();
+    assert!(verify(&h, &Options::default()).unwrap().is_accept());
+    let out = verify_in_rounds(&h, &RoundOptions::offline(2)).unwrap();
+    assert_eq!(out.gc_disabled, None, "epochs must go on through the unresolved fence");
+    assert_eq!(out.verdict, Verdict::Accept);
+    // The unresolved fence reaches every later transaction: open, it would keep them all.
+    assert!(out.live_at_end < 10, "the next run's transactions are collected too: {} live", out.live_at_end);
+    // The same history with the next run reading a version no fence wrote still stops collection.
+    let mut b = fences(HistoryBuilder::new().txn(1, |t| t.write("x", 1)), 6);
+    b = b.txn(3, |t| t.read("F", 1006).write("F", 1007)).fence();
+    let h = b.txn(1, |t| t.write("F", 1006)).build();
+    let out = verify_in_rounds(&h, &RoundOptions::offline(2)).unwrap();
+    assert!(out.gc_disabled.is_some());
+}
