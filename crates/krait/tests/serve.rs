@@ -261,6 +261,62 @@ fn a_restarted_serve_resumes_its_verifier_from_the_checkpoint() {
     assert!(!second.iter().any(|l| l.contains("REJECT")), "{}", second.join("\n"));
 }
 
+/// Every run of the proxy on one log fences the same row of `krait_fence`, so that the fence chain, and
+/// with it the verifier's epochs, goes on across a restart. A run that fenced a new row started a second
+/// chain that nothing orders after the first: epochs broke, and garbage collection stopped for good, at
+/// every restart.
+#[test]
+fn a_restarted_serve_fences_the_same_row_and_collection_goes_on() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let port = free_port();
+    let fence = "[fence]\nevery = 2\nmin_interval_ms = 0\n";
+    let config = write_serve_config(dir.path(), port, None, fence);
+    let data = dir.path().join("data");
+    let table = format!("krait_fence_row_{}", std::process::id());
+    // One query per transaction, so that fences can run between them; an odd count, so that no fence is
+    // due as psql leaves (one that runs before its Terminate can lose its record if the session is torn
+    // down first: then the next run reads a version no one recorded, and collection stops).
+    let updates = |port: u16| {
+        let mut psql = Command::new("psql");
+        psql.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "test", "-X", "-q"]);
+        for _ in 0..13 {
+            psql.args(["-c", &format!("BEGIN; UPDATE {table} SET v = v + 1 WHERE k = 1; COMMIT;")]);
+        }
+        let out = psql.output().expect("runs psql");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let mut outputs = Vec::new();
+    for run in 0..2 {
+        let mut serve = Serve::start_with(&config, &data, port, &["--level", "serializable"]);
+        serve.wait_for("the verifier to start", |line| line.contains("krait serve: the verifier"));
+        if run == 0 {
+            psql(
+                port,
+                &format!("DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int primary key, v int);"),
+            );
+            psql(port, &format!("BEGIN; INSERT INTO {table} VALUES (1, 0); COMMIT;"));
+        }
+        updates(port);
+        if run == 1 {
+            psql(port, &format!("DROP TABLE {table};"));
+        }
+        outputs.extend(serve.stop());
+    }
+    let all = outputs.join("\n");
+    assert!(!all.contains("garbage collection stopped"), "{all}");
+    let out = common::krait(&["verify", "--rounds", "4", &dir.path().join("log").display().to_string()]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("ACCEPT"), "{text}");
+    assert!(!text.contains("garbage collection was off"), "both runs fence one chain:\n{text}");
+    let deleted: u64 = text
+        .split("garbage collection deleted ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next()?.trim().parse().ok())
+        .expect("a summary line with the transactions collected");
+    assert!(deleted > 0, "{text}");
+}
+
 /// Epochs advance only as far as every open session has fenced (Cobra §4.2), so a connection left idle
 /// used to stop garbage collection for as long as it stayed open: one idle psql beside a busy chengRW load
 /// kept all 23,781 of its transactions live. It now fences on its own once the busy connections' fences

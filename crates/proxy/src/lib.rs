@@ -228,6 +228,19 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
     let tagging = match config.tagging.strategy {
         interpret::StrategyName::Xmin => {
             let mut shared = interpret::shared::TaggingShared::new();
+            // Every run on this log fences the same row, so that the fence chain goes on across restarts.
+            let (row_log, fresh) = (log.clone(), shared.fence_row);
+            let row =
+                tokio::task::spawn_blocking(move || interpret::fence::fence_row_of(row_log.as_ref(), fresh))
+                    .await;
+            match row {
+                Ok(Ok(row)) => shared.fence_row = row,
+                Ok(Err(e)) => warn!(
+                    "cannot keep the fence row in the log ({e}): this run fences row {fresh}, and the next run \
+                     another, so the verifier's garbage collection stops at each restart"
+                ),
+                Err(e) => warn!("cannot read the fence row from the log: {e}"),
+            }
             if config.record.values {
                 let values =
                     interpret::values::ValueRecording::new(config.record.row_bytes, &config.record.redact);

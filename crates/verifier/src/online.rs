@@ -120,6 +120,10 @@ pub struct Status {
     /// tombstones of collected ones, which stay for ever (a later read of one is a stale read).
     #[serde(default)]
     pub known_versions: u64,
+    /// Why garbage collection stopped for good, if it did (epochs could not be trusted any more: a fence
+    /// chain broke). The verifier then keeps every transaction.
+    #[serde(skip)]
+    pub gc_stopped: Option<String>,
     /// Why the verifier stopped, if it failed.
     #[serde(skip)]
     pub error: Option<String>,
@@ -365,6 +369,7 @@ impl Feeder {
         self.status.lag = self.pushed_at.front().map_or(Duration::ZERO, |&(_, at)| at.elapsed());
         self.status.live = self.verifier.live_transactions() as u64;
         self.status.known_versions = self.verifier.known_versions() as u64;
+        self.status.gc_stopped = self.verifier.gc_disabled().map(str::to_owned);
         let unread = self.status.log_records.saturating_sub(self.status.records_read);
         self.status.lag_txns = self.status.txns_read.saturating_sub(self.status.verified) + unread;
     }

@@ -266,7 +266,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tokio::pin!(stop);
         // A failed log ends the proxy as a signal does, but the exit says so (see `proxy::run`).
         let mut log_failure = None;
-        let (mut announced, mut checkpoint_error) = (false, None);
+        let (mut announced, mut checkpoint_error, mut warned_gc) = (false, None, false);
         loop {
             tokio::select! {
                 _ = &mut stop => break,
@@ -281,6 +281,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                     if !announced && let Some(started) = &s.started {
                         eprintln!("krait serve: the verifier {}", started.line());
                         announced = true;
+                    }
+                    if !warned_gc && level.collects_garbage() && let Some(why) = &s.gc_stopped {
+                        warned_gc = true;
+                        proxy::metrics::VerifierMetrics::set(&handle.metrics().verifier.collects_garbage, 0);
+                        eprintln!(
+                            "krait serve: garbage collection stopped ({why}); the verifier now keeps every \
+                             transaction, so its memory grows with the history"
+                        );
                     }
                     if s.checkpoint_error != checkpoint_error {
                         if let Some(e) = &s.checkpoint_error {

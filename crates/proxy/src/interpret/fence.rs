@@ -6,9 +6,12 @@
 //! fences of this proxy form one read-modify-write chain; session order then places every client transaction between two
 //! fences, which gives the verifier its epochs.
 //!
-//! Each proxy fences its own row of `krait_fence` (a random id chosen at start): a proxy's version book
-//! knows only its own fences, so two proxies sharing one row would see each other's fence versions as
-//! pre-history.
+//! Each proxy fences its own row of `krait_fence`: a proxy's version book knows only its own fences, so two
+//! proxies sharing one row would see each other's fence versions as pre-history. The row is chosen at
+//! random when a log is new and stored in the log ([`fence_row_of`]): every run of the proxy on that log
+//! fences the same row, so that a restarted proxy's first fence reads the last one before the restart and
+//! the chain, and with it the verifier's epochs, goes on. A new row per run made a second chain that nothing
+//! orders after the first: epochs broke at every restart, and garbage collection stopped for good.
 //!
 //! The fence runs at READ COMMITTED with `SELECT ... FOR UPDATE`: the lock makes the read return the
 //! latest committed version (the one the UPDATE then replaces), whatever the session's default isolation,
@@ -18,12 +21,44 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use history::Observed;
-use history::log::LoggedOp;
+use history::log::{HistoryLog, LogError, LoggedOp, RecordError, decode_framed, encode_framed};
+use tracing::warn;
 
 use super::versions::{VersionBook, key_name, version_id};
 
 /// The fence table's name (also its key namespace).
 pub const FENCE_TABLE: &str = "krait_fence";
+
+/// The name the log's fence row is stored under ([`HistoryLog::store_checkpoint`]).
+pub const FENCE_ROW_CHECKPOINT: &str = "fence-row";
+
+/// Why the log's fence row could not be read or stored.
+#[derive(Debug, thiserror::Error)]
+pub enum FenceRowError {
+    /// The log could not read or store it.
+    #[error("the log: {0}")]
+    Log(#[from] LogError),
+    /// It could not be encoded.
+    #[error("encoding it: {0}")]
+    Encode(#[from] RecordError),
+}
+
+/// The fence row of `log`: the one an earlier run of the proxy stored in it, or else `fresh`, stored
+/// there for the next run (see the module documentation). A stored row that does not decode is replaced
+/// by `fresh`, with a warning: the chain starts over once, rather than at every restart.
+pub fn fence_row_of(log: &dyn HistoryLog, fresh: i32) -> Result<i32, FenceRowError> {
+    if let Some(bytes) = log.checkpoint(FENCE_ROW_CHECKPOINT)? {
+        match decode_framed::<i32>(&bytes) {
+            Ok(row) => return Ok(row),
+            Err(e) => warn!(
+                "the fence row stored in the log does not decode ({e}): fencing a new row {fresh}, so the \
+                 verifier's garbage collection stops where this run starts"
+            ),
+        }
+    }
+    log.store_checkpoint(FENCE_ROW_CHECKPOINT, &encode_framed(&fresh)?)?;
+    Ok(fresh)
+}
 
 /// Creates the fence table and this proxy's row if missing. Safe to run from several sessions: a lost race
 /// on CREATE fails harmlessly and the next fence retries.
@@ -49,7 +84,7 @@ pub const FENCE_SCHEMA_QUERY: &str =
 pub fn fence_sql(row: i32, table: &str) -> String {
     format!(
         "BEGIN ISOLATION LEVEL READ COMMITTED; \
-         SELECT xmin::text, id::text FROM {table} WHERE id = {row} FOR UPDATE; \
+         SELECT xmin::text, id::text, epoch::text FROM {table} WHERE id = {row} FOR UPDATE; \
          UPDATE {table} SET epoch = epoch + 1 WHERE id = {row} RETURNING xmin::text, id::text"
     )
 }
@@ -121,16 +156,25 @@ impl FenceCounter {
 }
 
 /// The ops of a fence: the read of the version it found and the write of the next one. `read` and
-/// `written` are the (xmin, id) values of the two result rows.
-pub fn fence_ops(read: [&[u8]; 2], written: [&[u8]; 2], book: &VersionBook) -> Vec<LoggedOp> {
+/// `written` are the (xmin, id) values of the two result rows; `initial` says that the row read is the
+/// one the setup inserted (its `epoch` column is still 0).
+pub fn fence_ops(read: [&[u8]; 2], written: [&[u8]; 2], initial: bool, book: &VersionBook) -> Vec<LoggedOp> {
     let key = key_name(FENCE_TABLE, &[read[1]]);
     let old = version_id(&key, read[0]);
     let new_key = key_name(FENCE_TABLE, &[written[1]]);
     let new = version_id(&new_key, written[0]);
     book.insert(new);
-    // A version of this proxy's fence row that no fence wrote is the one the setup inserted: the row's
-    // initial version, before every fence, whatever the recording horizon says of its writer.
-    let observed = if book.contains(old) { Observed::Version(old) } else { Observed::PreHistory(old.0) };
+    // A version of this proxy's fence row that the book does not know is the one the setup inserted (the
+    // row's initial version, before every fence, whatever the recording horizon says of its writer), or
+    // one a fence of an earlier run wrote and never recorded: the run ended (a crash, a client gone) after
+    // the database committed the fence and before its record was appended. Such a version has no owner,
+    // which is never evidence (DESIGN.md §3): taken for the initial version, the next run's first fence
+    // would read a second initial version of the row, a stale read the database never did.
+    let observed = match (book.contains(old), initial) {
+        (true, _) => Observed::Version(old),
+        (false, true) => Observed::PreHistory(old.0),
+        (false, false) => Observed::Unrecorded(old.0),
+    };
     vec![
         LoggedOp::Read { key, observed, stmt: Some(1) },
         LoggedOp::Write { key: new_key, write: new, stmt: Some(2) },
@@ -148,12 +192,18 @@ pub fn fence_statements(row: i32, table: &str) -> Vec<String> {
 /// nothing, so there is nothing to discover). PostgreSQL 13 and later.
 pub const XID_QUERY: &str = "SELECT pg_current_xact_id_if_assigned()::text";
 
-/// Reads the two (xmin, id) rows of a fence's replies from their DataRow values.
+/// Reads the (xmin, id) of a fence's two rows from their DataRow values (the row read has its epoch after
+/// them).
 pub fn fence_row(values: &[Option<Bytes>]) -> Option<[Bytes; 2]> {
     match values {
-        [Some(a), Some(b)] => Some([a.clone(), b.clone()]),
+        [Some(a), Some(b), ..] => Some([a.clone(), b.clone()]),
         _ => None,
     }
+}
+
+/// Whether the row a fence read is the one the setup inserted: its epoch (the third value) is 0.
+fn setup_row(values: &[Option<Bytes>]) -> bool {
+    matches!(values.get(2), Some(Some(epoch)) if epoch.as_ref() == b"0")
 }
 
 /// A query the proxy runs on a client's connection between two client transactions (or, for the
@@ -353,7 +403,10 @@ impl InjectedReplies {
                 let committed = self.committed && !self.error;
                 let pair = |r: &Vec<Option<Bytes>>| fence_row(r);
                 let ops = match (self.rows.first().and_then(pair), self.rows.get(1).and_then(pair)) {
-                    (Some(r), Some(w)) => fence_ops([&r[0], &r[1]], [&w[0], &w[1]], &shared.book),
+                    (Some(r), Some(w)) => {
+                        let initial = self.rows.first().is_some_and(|r| setup_row(r));
+                        fence_ops([&r[0], &r[1]], [&w[0], &w[1]], initial, &shared.book)
+                    }
                     _ => Vec::new(),
                 };
                 if let Some(schema) = self.fence_schema {
@@ -431,13 +484,26 @@ mod tests {
     #[test]
     fn fences_chain_through_the_book() {
         let book = VersionBook::new();
-        let first = fence_ops([b"5", b"0"], [b"9", b"0"], &book);
+        let first = fence_ops([b"5", b"0"], [b"9", b"0"], true, &book);
         assert!(matches!(first[0], LoggedOp::Read { observed: Observed::PreHistory(_), .. }));
-        let second = fence_ops([b"9", b"0"], [b"12", b"0"], &book);
+        let second = fence_ops([b"9", b"0"], [b"12", b"0"], false, &book);
         let (LoggedOp::Write { write, .. }, LoggedOp::Read { observed, .. }) = (&first[1], &second[0]) else {
             panic!("shape")
         };
         assert_eq!(*observed, Observed::Version(*write));
+        // A later version the book does not know: written by a fence whose record was lost.
+        let lost = fence_ops([b"15", b"0"], [b"17", b"0"], false, &book);
+        assert!(matches!(lost[0], LoggedOp::Read { observed: Observed::Unrecorded(_), .. }), "{lost:?}");
+        assert!(setup_row(&[
+            Some(Bytes::from_static(b"5")),
+            Some(Bytes::from_static(b"0")),
+            Some(Bytes::from_static(b"0"))
+        ]));
+        assert!(!setup_row(&[
+            Some(Bytes::from_static(b"5")),
+            Some(Bytes::from_static(b"0")),
+            Some(Bytes::from_static(b"3"))
+        ]));
         assert_eq!(fence_statements(7, FENCE_TABLE).len(), 4);
         assert!(fence_statements(7, "app.krait_fence")[1].contains("FROM app.krait_fence WHERE id = 7"));
     }

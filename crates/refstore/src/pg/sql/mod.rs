@@ -30,7 +30,7 @@
 //!
 //! With those, the shapes above cover the proxy's tagging rewrite (`..., kv.xmin::TEXT AS krait_v0,
 //! kv.k::TEXT AS krait_v1`, and the replaced-version subquery of an UPDATE that reads its row) and its fence
-//! transaction (`SELECT xmin::text, id::text FROM krait_fence WHERE id = n FOR UPDATE`, `UPDATE krait_fence
+//! transaction (`SELECT xmin::text, id::text, epoch::text FROM krait_fence WHERE id = n FOR UPDATE`, `UPDATE krait_fence
 //! SET epoch = epoch + 1 ... RETURNING xmin::text, id::text`, `INSERT ... ON CONFLICT (id) DO NOTHING`).
 //!
 //! `xmin` is the number of the transaction that wrote the row's version (PostgreSQL's xmin; here a 64-bit
@@ -368,10 +368,14 @@ mod tests {
             }
         );
         assert_eq!(
-            one("SELECT xmin::text, id::text FROM krait_fence WHERE id = 7 FOR UPDATE"),
+            one("SELECT xmin::text, id::text, epoch::text FROM krait_fence WHERE id = 7 FOR UPDATE"),
             Statement::Select {
                 table: Table::Fence,
-                cols: vec![item(Column::Xmin, ColType::Text, "xmin"), item(Column::K, ColType::Text, "id")],
+                cols: vec![
+                    item(Column::Xmin, ColType::Text, "xmin"),
+                    item(Column::K, ColType::Text, "id"),
+                    item(Column::V, ColType::Text, "epoch")
+                ],
                 key: Scalar::Lit(7)
             }
         );
