@@ -273,13 +273,14 @@ fn a_restarted_serve_fences_the_same_row_and_collection_goes_on() {
     let config = write_serve_config(dir.path(), port, None, fence);
     let data = dir.path().join("data");
     let table = format!("krait_fence_row_{}", std::process::id());
-    // One query per transaction, so that fences can run between them; an odd count, so that no fence is
-    // due as psql leaves (one that runs before its Terminate can lose its record if the session is torn
-    // down first: then the next run reads a version no one recorded, and collection stops).
+    // One query per transaction, so that fences can run between them; an even count, so that a fence is
+    // due as psql leaves. It runs before psql's Terminate, often as the proxy stops: a session cut off
+    // between the fence's COMMIT and its record left a version no one recorded, which the next run's
+    // first fence read, and collection stopped (6 runs in 14, before sessions let their fence finish).
     let updates = |port: u16| {
         let mut psql = Command::new("psql");
         psql.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "test", "-X", "-q"]);
-        for _ in 0..13 {
+        for _ in 0..12 {
             psql.args(["-c", &format!("BEGIN; UPDATE {table} SET v = v + 1 WHERE k = 1; COMMIT;")]);
         }
         let out = psql.output().expect("runs psql");
