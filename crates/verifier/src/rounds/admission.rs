@@ -72,17 +72,17 @@ impl OnlineVerifier {
         match self.known_reads(t, !force) {
             Ok(reads) => Some(reads),
             Err(w) => {
-                if let Some(before) = self.head_waits_for.insert(s, w) {
-                    self.stop_waiting(s, before);
-                }
+                self.forget_wait(s);
+                self.head_waits_for.insert(s, w);
                 self.waiters.entry(w).or_default().push(s);
                 None
             }
         }
     }
 
-    /// Takes session `s` off the list of those waiting for version `w`.
-    fn stop_waiting(&mut self, s: SessionId, w: WriteId) {
+    /// Forgets what the head of session `s` was found waiting for, in both directions.
+    fn forget_wait(&mut self, s: SessionId) {
+        let Some(w) = self.head_waits_for.remove(&s) else { return };
         if let Some(sessions) = self.waiters.get_mut(&w) {
             sessions.retain(|waiter| *waiter != s);
             if sessions.is_empty() {
@@ -107,18 +107,14 @@ impl OnlineVerifier {
 
     /// Wakes session `s` whatever its head waited for (its head changed, or what the head needs did).
     pub(super) fn rewake(&mut self, s: SessionId) {
-        if let Some(w) = self.head_waits_for.remove(&s) {
-            self.stop_waiting(s, w);
-        }
+        self.forget_wait(s);
         self.wake.push(s);
     }
 
     /// Takes the head of session `s` off its queue.
     fn pop_head(&mut self, s: SessionId) -> Option<Transaction> {
         let t = self.waiting.get_mut(&s).and_then(|q| q.pop_front())?;
-        if let Some(w) = self.head_waits_for.remove(&s) {
-            self.stop_waiting(s, w);
-        }
+        self.forget_wait(s);
         self.waiting_count -= 1;
         Some(t)
     }
