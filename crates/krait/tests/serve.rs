@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::serve::{Serve, http_get, psql, recorded_verified};
+use common::serve::{Serve, http_get, psql, psql_each, recorded_verified};
 use common::{free_port, write_serve_config};
 
 #[test]
@@ -277,15 +277,8 @@ fn a_restarted_serve_fences_the_same_row_and_collection_goes_on() {
     // due as psql leaves. It runs before psql's Terminate, often as the proxy stops: a session cut off
     // between the fence's COMMIT and its record left a version no one recorded, which the next run's
     // first fence read, and collection stopped (6 runs in 14, before sessions let their fence finish).
-    let updates = |port: u16| {
-        let mut psql = Command::new("psql");
-        psql.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "test", "-X", "-q"]);
-        for _ in 0..12 {
-            psql.args(["-c", &format!("BEGIN; UPDATE {table} SET v = v + 1 WHERE k = 1; COMMIT;")]);
-        }
-        let out = psql.output().expect("runs psql");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    };
+    let update = format!("BEGIN; UPDATE {table} SET v = v + 1 WHERE k = 1; COMMIT;");
+    let updates = vec![update.as_str(); 12];
     let mut outputs = Vec::new();
     for run in 0..2 {
         let mut serve = Serve::start_with(&config, &data, port, &["--level", "serializable"]);
@@ -297,7 +290,7 @@ fn a_restarted_serve_fences_the_same_row_and_collection_goes_on() {
             );
             psql(port, &format!("BEGIN; INSERT INTO {table} VALUES (1, 0); COMMIT;"));
         }
-        updates(port);
+        psql_each(port, &updates);
         if run == 1 {
             psql(port, &format!("DROP TABLE {table};"));
         }

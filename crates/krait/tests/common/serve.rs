@@ -116,10 +116,18 @@ pub fn http_get(addr: &str, path: &str) -> String {
 
 /// Runs `sql` through the proxy with psql; asserts it succeeded.
 pub fn psql(port: u16, sql: &str) {
-    let out = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "test", "-X", "-q"])
-        .args(["-v", "ON_ERROR_STOP=1", "-c", sql])
-        .output()
-        .expect("runs psql");
+    psql_each(port, &[sql]);
+}
+
+/// Runs each of `queries` through the proxy as a query of its own, in one psql session (so that the proxy
+/// can run a fence between them); asserts they all succeeded.
+pub fn psql_each(port: u16, queries: &[&str]) {
+    let mut psql = Command::new("psql");
+    psql.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "test", "-X", "-q"])
+        .args(["-v", "ON_ERROR_STOP=1"]);
+    for sql in queries {
+        psql.args(["-c", sql]);
+    }
+    let out = psql.output().expect("runs psql");
     assert!(out.status.success(), "psql through krait serve: {}", String::from_utf8_lossy(&out.stderr));
 }
