@@ -417,7 +417,7 @@ fn verify_snapshot_isolation(
     report.options.coalesce = true;
     let declared = options.level == Level::Declared;
     let reader_of = |i: usize| match declared {
-        true => si::Reader::declared(h.transactions[i].isolation),
+        true => si::Reader::of(&h.transactions[i]),
         false => si::Reader::Snapshot,
     };
     let mut norm = normalize::normalize_with(h, &|i| reader_of(i) != si::Reader::ReadCommitted);

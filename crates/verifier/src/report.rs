@@ -742,15 +742,21 @@ pub struct DeclaredLevels {
     /// No level was recorded (a log from before levels were, or a format without them): held to
     /// serializability, the strongest, so that nothing unknown is taken as allowed.
     pub unrecorded: u64,
+    /// Fences, whatever level they asked for: their one read locks its row, so they are held to
+    /// serializability. Not counted in the fields above. Absent (0) in reports from before fences were
+    /// counted apart.
+    #[serde(default)]
+    pub fences: u64,
 }
 
 impl DeclaredLevels {
-    /// Counts the levels of `h`'s transactions.
+    /// Counts the levels of `h`'s transactions, fences apart.
     pub fn count(h: &history::History) -> Self {
         let mut c = DeclaredLevels::default();
         for t in &h.transactions {
             use history::IsolationLevel::*;
             *match t.isolation {
+                _ if t.fence => &mut c.fences,
                 Some(Serializable) => &mut c.serializable,
                 Some(RepeatableRead) => &mut c.repeatable_read,
                 Some(ReadCommitted) => &mut c.read_committed,

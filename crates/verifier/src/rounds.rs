@@ -30,8 +30,11 @@
 //! carries on. `verify --rounds` stops at the first reject instead ([`RoundOptions::stop_at_first_reject`]).
 //!
 //! **Levels.** Every level is checked in rounds, but only serializability and strict serializability
-//! collect garbage ([`crate::Level::collects_garbage`]): at the others every transaction stays, and memory and
-//! each round's time grow with the history.
+//! collect garbage ([`crate::Level::collects_garbage`]), and `declared` while every transaction admitted so
+//! far is held to serializability (it is then the same check; fences are held to it whatever their `BEGIN`
+//! said). The first transaction that asked for less stops collection for good, and its reads of collected
+//! versions are unverifiable (admission). At the other levels every transaction stays, and memory and each
+//! round's time grow with the history.
 //!
 //! **Memory.** On `cobra/scaling/twitter-100000` in rounds of 5,000, collection holds 1,000–3,000
 //! transactions after each round (at most about 3% of the history, with no trend over the 20 rounds); each
@@ -265,6 +268,9 @@ pub struct OnlineVerifier {
     last_rate: Option<f64>,
     growth: f64,
     stopped: bool,
+    /// Under `declared`, why garbage collection stopped for good: the first transaction admitted that is
+    /// held to a level weaker than serializability (see [`admission`]).
+    below_serializable: Option<String>,
     /// Each linked transaction's synthetic key and write (`gc` rule 6).
     links: HashMap<TxnId, (Key, WriteId)>,
     /// Link keys whose links were retired, for the next links (`links`).
@@ -326,6 +332,7 @@ impl OnlineVerifier {
             last_rate: None,
             growth: 1.25,
             stopped: false,
+            below_serializable: None,
             links: HashMap::new(),
             free_link_keys: Vec::new(),
             link_keys_made: 0,
@@ -579,9 +586,16 @@ impl OnlineVerifier {
         self.epochs.epoch_agree()
     }
 
-    /// Why epochs (and so collection) stopped, if they did.
+    /// Why garbage collection stopped for good, if it did: epochs broke, or, under `declared`, a
+    /// transaction asked for a level weaker than serializable.
     pub fn gc_disabled(&self) -> Option<&str> {
-        self.epochs.broken()
+        self.epochs.broken().or(self.below_serializable.as_deref())
+    }
+
+    /// Whether rounds collect garbage now: at a level that does ([`crate::Level::collects_garbage`]), and
+    /// under `declared` only while every transaction admitted so far is held to serializability.
+    fn collecting(&self) -> bool {
+        self.options.verify.level.collects_garbage() && self.below_serializable.is_none()
     }
 
     fn record_reject(&mut self, mut report: Report) -> Result<(), RoundsError> {
@@ -607,8 +621,11 @@ impl OnlineVerifier {
         let verified = self.work.transactions.len();
         // Garbage collection's argument (gc.rs) is made for serializability's polygraph; what a weaker level
         // (or a mix of levels) lets a later transaction see of a deleted one has not been argued, so at those
-        // levels nothing is deleted and each round verifies everything again, one-shot.
-        let poly = if !self.options.verify.level.collects_garbage() {
+        // levels nothing is deleted and each round verifies everything again, one-shot. Under `declared`,
+        // while every transaction is held to serializability, the two are the same check.
+        let collected_as =
+            Options { level: self.options.verify.level.collected_as(), ..self.options.verify.clone() };
+        let poly = if !self.collecting() {
             loop {
                 let report = verify(&self.work, &self.options.verify)?;
                 if report.is_accept() {
@@ -628,7 +645,7 @@ impl OnlineVerifier {
             }
         } else {
             loop {
-                match pipeline::accepted_polygraph(&self.work, &self.options.verify)? {
+                match pipeline::accepted_polygraph(&self.work, &collected_as)? {
                     Some(p) => break Some(p),
                     None => {
                         let report = verify(&self.work, &self.options.verify)?;
@@ -656,7 +673,7 @@ impl OnlineVerifier {
             && self.options.gc
             && self.epochs.broken().is_none()
         {
-            (deleted, kept, constraints_collected) = self.collect(&p)?;
+            (deleted, kept, constraints_collected) = self.collect(&p, &collected_as)?;
         }
         if deleted > 0 {
             self.forget_collected_statements();
@@ -703,7 +720,11 @@ impl OnlineVerifier {
 
     /// Collects garbage after an accepted round; returns how many transactions it deleted, why it kept the
     /// others, and how many live constraints went with the deleted ones.
-    fn collect(&mut self, p: &Polygraph) -> Result<(usize, KeptReasons, usize), RoundsError> {
+    fn collect(
+        &mut self,
+        p: &Polygraph,
+        options: &Options,
+    ) -> Result<(usize, KeptReasons, usize), RoundsError> {
         let epoch: Vec<Option<u64>> =
             self.work.transactions.iter().map(|t| self.epochs.epoch(t.id)).collect();
         let mut pinned = HashSet::new();
@@ -722,7 +743,7 @@ impl OnlineVerifier {
             &epoch,
             self.epochs.epoch_agree(),
             &pinned,
-            &self.options.verify,
+            options,
             self.options.gc_legacy_rules,
         )?;
         if plan.delete.is_empty() {

@@ -109,6 +109,21 @@ pub(crate) enum Reader {
 }
 
 impl Reader {
+    /// The level `declared` holds `t` to: a fence as serializable, any other transaction as
+    /// [`Reader::declared`] says.
+    ///
+    /// A fence reads its one row with a lock (`SELECT … FOR UPDATE`, `proxy::interpret::fence`), which returns
+    /// the latest committed version whatever level the fence's `BEGIN` names (the proxy's says READ
+    /// COMMITTED, so that two fences queue on the lock instead of failing): its read-modify-write puts its
+    /// version right after the one it read, as a serializable one does. Held to read committed, fences formed
+    /// no chain, and under `declared` no transaction was ever held to serializable alone.
+    pub(crate) fn of(t: &history::Transaction) -> Reader {
+        match t.fence {
+            true => Reader::Serializable,
+            false => Reader::declared(t.isolation),
+        }
+    }
+
     /// The level `declared` holds a transaction to, from the level it asked for. No recorded level is checked
     /// as serializable, the strongest, so that nothing the history cannot show is taken as allowed.
     pub(crate) fn declared(isolation: Option<history::IsolationLevel>) -> Reader {

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use history::log::merge::{Heartbeat, Merger};
 use history::log::{HistoryLog, LogRecord, LoggedOp, LoggedTxn};
 use history::{
-    ClockBounds, CollectorId, DiskLog, Durability, KeyName, Observed, Outcome, SessionId, TxnId, WriteId,
+    ClockBounds, CollectorId, DiskLog, Durability, IsolationLevel, KeyName, Observed, Outcome, SessionId,
+    TxnId, WriteId,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -99,6 +100,13 @@ fn random_log_of(rng: &mut StdRng, path: &Path, collector: u32) -> DiskLog {
             history.push(store.clone());
             continue;
         }
+        if roll < 11 && sessions[at].2.is_none() {
+            // A session's next transactions ask for another level: under `declared`, the first that asks
+            // for less than SERIALIZABLE stops garbage collection for good, which a checkpoint must keep.
+            let level = IsolationLevel::ALL[rng.gen_range(0..IsolationLevel::ALL.len())];
+            let _ = log.append_isolation(sessions[at].0, Some(level)).expect("isolation");
+            continue;
+        }
         let (session, seq, in_flight) = &mut sessions[at];
         if let Some(f) = in_flight.take() {
             let _ = log.append_outcome(f.txn, f.outcome, Some(next_txn)).expect("outcome");
@@ -159,6 +167,7 @@ struct Ended {
     rejects: Vec<String>,
     epoch_agree: u64,
     pending: Vec<TxnId>,
+    gc_stopped: Option<String>,
 }
 
 fn ended(feeder: &mut Feeder) -> Ended {
@@ -184,6 +193,7 @@ fn ended(feeder: &mut Feeder) -> Ended {
         rejects: s.reject_lines,
         epoch_agree: v.epoch_agree(),
         pending,
+        gc_stopped: s.gc_stopped,
     }
 }
 

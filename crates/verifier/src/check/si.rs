@@ -27,11 +27,15 @@ pub(super) enum Held {
 
 /// The level `report` holds transaction `t` to: snapshot isolation for every one at that level; under
 /// `declared`, what it asked for (PostgreSQL runs READ UNCOMMITTED as READ COMMITTED; no recorded level is
-/// held to serializable).
+/// held to serializable), except a fence, whose one read locks its row and so returns the latest version:
+/// serializable whatever its `BEGIN` said.
 pub(super) fn held(report: &Report, t: &history::Transaction) -> Held {
     use history::IsolationLevel as L;
     if report.level != Level::Declared {
         return Held::Snapshot;
+    }
+    if t.fence {
+        return Held::Serializable;
     }
     match t.isolation {
         Some(L::ReadCommitted | L::ReadUncommitted) => Held::ReadCommitted,

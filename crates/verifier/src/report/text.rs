@@ -72,8 +72,14 @@ impl fmt::Display for Report {
                 f,
                 "Declared levels: {} serializable, {} repeatable read (checked as snapshot isolation), {} read \
                  committed (checked as Adya's PL-2), {} read uncommitted (PostgreSQL runs it as read committed; \
-                 checked as such), {} without a recorded level (checked as serializable).",
-                d.serializable, d.repeatable_read, d.read_committed, d.read_uncommitted, d.unrecorded
+                 checked as such), {} without a recorded level (checked as serializable), {} fences (checked \
+                 as serializable: their one read locks its row).",
+                d.serializable,
+                d.repeatable_read,
+                d.read_committed,
+                d.read_uncommitted,
+                d.unrecorded,
+                d.fences
             )?;
         }
         writeln!(f)?;

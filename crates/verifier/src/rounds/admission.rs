@@ -16,7 +16,9 @@ use history::{History, Observed, Op, Outcome, SessionId, Transaction, TxnId, Wri
 use super::{Known, OnlineVerifier, RoundsError};
 use crate::certificate::txn_report;
 use crate::gc::{base_tag, is_initial};
+use crate::options::Level;
 use crate::report::OpRef;
+use crate::si::Reader;
 use crate::{Anomaly, AnomalyClass, FastSet, Report, Verdict, verify};
 
 /// The write ids `t` writes, in a set sized for them at once (growing it by rehashing showed in profiles).
@@ -178,7 +180,22 @@ impl OnlineVerifier {
         // version (a long first transaction of a new connection), so the read is unverifiable, never a
         // reject. A session seen before collection began holds `epoch_agree` at 0 until it fences, so
         // nothing it could read was collected before then.
-        let covered = self.epochs.fenced(t.session);
+        //
+        // Under `declared`, a transaction held to a weaker level than serializability stops collection for
+        // good (garbage collection's argument is serializability's), and its reads of what was collected
+        // before are unverifiable too: read committed may read a superseded version (PL-2 allows it), and
+        // the Guarantee's stale read is argued for serializable readers only.
+        let weaker = self.options.verify.level == Level::Declared && Reader::of(&t) != Reader::Serializable;
+        if weaker && self.below_serializable.is_none() {
+            let asked =
+                t.isolation.map_or_else(|| "no level".to_owned(), |l| l.sql_name().to_ascii_uppercase());
+            self.below_serializable = Some(format!(
+                "{} asked for {asked}, and under declared levels garbage collection is argued only while every \
+                 transaction is held to serializability",
+                t.id
+            ));
+        }
+        let covered = self.epochs.fenced(t.session) && !weaker;
         self.epochs.admit(&t);
         let own = own_writes(&t);
         let judged = t.outcome == Outcome::Committed;

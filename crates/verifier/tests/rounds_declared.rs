@@ -1,0 +1,234 @@
+//! Rounds under `declared` (the level `krait serve` checks by default): garbage collection runs while every
+//! transaction is held to serializability (fences too, whatever level their `BEGIN` names), and stops for
+//! good at the first transaction that asked for a weaker level. Such a transaction's read of a version
+//! collected before then is unverifiable, never a stale read (read committed may read a superseded version).
+//! Against one-shot verification at `declared` on random histories whose sessions change level part-way.
+
+use std::collections::{BTreeMap, HashMap};
+
+use history::{
+    History, HistoryBuilder, IsolationLevel, Key, Observed, Op, Outcome, SessionId, Transaction, TxnId,
+    WriteId,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use verifier::{AnomalyClass, Level, OnlineVerifier, Options, RoundOptions, verify};
+
+mod common;
+
+fn declared() -> Options {
+    Options { level: Level::Declared, ..Options::default() }
+}
+
+fn rounds(size: usize) -> RoundOptions {
+    RoundOptions { verify: declared(), ..RoundOptions::offline(size) }
+}
+
+/// Every transaction of `h` at `level`, and its fences at READ COMMITTED, as the proxy records them.
+fn at(mut h: History, level: IsolationLevel) -> History {
+    for t in &mut h.transactions {
+        t.isolation = Some(if t.fence { IsolationLevel::ReadCommitted } else { level });
+    }
+    h
+}
+
+/// Fences alternating between sessions 1 and 2, `count` of them, with write ids from 1000.
+fn fences(mut b: HistoryBuilder, count: u64) -> HistoryBuilder {
+    for i in 0..count {
+        let prev = if i == 0 { 0 } else { 1000 + i - 1 };
+        b = common::fence(b, 1 + i % 2, prev, 1000 + i);
+    }
+    b
+}
+
+/// What an online verifier made of `h`, pushed in history order with every session declared up front.
+struct Online {
+    rejects: Vec<verifier::Report>,
+    unverifiable: u64,
+    deleted: u64,
+    gc_disabled: Option<String>,
+}
+
+fn online(h: &History, size: usize) -> Online {
+    let mut v = OnlineVerifier::new(h.keys.clone(), h.statements.clone(), rounds(size));
+    let sessions = h.sessions();
+    for &s in sessions.keys() {
+        v.session_started(s);
+    }
+    let last: BTreeMap<SessionId, TxnId> = sessions.iter().map(|(s, t)| (*s, t[t.len() - 1].id)).collect();
+    for t in &h.transactions {
+        v.push(t.clone()).expect("push");
+        if last[&t.session] == t.id {
+            v.session_ended(t.session);
+        }
+    }
+    v.finish().expect("finish");
+    Online {
+        rejects: v.rejects().to_vec(),
+        unverifiable: v.unverifiable_reads(),
+        deleted: v.deleted(),
+        gc_disabled: v.gc_disabled().map(str::to_owned),
+    }
+}
+
+/// T1 writes x=1, T2 read-modify-writes it to x=2, then ten fences; a reader of x=1 at `reader` comes last.
+fn collected_x1_then(reader: IsolationLevel) -> History {
+    let b = HistoryBuilder::new().txn(1, |t| t.write("x", 1)).txn(1, |t| t.read("x", 1).write("x", 2));
+    let mut h =
+        at(fences(b, 10).txn(2, |t| t.read("x", 1).write("y", 99)).build(), IsolationLevel::Serializable);
+    h.transactions.last_mut().expect("the reader").isolation = Some(reader);
+    h
+}
+
+#[test]
+fn declared_collects_while_every_transaction_is_serializable_and_judges_a_stale_read() {
+    let h = collected_x1_then(IsolationLevel::Serializable);
+    assert!(!verify(&h, &declared()).unwrap().is_accept(), "a serializable reader of x=1 cannot go last");
+    let out = online(&h, 2);
+    assert!(out.deleted > 0, "collection runs under declared while every transaction is serializable");
+    assert_eq!(out.gc_disabled, None);
+    let [report] = &out.rejects[..] else { panic!("one reject: {}", out.rejects.len()) };
+    assert_eq!(report.anomalies[0].class, AnomalyClass::StaleRead, "{}", report.render_text());
+    assert_eq!(report.level, Level::Declared);
+}
+
+#[test]
+fn a_read_committed_reader_of_a_collected_version_is_unverifiable_and_collection_stops() {
+    let h = collected_x1_then(IsolationLevel::ReadCommitted);
+    assert!(verify(&h, &declared()).unwrap().is_accept(), "PL-2 lets a reader see a superseded version");
+    let out = online(&h, 2);
+    assert!(out.deleted > 0, "x=1's writer was collected before the read-committed reader came");
+    assert!(out.rejects.is_empty(), "{}", out.rejects[0].render_text());
+    assert_eq!(out.unverifiable, 1);
+    let why = out.gc_disabled.expect("collection stopped");
+    assert!(why.contains("asked for READ COMMITTED"), "{why}");
+}
+
+/// A fence's one read locks its row (`SELECT … FOR UPDATE`), so `declared` holds it to serializability
+/// whatever its `BEGIN` said: two fences that read the same version of the fence row are a lost update, and
+/// a history of serializable transactions with read-committed fences is collected.
+#[test]
+fn fences_are_held_to_serializability_whatever_level_they_asked_for() {
+    let b = HistoryBuilder::new().txn(1, |t| t.read_init("F").write("F", 1)).fence();
+    let h = at(b.txn(2, |t| t.read_init("F").write("F", 2)).fence().build(), IsolationLevel::ReadCommitted);
+    let report = verify(&h, &declared()).unwrap();
+    assert!(!report.is_accept(), "two fences read the initial version of their row");
+    let d = report.declared.as_ref().expect("declared counts");
+    assert_eq!((d.fences, d.read_committed), (2, 0));
+    verifier::check_report(&h, &report).expect("the reject re-checks");
+
+    let mut rng = StdRng::seed_from_u64(7);
+    let h = at(random_history(&mut rng, 30, 0.0, None), IsolationLevel::Serializable);
+    assert!(verify(&h, &declared()).unwrap().is_accept());
+    let out = online(&h, 2);
+    assert!(out.deleted > 0 && out.gc_disabled.is_none(), "{:?}", out.gc_disabled);
+}
+
+/// Random histories, run serially against a store with some stale reads, whose transactions are all
+/// serializable up to `switch` (if any) and of random levels after it, with read-committed fences: rounds
+/// at `declared` must never reject what one-shot verification accepts, and must reject what it rejects
+/// unless a read was counted unverifiable instead.
+#[test]
+fn rounds_at_declared_give_the_one_shot_verdict_or_say_what_they_could_not_check() {
+    let mut rng = StdRng::seed_from_u64(0xdec1_a4ed);
+    let cases = 6_000;
+    let (mut rejects, mut collected_then_switched, mut unverifiable_accepts) = (0, 0, 0);
+    for case in 0..cases {
+        let n = rng.gen_range(15..=50);
+        let switch = rng.gen_bool(0.7).then(|| rng.gen_range(n / 3..n));
+        let stale = [0.0, 0.02, 0.1][rng.gen_range(0..3)];
+        let h = random_history(&mut rng, n, stale, switch);
+        let one_shot = verify(&h, &declared()).expect("one-shot");
+        let size = [1, 2, 3, 5][case % 4];
+        let out = online(&h, size);
+        let context = || format!("case {case} (round size {size}):\n{:#?}", h.transactions);
+        match (one_shot.is_accept(), out.rejects.is_empty()) {
+            (true, false) => panic!("a false reject: {}\n{}", out.rejects[0].render_text(), context()),
+            (false, true) if out.unverifiable == 0 => {
+                panic!("a false accept: {}\n{}", one_shot.render_text(), context())
+            }
+            (false, true) => unverifiable_accepts += 1,
+            _ => {}
+        }
+        rejects += usize::from(!one_shot.is_accept());
+        collected_then_switched += usize::from(out.deleted > 0 && out.gc_disabled.is_some());
+    }
+    println!(
+        "{cases} histories, {rejects} rejected one-shot, {collected_then_switched} collected before a weaker \
+         level stopped collection, {unverifiable_accepts} accepted in rounds with reads left unverified"
+    );
+    assert!(rejects > cases / 10 && rejects < cases * 9 / 10, "both verdicts: {rejects}");
+    assert!(collected_then_switched > cases / 10, "collection then a switch: {collected_then_switched}");
+}
+
+/// A history run serially against a store, up to three sessions, with a fence every few transactions of each
+/// session. With probability `stale` a read returns an older version. Transactions from `switch` on ask for a
+/// random level; before it, and without one, SERIALIZABLE. Fences ask for READ COMMITTED.
+fn random_history(rng: &mut StdRng, n: usize, stale: f64, switch: Option<usize>) -> History {
+    let mut h = History::default();
+    let keys: Vec<Key> = ["a", "b", "c", "d"].iter().map(|k| h.keys.intern_str(k)).collect();
+    let fence_key = h.keys.intern_str("F");
+    let sessions = rng.gen_range(2..=3u64);
+    let every = rng.gen_range(1..=3u64);
+    let mut store: HashMap<Key, Observed> = HashMap::new();
+    let mut states: Vec<HashMap<Key, Observed>> = vec![HashMap::new()];
+    let mut seq: HashMap<u64, u64> = HashMap::new();
+    let mut since_fence: HashMap<u64, u64> = HashMap::new();
+    let mut next_write = 1u64;
+    for i in 0..n {
+        let s = rng.gen_range(0..sessions);
+        let sq = seq.entry(s).or_default();
+        let mut t = Transaction::new(TxnId(i as u64 + 1), SessionId(s), *sq);
+        *sq += 1;
+        t.isolation = Some(match switch {
+            Some(k) if i >= k => IsolationLevel::ALL[rng.gen_range(0..IsolationLevel::ALL.len())],
+            _ => IsolationLevel::Serializable,
+        });
+        let gone = since_fence.entry(s).or_default();
+        if *gone >= every {
+            *gone = 0;
+            t.fence = true;
+            t.isolation = Some(IsolationLevel::ReadCommitted);
+            let seen = store.get(&fence_key).copied().unwrap_or(Observed::PreHistory(0));
+            let w = WriteId(next_write);
+            next_write += 1;
+            t.ops.push(Op::Read { key: fence_key, observed: seen, stmt: None });
+            t.ops.push(Op::Write { key: fence_key, write: w, stmt: None });
+            store.insert(fence_key, Observed::Version(w));
+        } else {
+            *gone += 1;
+            if rng.gen_bool(0.05) {
+                t.outcome = Outcome::Aborted;
+            }
+            let mut own: HashMap<Key, Observed> = HashMap::new();
+            for _ in 0..rng.gen_range(1..=3) {
+                let key = keys[rng.gen_range(0..keys.len())];
+                if rng.gen_bool(0.5) {
+                    let mut seen =
+                        own.get(&key).or(store.get(&key)).copied().unwrap_or(Observed::PreHistory(0));
+                    if !own.contains_key(&key) && rng.gen_bool(stale) {
+                        let older: Vec<Observed> =
+                            states.iter().filter_map(|st| st.get(&key).copied()).collect();
+                        if !older.is_empty() {
+                            seen = older[rng.gen_range(0..older.len())];
+                        }
+                    }
+                    t.ops.push(Op::Read { key, observed: seen, stmt: None });
+                } else {
+                    let w = WriteId(next_write);
+                    next_write += 1;
+                    own.insert(key, Observed::Version(w));
+                    t.ops.push(Op::Write { key, write: w, stmt: None });
+                }
+            }
+            if t.outcome == Outcome::Committed {
+                store.extend(own);
+            }
+        }
+        if t.outcome == Outcome::Committed {
+            states.push(store.clone());
+        }
+        h.transactions.push(t);
+    }
+    h
+}
