@@ -76,7 +76,8 @@ pub struct VerifierMetrics {
     pub checkpoint_covers: AtomicU64,
     /// The isolation level the verifier checks (`declared`, `serializable`, …), once it says.
     pub level: std::sync::OnceLock<String>,
-    /// 1 when the verifier collects garbage between rounds at that level (serializability only).
+    /// 1 while the verifier collects garbage between rounds: at a level that does (serializability, and
+    /// `declared` until a transaction asks for less), until collection stops for good.
     pub collects_garbage: AtomicU64,
 }
 

@@ -616,8 +616,8 @@ fn summarize(args: &DemoArgs, o: &Outcome) -> anyhow::Result<ExitCode> {
         println!(
             "  Checked at the levels the transactions asked for (--level declared): {} serializable, {} \
              repeatable read (as snapshot isolation), {} read committed and {} read uncommitted (as Adya's \
-             PL-2), {} with no recorded level (as serializable).",
-            d.serializable, d.repeatable_read, d.read_committed, d.read_uncommitted, d.unrecorded
+             PL-2), {} with no recorded level and {} fences (as serializable).",
+            d.serializable, d.repeatable_read, d.read_committed, d.read_uncommitted, d.unrecorded, d.fences
         );
     }
     if accepted {

@@ -231,11 +231,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             config.log.path.display(),
             reports_dir.display()
         );
-        eprintln!("krait serve: the verifier checks {}{}", level.name(), match level.collects_garbage() {
-            true => "",
-            false => {
-                " (garbage collection runs only for serializable and strict-serializable: the verifier keeps \
-                 every transaction, so its memory grows with the history)"
+        eprintln!("krait serve: the verifier checks {}{}", level.name(), match level {
+            Level::Declared => {
+                " (garbage collection runs while every transaction asks for SERIALIZABLE; the first that asks \
+                 for a weaker level stops it, and the verifier then keeps every transaction)"
+            }
+            _ if level.collects_garbage() => "",
+            _ => {
+                " (garbage collection runs only for serializable, strict-serializable and declared: the verifier \
+                 keeps every transaction, so its memory grows with the history)"
             }
         });
         let verifier_metrics = &handle.metrics().verifier;
