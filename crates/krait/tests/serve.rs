@@ -456,12 +456,17 @@ async fn under_declared_levels_serve_collects_until_a_transaction_asks_for_less_
     let status = settled(txns, |v| v["live_transactions"].as_u64().is_some_and(|l| l < 50)).await;
     assert_eq!(status["verifier"]["level"], "declared", "{status}");
     assert_eq!(status["verifier"]["garbage_collection"], true, "{status}");
+    assert!(status["verifier"]["garbage_collection_stopped"].is_null(), "{status}");
 
     let read_committed = connect("").await;
     read_committed.batch_execute("SET default_transaction_isolation = 'read committed'").await.expect("sets");
     read_committed.execute(&format!("UPDATE {table} SET v = v + 1 WHERE k = 1"), &[]).await.expect("updates");
     let verified = |status: &serde_json::Value| status["verifier"]["verified"].as_u64().expect("verified");
     let status = settled(verified(&status), |v| v["garbage_collection"] == false).await;
+    let why = status["verifier"]["garbage_collection_stopped"].as_str().unwrap_or_default();
+    assert!(why.contains("asked for READ COMMITTED"), "{status}");
+    let metrics = http_get(&admin, "/metrics");
+    assert!(metrics.lines().any(|l| l == "krait_verifier_collects_garbage 0"), "{metrics}");
     let live = status["verifier"]["live_transactions"].as_u64().expect("live transactions");
     for _ in 0..20 {
         serializable

@@ -363,7 +363,7 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
     let v = &m.verifier;
     if g(&v.attached) != 0 {
         let lag_s = g(&v.lag_ms) as f64 / 1e3;
-        let samples: [(&str, &str, &str, String); 9] = [
+        let samples: [(&str, &str, &str, String); 10] = [
             (
                 "krait_verifier_verified_total",
                 "counter",
@@ -407,6 +407,13 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
                 "gauge",
                 "Log records the verifier's last checkpoint covers: a restart reads on from there.",
                 g(&v.checkpoint_covers).to_string(),
+            ),
+            (
+                "krait_verifier_collects_garbage",
+                "gauge",
+                "1 while the verifier collects garbage between rounds; 0 at a level that does not, or once it \
+                 stopped for good (/api/status says why).",
+                g(&v.collects_garbage).to_string(),
             ),
         ];
         for (name, kind, help, value) in samples {
@@ -515,6 +522,7 @@ fn status_json(state: &AdminState) -> serde_json::Value {
             "checkpoint_covers": g(&v.checkpoint_covers),
             "level": v.level.get(),
             "garbage_collection": g(&v.collects_garbage) != 0,
+            "garbage_collection_stopped": v.gc_stopped.get(),
         })
     });
     let shipping = m.shipping.get().map(|c| {

@@ -79,6 +79,9 @@ pub struct VerifierMetrics {
     /// 1 while the verifier collects garbage between rounds: at a level that does (serializability, and
     /// `declared` until a transaction asks for less), until collection stops for good.
     pub collects_garbage: AtomicU64,
+    /// Why garbage collection stopped for good, once it did (epochs broke, or under `declared` a transaction
+    /// asked for less than SERIALIZABLE).
+    pub gc_stopped: std::sync::OnceLock<String>,
 }
 
 /// What retention did to the log (`history::log::retention`); `krait serve` updates it.

@@ -289,6 +289,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                     if !warned_gc && level.collects_garbage() && let Some(why) = &s.gc_stopped {
                         warned_gc = true;
                         proxy::metrics::VerifierMetrics::set(&handle.metrics().verifier.collects_garbage, 0);
+                        let _ = handle.metrics().verifier.gc_stopped.set(why.clone());
                         eprintln!(
                             "krait serve: garbage collection stopped ({why}); the verifier now keeps every \
                              transaction, so its memory grows with the history"
