@@ -116,7 +116,8 @@ impl Reader {
     /// the latest committed version whatever level the fence's `BEGIN` names (the proxy's says READ
     /// COMMITTED, so that two fences queue on the lock instead of failing): its read-modify-write puts its
     /// version right after the one it read, as a serializable one does. Held to read committed, fences formed
-    /// no chain, and under `declared` no transaction was ever held to serializable alone.
+    /// no chain, and a history of SERIALIZABLE transactions recorded through the proxy was not one held to
+    /// serializability throughout, so rounds could not collect it (`rounds`).
     pub(crate) fn of(t: &history::Transaction) -> Reader {
         match t.fence {
             true => Reader::Serializable,

@@ -4,12 +4,9 @@
 //! collected before then is unverifiable, never a stale read (read committed may read a superseded version).
 //! Against one-shot verification at `declared` on random histories whose sessions change level part-way.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use history::{
-    History, HistoryBuilder, IsolationLevel, Key, Observed, Op, Outcome, SessionId, Transaction, TxnId,
-    WriteId,
-};
+use history::{History, HistoryBuilder, IsolationLevel, SessionId, TxnId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use verifier::{AnomalyClass, Level, OnlineVerifier, Options, RoundOptions, verify};
@@ -118,26 +115,32 @@ fn fences_are_held_to_serializability_whatever_level_they_asked_for() {
     verifier::check_report(&h, &report).expect("the reject re-checks");
 
     let mut rng = StdRng::seed_from_u64(7);
-    let h = at(random_history(&mut rng, 30, 0.0, None), IsolationLevel::Serializable);
-    assert!(verify(&h, &declared()).unwrap().is_accept());
+    let h =
+        std::iter::repeat_with(|| at(common::fenced_history(&mut rng, false), IsolationLevel::Serializable))
+            .find(|h| h.transactions.len() > 20 && verify(h, &declared()).unwrap().is_accept())
+            .expect("an accepted history");
     let out = online(&h, 2);
     assert!(out.deleted > 0 && out.gc_disabled.is_none(), "{:?}", out.gc_disabled);
 }
 
-/// Random histories, run serially against a store with some stale reads, whose transactions are all
-/// serializable up to `switch` (if any) and of random levels after it, with read-committed fences: rounds
-/// at `declared` must never reject what one-shot verification accepts, and must reject what it rejects
-/// unless a read was counted unverifiable instead.
+/// Random histories with fences (`common::fenced_history`, about half of them not serializable) whose
+/// transactions are all SERIALIZABLE up to a switch point, if any, and of random levels after it, with
+/// fences at READ COMMITTED: rounds at `declared` must never reject what one-shot verification accepts, and
+/// must reject what it rejects unless a read was counted unverifiable instead.
 #[test]
 fn rounds_at_declared_give_the_one_shot_verdict_or_say_what_they_could_not_check() {
     let mut rng = StdRng::seed_from_u64(0xdec1_a4ed);
     let cases = 6_000;
     let (mut rejects, mut collected_then_switched, mut unverifiable_accepts) = (0, 0, 0);
     for case in 0..cases {
-        let n = rng.gen_range(15..=50);
-        let switch = rng.gen_bool(0.7).then(|| rng.gen_range(n / 3..n));
-        let stale = [0.0, 0.02, 0.1][rng.gen_range(0..3)];
-        let h = random_history(&mut rng, n, stale, switch);
+        let mut h = at(common::fenced_history(&mut rng, case % 2 == 1), IsolationLevel::Serializable);
+        let n = h.transactions.len();
+        if rng.gen_bool(0.7) {
+            let switch = rng.gen_range(n / 3..n);
+            for t in h.transactions[switch..].iter_mut().filter(|t| !t.fence) {
+                t.isolation = Some(IsolationLevel::ALL[rng.gen_range(0..IsolationLevel::ALL.len())]);
+            }
+        }
         let one_shot = verify(&h, &declared()).expect("one-shot");
         let size = [1, 2, 3, 5][case % 4];
         let out = online(&h, size);
@@ -159,76 +162,4 @@ fn rounds_at_declared_give_the_one_shot_verdict_or_say_what_they_could_not_check
     );
     assert!(rejects > cases / 10 && rejects < cases * 9 / 10, "both verdicts: {rejects}");
     assert!(collected_then_switched > cases / 10, "collection then a switch: {collected_then_switched}");
-}
-
-/// A history run serially against a store, up to three sessions, with a fence every few transactions of each
-/// session. With probability `stale` a read returns an older version. Transactions from `switch` on ask for a
-/// random level; before it, and without one, SERIALIZABLE. Fences ask for READ COMMITTED.
-fn random_history(rng: &mut StdRng, n: usize, stale: f64, switch: Option<usize>) -> History {
-    let mut h = History::default();
-    let keys: Vec<Key> = ["a", "b", "c", "d"].iter().map(|k| h.keys.intern_str(k)).collect();
-    let fence_key = h.keys.intern_str("F");
-    let sessions = rng.gen_range(2..=3u64);
-    let every = rng.gen_range(1..=3u64);
-    let mut store: HashMap<Key, Observed> = HashMap::new();
-    let mut states: Vec<HashMap<Key, Observed>> = vec![HashMap::new()];
-    let mut seq: HashMap<u64, u64> = HashMap::new();
-    let mut since_fence: HashMap<u64, u64> = HashMap::new();
-    let mut next_write = 1u64;
-    for i in 0..n {
-        let s = rng.gen_range(0..sessions);
-        let sq = seq.entry(s).or_default();
-        let mut t = Transaction::new(TxnId(i as u64 + 1), SessionId(s), *sq);
-        *sq += 1;
-        t.isolation = Some(match switch {
-            Some(k) if i >= k => IsolationLevel::ALL[rng.gen_range(0..IsolationLevel::ALL.len())],
-            _ => IsolationLevel::Serializable,
-        });
-        let gone = since_fence.entry(s).or_default();
-        if *gone >= every {
-            *gone = 0;
-            t.fence = true;
-            t.isolation = Some(IsolationLevel::ReadCommitted);
-            let seen = store.get(&fence_key).copied().unwrap_or(Observed::PreHistory(0));
-            let w = WriteId(next_write);
-            next_write += 1;
-            t.ops.push(Op::Read { key: fence_key, observed: seen, stmt: None });
-            t.ops.push(Op::Write { key: fence_key, write: w, stmt: None });
-            store.insert(fence_key, Observed::Version(w));
-        } else {
-            *gone += 1;
-            if rng.gen_bool(0.05) {
-                t.outcome = Outcome::Aborted;
-            }
-            let mut own: HashMap<Key, Observed> = HashMap::new();
-            for _ in 0..rng.gen_range(1..=3) {
-                let key = keys[rng.gen_range(0..keys.len())];
-                if rng.gen_bool(0.5) {
-                    let mut seen =
-                        own.get(&key).or(store.get(&key)).copied().unwrap_or(Observed::PreHistory(0));
-                    if !own.contains_key(&key) && rng.gen_bool(stale) {
-                        let older: Vec<Observed> =
-                            states.iter().filter_map(|st| st.get(&key).copied()).collect();
-                        if !older.is_empty() {
-                            seen = older[rng.gen_range(0..older.len())];
-                        }
-                    }
-                    t.ops.push(Op::Read { key, observed: seen, stmt: None });
-                } else {
-                    let w = WriteId(next_write);
-                    next_write += 1;
-                    own.insert(key, Observed::Version(w));
-                    t.ops.push(Op::Write { key, write: w, stmt: None });
-                }
-            }
-            if t.outcome == Outcome::Committed {
-                store.extend(own);
-            }
-        }
-        if t.outcome == Outcome::Committed {
-            states.push(store.clone());
-        }
-        h.transactions.push(t);
-    }
-    h
 }

@@ -310,6 +310,87 @@ pub fn oracle(h: &History, held: impl Fn(&Transaction) -> Held) -> bool {
     search(&mut Vec::new(), &mut committed.clone(), &fits)
 }
 
+/// A random history run serially against a store, with a fence (a read-modify-write of key `F`) every few
+/// transactions of each session, and some reads from older states of the store (stale reads, lost updates,
+/// write skew), so that about half the histories are not serializable (the rounds tests). With `ending`,
+/// longer histories of up to four sessions in which session 0 stops part-way (its last transactions, after
+/// its last fence, have no epoch and no fence after them: the case where only the links that replace a
+/// collected read order a kept reader before later transactions).
+pub fn fenced_history(rng: &mut StdRng, ending: bool) -> History {
+    let mut h = History::default();
+    let keys: Vec<Key> = (0..4u8)
+        .map(|k| h.keys.intern(KeyName { namespace: String::new(), bytes: vec![b'a' + k] }))
+        .collect();
+    let fence_key = h.keys.intern_str("F");
+    let sessions = if ending { rng.gen_range(2..=4u64) } else { rng.gen_range(2..=3u64) };
+    let n = if ending { rng.gen_range(20..=70usize) } else { rng.gen_range(10..=40usize) };
+    let stop_at = if ending { rng.gen_range(n / 3..n) } else { n };
+    let every = rng.gen_range(1..=3u64);
+    let stale_p = [0.0, 0.02, 0.1][rng.gen_range(0..3)];
+    let mut store: HashMap<Key, Observed> = HashMap::new();
+    let mut states: Vec<HashMap<Key, Observed>> = vec![HashMap::new()];
+    let mut seq: HashMap<u64, u64> = HashMap::new();
+    let mut since_fence: HashMap<u64, u64> = HashMap::new();
+    let mut next_write = 1u64;
+    for i in 0..n {
+        let mut s = rng.gen_range(0..sessions);
+        if i >= stop_at && s == 0 {
+            s = 1;
+        }
+        let sq = seq.entry(s).or_default();
+        let mut t = Transaction::new(TxnId(i as u64 + 1), SessionId(s), *sq);
+        *sq += 1;
+        let gone = since_fence.entry(s).or_default();
+        if *gone >= every {
+            *gone = 0;
+            t.fence = true;
+            let seen = store.get(&fence_key).copied().unwrap_or(Observed::PreHistory(0));
+            let w = WriteId(next_write);
+            next_write += 1;
+            t.ops.push(Op::Read { key: fence_key, observed: seen, stmt: None });
+            t.ops.push(Op::Write { key: fence_key, write: w, stmt: None });
+            store.insert(fence_key, Observed::Version(w));
+        } else {
+            *gone += 1;
+            if rng.gen_bool(0.05) {
+                t.outcome = Outcome::Aborted;
+            }
+            let back = if rng.gen_bool(stale_p * 5.0) { rng.gen_range(0..states.len().min(6)) } else { 0 };
+            let snapshot = states[states.len() - 1 - back].clone();
+            let mut own: HashMap<Key, Observed> = HashMap::new();
+            for _ in 0..rng.gen_range(1..=3) {
+                let key = keys[rng.gen_range(0..keys.len())];
+                if rng.gen_bool(0.5) {
+                    let mut seen =
+                        own.get(&key).or(snapshot.get(&key)).copied().unwrap_or(Observed::PreHistory(0));
+                    if rng.gen_bool(stale_p) {
+                        // A read of some older version of the key.
+                        let older: Vec<Observed> =
+                            states.iter().filter_map(|st| st.get(&key).copied()).collect();
+                        if !older.is_empty() {
+                            seen = older[rng.gen_range(0..older.len())];
+                        }
+                    }
+                    t.ops.push(Op::Read { key, observed: seen, stmt: None });
+                } else {
+                    let w = WriteId(next_write);
+                    next_write += 1;
+                    own.insert(key, Observed::Version(w));
+                    t.ops.push(Op::Write { key, write: w, stmt: None });
+                }
+            }
+            if t.outcome == Outcome::Committed {
+                store.extend(own);
+            }
+        }
+        if t.outcome == Outcome::Committed {
+            states.push(store.clone());
+        }
+        h.transactions.push(t);
+    }
+    h
+}
+
 /// Adds a fence of `session` to `b`: a read-modify-write of the fence key `F` that overwrote its version
 /// `prev` (0: the initial version) with `new`.
 pub fn fence(b: HistoryBuilder, session: u64, prev: u64, new: u64) -> HistoryBuilder {
