@@ -132,8 +132,9 @@ pub fn key_name(namespace: &str, pk: &[&[u8]]) -> KeyName {
 }
 
 /// What the replaced-version column of an UPDATE holds at READ COMMITTED, where the statement's snapshot
-/// need not show the version the UPDATE replaced: no read is recorded for it, and the statement is listed
-/// as not checked (opaque kind `read_committed_update`).
+/// need not show the version the UPDATE replaced: no read is recorded for it, and, when its SET reads the
+/// row, the statement is listed as not checked (opaque kind `read_committed_update`); a blind one is a
+/// plain write.
 pub const READ_COMMITTED_MARK: &str = "read committed";
 
 /// The query that learns the recording horizon: the database's snapshot (`xmin:xmax:xip,…`, 64-bit
@@ -500,6 +501,9 @@ pub fn row_ops(
                     // NULL: the row was not visible to the statement's snapshot (inserted by this statement's
                     // own earlier effects); there is no replaced version to record.
                     match extra.next() {
+                        // A blind write (`SET v = $1`) needs no replaced version to be checked.
+                        Some(Some(old))
+                            if old.as_ref() == READ_COMMITTED_MARK.as_bytes() && !t.set_reads_row => {}
                         Some(Some(old)) if old.as_ref() == READ_COMMITTED_MARK.as_bytes() => {
                             let kind = "read_committed_update".to_owned();
                             if !found.ops.contains(&LoggedOp::Opaque { kind: kind.clone(), stmt }) {
@@ -573,7 +577,13 @@ mod tests {
     fn plan(kind: RowKind, replaced: bool, deleter: bool) -> RowPlan {
         RowPlan {
             kind,
-            tables: vec![TableTag { namespace: "accounts".into(), pk_arity: 1, replaced, deleter }],
+            tables: vec![TableTag {
+                namespace: "accounts".into(),
+                pk_arity: 1,
+                replaced,
+                set_reads_row: replaced,
+                deleter,
+            }],
             hidden_result: true,
             hidden_row: false,
             point: Some(PointLookup { namespace: "accounts".into(), values: vec![PkValue::Param(0)] }),
@@ -631,6 +641,35 @@ mod tests {
         assert!(ops_of(&read, &[b("1")], None, &book).is_err());
         assert!(ops_of(&read, &[b("1"), None], None, &book).is_err());
         assert_eq!(ops_of(&read, &[None, None], None, &book), Ok(vec![]));
+    }
+
+    /// Every UPDATE records the version it replaced, a blind one (`SET v = $1`) too, so that the verifier
+    /// knows the key's version order. At READ COMMITTED, where that version is not known, a blind UPDATE is
+    /// a plain write, and one whose SET reads the row is noted as not checked.
+    #[test]
+    fn a_blind_update_records_what_it_replaced_and_at_read_committed_is_a_plain_write() {
+        let book = VersionBook::new();
+        let key = key_name("accounts", &[b"7"]);
+        let (v100, v200) = (version_id(&key, b"100"), version_id(&key, b"200"));
+        let mut blind = plan(RowKind::Update, true, false);
+        blind.tables[0].set_reads_row = false;
+        let ops = ops_of(&blind, &[b("200"), b("7"), b("100")], Some(1), &book).unwrap_or_default();
+        assert_eq!(
+            ops,
+            vec![
+                LoggedOp::Read { key: key.clone(), observed: Observed::PreHistory(v100.0), stmt: Some(1) },
+                LoggedOp::Write { key: key.clone(), write: v200, stmt: Some(1) },
+            ]
+        );
+        let mark = b(READ_COMMITTED_MARK);
+        let ops = ops_of(&blind, &[b("300"), b("7"), mark.clone()], Some(1), &book).unwrap_or_default();
+        assert_eq!(
+            ops,
+            vec![LoggedOp::Write { key: key.clone(), write: version_id(&key, b"300"), stmt: Some(1) }]
+        );
+        let reading = plan(RowKind::Update, true, false);
+        let ops = ops_of(&reading, &[b("400"), b("7"), mark], Some(1), &book).unwrap_or_default();
+        assert_eq!(ops[0], LoggedOp::Opaque { kind: "read_committed_update".into(), stmt: Some(1) });
     }
 
     #[test]

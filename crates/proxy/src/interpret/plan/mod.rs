@@ -6,7 +6,7 @@
 //! result format, so a Bind that asks for binary results needs no special decoding.
 //!
 //! The layout of the extra columns, per tagged table, in [`RowPlan::tables`] order:
-//! `xmin`, then each primary-key column, then (UPDATE that reads its row) the replaced version's `xmin`,
+//! `xmin`, then each primary-key column, then (UPDATE) the replaced version's `xmin`,
 //! then (DELETE) the deleting transaction's id.
 //!
 //! The statement planners live beside this module: `select` (SELECT and point lookups) and `write`
@@ -146,8 +146,12 @@ pub struct TableTag {
     pub namespace: String,
     /// How many primary-key columns follow its `xmin`.
     pub pk_arity: usize,
-    /// An UPDATE that reads its row: the replaced version's `xmin` follows the key.
+    /// An UPDATE: the replaced version's `xmin` follows the key.
     pub replaced: bool,
+    /// An UPDATE whose SET reads the row (`v = v + 1`). Where the replaced version is not known (READ
+    /// COMMITTED), such a write depends on a version the history cannot name, and is noted as not checked;
+    /// one whose SET reads nothing is a blind write there.
+    pub set_reads_row: bool,
     /// A DELETE: the deleting transaction's id follows.
     pub deleter: bool,
 }
@@ -519,10 +523,14 @@ mod tests {
         };
         let (sql, plan) = plan_of("UPDATE accounts AS a SET balance = $1 WHERE id = $2 -- note");
         assert!(
-            sql.ends_with("-- note\nRETURNING a.*, a.xmin::TEXT AS krait_v0, a.id::TEXT AS krait_v1"),
+            sql.ends_with(
+                "-- note\nRETURNING a.*, a.xmin::TEXT AS krait_v0, a.id::TEXT AS krait_v1, CASE WHEN \
+                 current_setting('transaction_isolation') = 'read committed' THEN 'read committed' ELSE (SELECT \
+                 krait_old.xmin::TEXT FROM accounts AS krait_old WHERE krait_old.id = a.id) END AS krait_v2"
+            ),
             "{sql}"
         );
-        assert!(plan.hidden_result && plan.hidden_row && plan.extra_columns() == 2);
+        assert!(plan.hidden_result && plan.hidden_row && plan.extra_columns() == 3);
         let (sql, plan) = plan_of("INSERT INTO accounts (id, balance) VALUES (1, 2)");
         assert!(
             sql.ends_with(
@@ -550,8 +558,9 @@ mod tests {
              krait_old.xmin::TEXT FROM accounts AS krait_old WHERE krait_old.id = accounts.id) END AS krait_v2"
         ), "{sql}");
         assert!(plan.hidden_result && plan.tables[0].replaced);
+        // A SET that reads nothing of the row still records the version it replaced.
         let (_, plan) = rows("UPDATE accounts SET balance = 5 WHERE id = 7 RETURNING balance");
-        assert!(!plan.hidden_result && !plan.tables[0].replaced);
+        assert!(!plan.hidden_result && plan.tables[0].replaced);
         let (sql, plan) =
             rows("INSERT INTO accounts (id, balance) VALUES (1, 2) ON CONFLICT (id) DO NOTHING");
         assert!(

@@ -71,6 +71,7 @@ pub(super) fn plan_query_stmt(q: &mut Query, catalog: &Catalog) -> StmtPlan {
             namespace: info.namespace.clone(),
             pk_arity: info.pk.as_ref().map_or(0, Vec::len),
             replaced: false,
+            set_reads_row: false,
             deleter: false,
         });
         infos.push(info);
