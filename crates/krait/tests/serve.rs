@@ -179,12 +179,12 @@ fn serve_reports_the_verifier_lag_on_metrics_and_status() {
         for field in ["lag_transactions", "lag_seconds", "behind", "verified"] {
             assert!(!v[field].is_null(), "verifier.{field} in {body}");
         }
-        // `declared` by default, which collects garbage until a transaction asks for less than SERIALIZABLE:
-        // psql's run at the server's default, READ COMMITTED.
-        let stopped = v["garbage_collection"] == false;
+        // `declared` by default, which collects garbage until a transaction asks for REPEATABLE READ:
+        // psql's run at the server's default, READ COMMITTED, and collection goes on.
+        let collecting = v["garbage_collection"] == true;
         if v["verified"].as_u64().is_some_and(|n| n >= 2)
             && v["lag_transactions"].as_u64() == Some(0)
-            && stopped
+            && collecting
         {
             break json;
         }
@@ -393,11 +393,13 @@ async fn an_idle_connection_does_not_hold_garbage_collection_back() {
 }
 
 /// Under the default level, `declared`, garbage collection runs while every transaction asks for
-/// SERIALIZABLE (the proxy's fences, which say READ COMMITTED but lock their row, are held to it too), and
-/// the first transaction that asks for less stops it for good, said aloud. Before, `declared` collected
-/// nothing, so `krait serve` with its default configuration kept every transaction.
+/// SERIALIZABLE or READ COMMITTED (the proxy's fences, which say READ COMMITTED but lock their row, are held
+/// to serializability), and the first transaction that asks for REPEATABLE READ stops it for good, said
+/// aloud. Before, `declared` collected nothing, and then only while every transaction was serializable, so
+/// `krait serve` with its default configuration kept every transaction of an application at PostgreSQL's
+/// default level.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn under_declared_levels_serve_collects_until_a_transaction_asks_for_less_than_serializable() {
+async fn under_declared_levels_serve_collects_until_a_transaction_asks_for_repeatable_read() {
     let table = format!("krait_serve_declared_{}", std::process::id());
     let direct = "host=127.0.0.1 port=5432 user=postgres dbname=test";
     let (admin_db, conn) = tokio_postgres::connect(direct, tokio_postgres::NoTls).await.expect("connects");
@@ -415,7 +417,10 @@ async fn under_declared_levels_serve_collects_until_a_transaction_asks_for_less_
     let config = write_serve_config(dir.path(), port, Some(admin_port), fence);
     let mut serve = Serve::start(&config, &dir.path().join("data"), port);
     serve.wait_for("the level and its collection", |l| {
-        l.contains("checks declared (garbage collection runs while every transaction asks for SERIALIZABLE")
+        l.contains(
+            "checks declared (garbage collection runs while every transaction asks for SERIALIZABLE or READ \
+                    COMMITTED",
+        )
     });
     let connect = |options: &'static str| async move {
         let url = format!("host=127.0.0.1 port={port} user=postgres dbname=test {options}");
@@ -458,13 +463,30 @@ async fn under_declared_levels_serve_collects_until_a_transaction_asks_for_less_
     assert_eq!(status["verifier"]["garbage_collection"], true, "{status}");
     assert!(status["verifier"]["garbage_collection_stopped"].is_null(), "{status}");
 
+    // READ COMMITTED, the server's default: collected as well, alone and mixed with SERIALIZABLE.
     let read_committed = connect("").await;
     read_committed.batch_execute("SET default_transaction_isolation = 'read committed'").await.expect("sets");
-    read_committed.execute(&format!("UPDATE {table} SET v = v + 1 WHERE k = 1"), &[]).await.expect("updates");
     let verified = |status: &serde_json::Value| status["verifier"]["verified"].as_u64().expect("verified");
+    let before = verified(&status);
+    for i in 0..txns {
+        let client = if i % 3 == 0 { &serializable } else { &read_committed };
+        client.execute(&format!("UPDATE {table} SET v = v + 1 WHERE k = 1"), &[]).await.expect("updates");
+    }
+    let status = settled(before + txns, |v| v["live_transactions"].as_u64().is_some_and(|l| l < 50)).await;
+    assert_eq!(status["verifier"]["garbage_collection"], true, "{status}");
+
+    let repeatable_read = connect("").await;
+    repeatable_read
+        .batch_execute("SET default_transaction_isolation = 'repeatable read'")
+        .await
+        .expect("sets");
+    repeatable_read
+        .execute(&format!("UPDATE {table} SET v = v + 1 WHERE k = 1"), &[])
+        .await
+        .expect("updates");
     let status = settled(verified(&status), |v| v["garbage_collection"] == false).await;
     let why = status["verifier"]["garbage_collection_stopped"].as_str().unwrap_or_default();
-    assert!(why.contains("asked for READ COMMITTED"), "{status}");
+    assert!(why.contains("asked for REPEATABLE READ"), "{status}");
     let metrics = http_get(&admin, "/metrics");
     assert!(metrics.lines().any(|l| l == "krait_verifier_collects_garbage 0"), "{metrics}");
     let live = status["verifier"]["live_transactions"].as_u64().expect("live transactions");
@@ -477,13 +499,22 @@ async fn under_declared_levels_serve_collects_until_a_transaction_asks_for_less_
     let status = settled(verified(&status) + 19, |_| true).await;
     let now = status["verifier"]["live_transactions"].as_u64().expect("live transactions");
     assert!(now >= live + 20, "collection stopped for good: {live} live, then {now}: {status}");
-    drop((serializable, read_committed));
+    drop((serializable, read_committed, repeatable_read));
     let lines = serve.stop();
     let all = lines.join("\n");
     assert!(
-        all.contains("garbage collection stopped (T") && all.contains("asked for READ COMMITTED"),
+        all.contains("garbage collection stopped (T") && all.contains("asked for REPEATABLE READ"),
         "{all}"
     );
     assert!(!all.contains("REJECT"), "{all}");
+    // The log says which levels were asked for: what was collected above was read committed.
+    let out =
+        common::krait(&["verify", "--level", "declared", &dir.path().join("log").display().to_string()]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("ACCEPT"), "{text}");
+    assert!(
+        text.contains("1 repeatable read") && text.contains(&format!("{} read committed", txns * 2 / 3)),
+        "{text}"
+    );
     admin_db.batch_execute(&format!("DROP TABLE {table}")).await.expect("drops the table");
 }

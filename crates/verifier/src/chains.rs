@@ -88,7 +88,7 @@ pub(crate) fn combine_writes(norm: &Normalized, g: &mut KnownGraph, combine: boo
             let (read, next) = (pair[0], pair[1]);
             let Some(writer) = norm.versions[next as usize].writer else { continue };
             for &r in &norm.versions[read as usize].readers {
-                if r != writer {
+                if r != writer && norm.counts_anti_dependencies(r) {
                     g.push(r, writer, Origin::ChainRw { read, next }, 0);
                     rw += 1;
                 }

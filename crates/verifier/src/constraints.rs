@@ -109,7 +109,9 @@ impl Constraint {
 }
 
 /// The edges implied by chain `c1` preceding chain `c2` (Cobra Fig. 3, GenChainToChainEdges). A reader of the
-/// tail that is the head's own writer (a read-modify-write) needs no edge.
+/// tail that is the head's own writer (a read-modify-write) needs no edge, nor does one whose
+/// anti-dependencies do not count ([`Normalized::counts_anti_dependencies`]); where no reader's does, the side
+/// is the ww edge between the two writers.
 pub(crate) fn chain_to_chain(norm: &Normalized, chains: &Chains, c1: u32, c2: u32) -> Vec<CEdge> {
     let (Some(&tail), Some(&head)) =
         (chains.list[c1 as usize].versions.last(), chains.list[c2 as usize].versions.first())
@@ -120,7 +122,7 @@ pub(crate) fn chain_to_chain(norm: &Normalized, chains: &Chains, c1: u32, c2: u3
     let mut edges: Vec<CEdge> = norm.versions[tail as usize]
         .readers
         .iter()
-        .filter(|&&r| r != head_writer)
+        .filter(|&&r| r != head_writer && norm.counts_anti_dependencies(r))
         .map(|&r| CEdge { from: r, to: head_writer, rw: true, from_version: tail, to_version: head })
         .collect();
     if edges.is_empty()

@@ -88,6 +88,17 @@
 //!    transactions, is kept as a *link*: a synthetic key (namespace `krait.gc`) written by the source and
 //!    read by the target, i.e. a wr edge. Links only add orderings the whole history already implies.
 //!
+//! **Declared levels.** Under `declared`, while every transaction is held to serializability or to read
+//! committed, the round's polygraph is serializability's with no anti-dependencies out of read-committed
+//! readers (`pipeline::build_polygraph`), and the rules above run on it unchanged: each is an argument about
+//! the known graph, the constraints' sides and the Guarantee, and the Guarantee's path from an old
+//! transaction to a future one (session order, the fence chain's reads) is made of dependencies, which
+//! every level keeps. Two things differ. A kept read-committed reader of a superseded version keeps no rw
+//! link (rule 3): its read ordered it before no later writer. And a future read-committed reader of a
+//! tombstone or of a moved-on base is not a stale read (PL-2 allows reading a superseded version): admission
+//! counts it unverifiable, since what it read is gone. Its wr edge from the deleted writer could close no
+//! cycle: nothing reaches a deleted transaction from a future one but an anti-dependency.
+//!
 //! The residual history (live transactions, reads rewritten) is closed under reads-from, so a serial order of
 //! the whole history restricted to it explains it: collection never causes a false reject. The no-false-
 //! accept direction rests on Cobra's argument (Appendix C of the extended version) for rules 1 and 3 and on
@@ -442,7 +453,8 @@ pub(crate) fn plan(
                 out.drop_reads.push((hist(r), w));
                 dangling[r as usize] = true;
                 any_dangling = true;
-                if u == r {
+                // A read-committed reader's read gave no rw edge (`Normalized::counts_anti_dependencies`).
+                if u == r || !norm.counts_anti_dependencies(r) {
                     continue;
                 }
                 if del[u as usize] {

@@ -79,16 +79,7 @@ impl KnownGraph {
 }
 
 /// Builds the known graph. `detect_lost_updates` is off when combining writes is off, so that differential
-/// runs exercise the encoding alone.
-pub(crate) fn create_known_graph(
-    h: &History,
-    norm: &Normalized,
-    detect_lost_updates: bool,
-) -> (KnownGraph, Vec<Found>) {
-    create_known_graph_with(h, norm, detect_lost_updates, &|_| true)
-}
-
-/// As [`create_known_graph`], where only the read-modify-writes of vertices `orders_rmw` accepts put their
+/// runs exercise the encoding alone. Only the read-modify-writes of vertices `orders_rmw` accepts put their
 /// version directly after the one they read. That holds at snapshot isolation and above (a writer in
 /// between would be a lost update); at read committed it does not, so under `declared` such a transaction's
 /// read-modify-writes form no ww pair, and two of them are no lost update.

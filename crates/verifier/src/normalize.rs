@@ -88,6 +88,18 @@ pub(crate) struct Normalized {
     pub anomalies: Vec<Found>,
     /// Each history index's vertex, if included.
     pub vertex_of: Vec<Option<u32>>,
+    /// The vertices held to read committed in a polygraph that stands for `declared` as serializability's
+    /// (see `pipeline::build_polygraph`): their reads give no anti-dependencies. Empty everywhere else.
+    pub read_committed: Vec<bool>,
+}
+
+impl Normalized {
+    /// Whether `v`'s reads give anti-dependencies (rw edges) in a polygraph of serializability's shape: all
+    /// but those of a transaction held to read committed, which PL-2 never orders before a later writer of
+    /// what it read (Adya's thesis §4.3: a transaction's own level decides which of its conflicts count).
+    pub(crate) fn counts_anti_dependencies(&self, v: u32) -> bool {
+        !self.read_committed.get(v as usize).copied().unwrap_or(false)
+    }
 }
 
 /// Where a write op sits.

@@ -76,21 +76,14 @@ impl Level {
     }
 
     /// Whether verification in rounds (and so `krait serve`) collects garbage at this level: garbage
-    /// collection's argument (`gc.rs`) is made for serializability's polygraph only. Under `declared` it
-    /// holds while every transaction is held to serializability, so rounds collect until the first
-    /// transaction that asked for a weaker level, and then stop for good ([`crate::OnlineVerifier::gc_disabled`]
-    /// says why). At the other levels rounds keep every transaction, and each round checks them all again.
+    /// collection's argument (`gc.rs`) is made for serializability's polygraph. Under `declared` it holds
+    /// while every transaction is held to serializability or to read committed (`declared` then has a
+    /// polygraph of serializability's shape, `pipeline::build_polygraph`), so rounds collect until the first
+    /// transaction that asked for REPEATABLE READ (snapshot isolation), and then stop for good
+    /// ([`crate::OnlineVerifier::gc_disabled`] says why). At the other levels rounds keep every transaction,
+    /// and each round checks them all again.
     pub fn collects_garbage(self) -> bool {
         matches!(self, Level::Serializable | Level::StrictSerializable | Level::Declared)
-    }
-
-    /// The level whose polygraph garbage collection works on, where [`Level::collects_garbage`]: `declared`
-    /// collects only while it is serializability.
-    pub(crate) fn collected_as(self) -> Level {
-        match self {
-            Level::Declared => Level::Serializable,
-            other => other,
-        }
     }
 }
 

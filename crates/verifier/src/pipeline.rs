@@ -90,12 +90,32 @@ fn ms(since: Instant) -> f64 {
 }
 
 /// Runs stages 1–5 on `h` (Cobra Fig. 3, `ConstructEncoding` and `Prune`).
+///
+/// At `declared`, for a history whose transactions are each held to serializability or to read committed
+/// (an error if one is held to snapshot isolation), the polygraph is serializability's less what read
+/// committed does not forbid: a read-committed transaction may read two versions of one key, its
+/// read-modify-writes put no version right after the one read (PL-2 allows a lost update), and its reads give
+/// no anti-dependencies. That is the same check as the split polygraph's (`si`): there a serializable
+/// transaction's two vertices have the same edges out, and so do a read-committed one's (dependencies only),
+/// so a cycle of the split graph is a cycle of this graph and back. Verification in rounds collects garbage
+/// on it (`rounds`, `gc`); one-shot verification at `declared` uses the split polygraph.
 pub(crate) fn build_polygraph(h: &History, options: &Options) -> Result<(Built, Tally), VerifyError> {
     let start = Instant::now();
     let mut tally = Tally::default();
 
     // Stage 1.
-    let mut norm = normalize::normalize(h);
+    let declared = options.level == Level::Declared;
+    let read_committed = match declared {
+        true => held_to_read_committed(h)?,
+        false => Vec::new(),
+    };
+    let mut norm = match declared {
+        true => normalize::normalize_with(h, &|i| !read_committed[i]),
+        false => normalize::normalize(h),
+    };
+    if declared {
+        norm.read_committed = norm.txns.iter().map(|t| read_committed[t.hist]).collect();
+    }
     tally.counts.vertices = norm.txns.len() as u64;
     tally.counts.versions = norm.versions.len() as u64;
     tally.counts.indeterminate_dropped = norm.dropped.len() as u64;
@@ -105,7 +125,9 @@ pub(crate) fn build_polygraph(h: &History, options: &Options) -> Result<(Built, 
     }
 
     // Stage 2 (and real time).
-    let (mut g, lost) = known_graph::create_known_graph(h, &norm, options.combine);
+    let (mut g, lost) = known_graph::create_known_graph_with(h, &norm, options.combine, &|v| {
+        norm.counts_anti_dependencies(v)
+    });
     if !lost.is_empty() {
         return Ok((Built::NonCycle { norm, found: lost }, tally));
     }
@@ -150,6 +172,22 @@ pub(crate) fn build_polygraph(h: &History, options: &Options) -> Result<(Built, 
     tally.backend = pruned.backend;
     let poly = Polygraph { norm, g, chains, constraints, live: pruned.live, decisions: pruned.decisions };
     Ok((Built::Pruned { poly: Box::new(poly), outcome }, tally))
+}
+
+/// Under `declared`, whether each transaction (by history index) is held to read committed; an error for one
+/// held to snapshot isolation, which serializability's polygraph cannot stand for (see [`build_polygraph`]).
+fn held_to_read_committed(h: &History) -> Result<Vec<bool>, VerifyError> {
+    h.transactions
+        .iter()
+        .map(|t| match si::Reader::of(t) {
+            si::Reader::Serializable => Ok(false),
+            si::Reader::ReadCommitted => Ok(true),
+            si::Reader::Snapshot => Err(VerifyError::Internal(format!(
+                "{} is held to snapshot isolation, which serializability's polygraph cannot check",
+                t.id
+            ))),
+        })
+        .collect()
 }
 
 /// Stage 6: solves the constraints pruning left (Cobra §3.4).

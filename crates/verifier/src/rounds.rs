@@ -31,10 +31,14 @@
 //!
 //! **Levels.** Every level is checked in rounds, but only serializability and strict serializability
 //! collect garbage ([`crate::Level::collects_garbage`]), and `declared` while every transaction admitted so
-//! far is held to serializability (it is then the same check; fences are held to it whatever their `BEGIN`
-//! said). The first transaction that asked for less stops collection for good, and its reads of collected
-//! versions are unverifiable (admission). At the other levels every transaction stays, and memory and each
-//! round's time grow with the history.
+//! far is held to serializability or to read committed (fences are held to serializability whatever their
+//! `BEGIN` said). Such a mix has a polygraph of serializability's shape, in which a read-committed reader
+//! gives no anti-dependencies (`pipeline::build_polygraph`); collection runs on it unchanged, except that a
+//! kept read-committed reader of a superseded version keeps no rw link (`gc`, rule 3), and its reads of
+//! collected versions are unverifiable rather than stale (PL-2 allows reading a superseded version). The
+//! first transaction that asked for REPEATABLE READ stops collection for good: snapshot isolation lets an
+//! anti-dependency count only after a dependency, which no polygraph of that shape can say. At the other
+//! levels every transaction stays, and memory and each round's time grow with the history.
 //!
 //! **Memory.** On `cobra/scaling/twitter-100000` in rounds of 5,000, collection holds 1,000–3,000
 //! transactions after each round (at most about 3% of the history, with no trend over the 20 rounds); each
@@ -269,8 +273,8 @@ pub struct OnlineVerifier {
     growth: f64,
     stopped: bool,
     /// Under `declared`, why garbage collection stopped for good: the first transaction admitted that is
-    /// held to a level weaker than serializability (see [`admission`]).
-    below_serializable: Option<String>,
+    /// held to snapshot isolation (see [`admission`]).
+    snapshot_reader: Option<String>,
     /// Each linked transaction's synthetic key and write (`gc` rule 6).
     links: HashMap<TxnId, (Key, WriteId)>,
     /// Link keys whose links were retired, for the next links (`links`).
@@ -332,7 +336,7 @@ impl OnlineVerifier {
             last_rate: None,
             growth: 1.25,
             stopped: false,
-            below_serializable: None,
+            snapshot_reader: None,
             links: HashMap::new(),
             free_link_keys: Vec::new(),
             link_keys_made: 0,
@@ -587,15 +591,16 @@ impl OnlineVerifier {
     }
 
     /// Why garbage collection stopped for good, if it did: epochs broke, or, under `declared`, a
-    /// transaction asked for a level weaker than serializable.
+    /// transaction asked for REPEATABLE READ.
     pub fn gc_disabled(&self) -> Option<&str> {
-        self.epochs.broken().or(self.below_serializable.as_deref())
+        self.epochs.broken().or(self.snapshot_reader.as_deref())
     }
 
     /// Whether rounds collect garbage now: at a level that does ([`crate::Level::collects_garbage`]), and
-    /// under `declared` only while every transaction admitted so far is held to serializability.
+    /// under `declared` only while every transaction admitted so far is held to serializability or to read
+    /// committed.
     fn collecting(&self) -> bool {
-        self.options.verify.level.collects_garbage() && self.below_serializable.is_none()
+        self.options.verify.level.collects_garbage() && self.snapshot_reader.is_none()
     }
 
     fn record_reject(&mut self, mut report: Report) -> Result<(), RoundsError> {
@@ -620,11 +625,10 @@ impl OnlineVerifier {
         let admitted = self.new_in_round;
         let verified = self.work.transactions.len();
         // Garbage collection's argument (gc.rs) is made for serializability's polygraph; what a weaker level
-        // (or a mix of levels) lets a later transaction see of a deleted one has not been argued, so at those
-        // levels nothing is deleted and each round verifies everything again, one-shot. Under `declared`,
-        // while every transaction is held to serializability, the two are the same check.
-        let collected_as =
-            Options { level: self.options.verify.level.collected_as(), ..self.options.verify.clone() };
+        // (or a mix with snapshot isolation) lets a later transaction see of a deleted one has not been
+        // argued, so at those levels nothing is deleted and each round verifies everything again, one-shot.
+        // Under `declared`, while every transaction is held to serializability or read committed, the
+        // round's polygraph has serializability's shape (`pipeline::build_polygraph`).
         let poly = if !self.collecting() {
             loop {
                 let report = verify(&self.work, &self.options.verify)?;
@@ -645,7 +649,7 @@ impl OnlineVerifier {
             }
         } else {
             loop {
-                match pipeline::accepted_polygraph(&self.work, &collected_as)? {
+                match pipeline::accepted_polygraph(&self.work, &self.options.verify)? {
                     Some(p) => break Some(p),
                     None => {
                         let report = verify(&self.work, &self.options.verify)?;
@@ -673,7 +677,7 @@ impl OnlineVerifier {
             && self.options.gc
             && self.epochs.broken().is_none()
         {
-            (deleted, kept, constraints_collected) = self.collect(&p, &collected_as)?;
+            (deleted, kept, constraints_collected) = self.collect(&p)?;
         }
         if deleted > 0 {
             self.forget_collected_statements();
@@ -720,11 +724,7 @@ impl OnlineVerifier {
 
     /// Collects garbage after an accepted round; returns how many transactions it deleted, why it kept the
     /// others, and how many live constraints went with the deleted ones.
-    fn collect(
-        &mut self,
-        p: &Polygraph,
-        options: &Options,
-    ) -> Result<(usize, KeptReasons, usize), RoundsError> {
+    fn collect(&mut self, p: &Polygraph) -> Result<(usize, KeptReasons, usize), RoundsError> {
         let epoch: Vec<Option<u64>> =
             self.work.transactions.iter().map(|t| self.epochs.epoch(t.id)).collect();
         let mut pinned = HashSet::new();
@@ -743,7 +743,7 @@ impl OnlineVerifier {
             &epoch,
             self.epochs.epoch_agree(),
             &pinned,
-            options,
+            &self.options.verify,
             self.options.gc_legacy_rules,
         )?;
         if plan.delete.is_empty() {

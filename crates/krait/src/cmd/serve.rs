@@ -233,8 +233,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         );
         eprintln!("krait serve: the verifier checks {}{}", level.name(), match level {
             Level::Declared => {
-                " (garbage collection runs while every transaction asks for SERIALIZABLE; the first that asks \
-                 for a weaker level stops it, and the verifier then keeps every transaction)"
+                " (garbage collection runs while every transaction asks for SERIALIZABLE or READ COMMITTED; \
+                 the first that asks for REPEATABLE READ stops it, and the verifier then keeps every transaction)"
             }
             _ if level.collects_garbage() => "",
             _ => {

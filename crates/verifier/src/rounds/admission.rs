@@ -181,20 +181,26 @@ impl OnlineVerifier {
         // reject. A session seen before collection began holds `epoch_agree` at 0 until it fences, so
         // nothing it could read was collected before then.
         //
-        // Under `declared`, a transaction held to a weaker level than serializability stops collection for
-        // good (garbage collection's argument is serializability's), and its reads of what was collected
-        // before are unverifiable too: read committed may read a superseded version (PL-2 allows it), and
-        // the Guarantee's stale read is argued for serializable readers only.
-        let weaker = self.options.verify.level == Level::Declared && Reader::of(&t) != Reader::Serializable;
-        if weaker && self.below_serializable.is_none() {
+        // Under `declared`, a transaction held to snapshot isolation stops collection for good (garbage
+        // collection's argument is made for a polygraph of serializability's shape, which a read-committed
+        // reader fits and a snapshot one does not: `pipeline::build_polygraph`). The reads of collected
+        // versions by a transaction held to less than serializability are unverifiable: read committed may
+        // read a superseded version (PL-2 allows it), and the Guarantee's stale read is argued for
+        // serializable readers only.
+        let held = match self.options.verify.level {
+            Level::Declared => Reader::of(&t),
+            _ => Reader::Serializable,
+        };
+        if held == Reader::Snapshot && self.snapshot_reader.is_none() {
             let asked =
                 t.isolation.map_or_else(|| "no level".to_owned(), |l| l.sql_name().to_ascii_uppercase());
-            self.below_serializable = Some(format!(
+            self.snapshot_reader = Some(format!(
                 "{} asked for {asked}, and under declared levels garbage collection is argued only while every \
-                 transaction is held to serializability",
+                 transaction is held to serializability or read committed",
                 t.id
             ));
         }
+        let weaker = held != Reader::Serializable;
         let covered = self.epochs.fenced(t.session) && !weaker;
         self.epochs.admit(&t);
         let own = own_writes(&t);
