@@ -89,9 +89,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1_000)]
     pub(crate) round_interval_ms: u64,
     /// The isolation level to check; overrides the configuration's `[verify] level`. The default,
-    /// `declared`, holds each transaction to the level it asked for. Only `serializable` and
-    /// `strict-serializable` collect garbage between rounds; at the other levels the verifier keeps every
-    /// transaction, so its memory and each round's time grow with the history.
+    /// `declared`, holds each transaction to the level it asked for. `serializable`,
+    /// `strict-serializable` and `declared` collect garbage between rounds, `declared` until a transaction
+    /// asks for REPEATABLE READ; at the other levels the verifier keeps every transaction, so its memory and
+    /// each round's time grow with the history.
     #[arg(long, value_enum)]
     pub(crate) level: Option<crate::cmd::verify::LevelArg>,
     /// On Ctrl-C or SIGTERM, how long the verifier may go on verifying what the log still holds before it
