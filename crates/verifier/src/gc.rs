@@ -10,7 +10,7 @@
 //!    transaction can precede it either.
 //! 2. **Live constraints go whole, and only when no future can close them** (§4.3 (ii), the trap of the §4.3
 //!    counter-example). A live constraint's *participants* are the writers and readers of every version of
-//!    its two chains. They are deleted all together or not at all: a constraint with a participant that is
+//!    its two chains (under `declared`, less the read-committed readers, whose reads are on neither side). They are deleted all together or not at all: a constraint with a participant that is
 //!    not a candidate, or that another rule keeps, keeps them all. A constraint all of whose participants are
 //!    candidates goes with them only if the side it is taken to have (either; see [`entangled`]) lies on no
 //!    cycle of Γ: the known graph, *both* sides of every constraint that stays (the future may still choose
@@ -93,8 +93,12 @@
 //! readers (`pipeline::build_polygraph`), and the rules above run on it unchanged: each is an argument about
 //! the known graph, the constraints' sides and the Guarantee, and the Guarantee's path from an old
 //! transaction to a future one (session order, the fence chain's reads) is made of dependencies, which
-//! every level keeps. Two things differ. A kept read-committed reader of a superseded version keeps no rw
-//! link (rule 3): its read ordered it before no later writer. And a future read-committed reader of a
+//! every level keeps. Three things differ. A read-committed reader is no participant of a live constraint
+//! (rule 2): participants are kept or deleted together because the sides' rw edges leave readers, and its
+//! read gives none; its wr edge from the writer is a known edge, which rule 6 keeps. (Counted in, a late
+//! read-committed read of an old version kept that version's constraints alive, and on chengRW at READ
+//! COMMITTED the live set grew without bound.) A kept read-committed reader of a superseded version keeps
+//! no rw link (rule 3): its read ordered it before no later writer. And a future read-committed reader of a
 //! tombstone or of a moved-on base is not a stale read (PL-2 allows reading a superseded version): admission
 //! counts it unverifiable, since what it read is gone. Its wr edge from the deleted writer could close no
 //! cycle: nothing reaches a deleted transaction from a future one but an anti-dependency.

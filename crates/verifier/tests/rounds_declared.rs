@@ -5,12 +5,10 @@
 //! read a superseded version). Against one-shot verification at `declared` (the split polygraph, which
 //! collection never uses) on random histories of mixed levels, and of levels that change part-way.
 
-use std::collections::BTreeMap;
-
-use history::{History, HistoryBuilder, IsolationLevel, SessionId, TxnId};
+use history::{History, HistoryBuilder, IsolationLevel};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use verifier::{AnomalyClass, Level, OnlineVerifier, Options, RoundOptions, verify};
+use verifier::{AnomalyClass, Level, Options, RoundOptions, verify};
 
 mod common;
 
@@ -39,34 +37,8 @@ fn fences(mut b: HistoryBuilder, count: u64) -> HistoryBuilder {
     b
 }
 
-/// What an online verifier made of `h`, pushed in history order with every session declared up front.
-struct Online {
-    rejects: Vec<verifier::Report>,
-    unverifiable: u64,
-    deleted: u64,
-    gc_disabled: Option<String>,
-}
-
-fn online(h: &History, size: usize) -> Online {
-    let mut v = OnlineVerifier::new(h.keys.clone(), h.statements.clone(), rounds(size));
-    let sessions = h.sessions();
-    for &s in sessions.keys() {
-        v.session_started(s);
-    }
-    let last: BTreeMap<SessionId, TxnId> = sessions.iter().map(|(s, t)| (*s, t[t.len() - 1].id)).collect();
-    for t in &h.transactions {
-        v.push(t.clone()).expect("push");
-        if last[&t.session] == t.id {
-            v.session_ended(t.session);
-        }
-    }
-    v.finish().expect("finish");
-    Online {
-        rejects: v.rejects().to_vec(),
-        unverifiable: v.unverifiable_reads(),
-        deleted: v.deleted(),
-        gc_disabled: v.gc_disabled().map(str::to_owned),
-    }
+fn online(h: &History, size: usize) -> common::Online {
+    common::online(h, rounds(size))
 }
 
 /// T1 writes x=1, T2 read-modify-writes it to x=2, then ten fences; a reader of x=1 at `reader` comes last.
@@ -214,43 +186,18 @@ fn rounds_at_declared_give_the_one_shot_verdict_or_say_what_they_could_not_check
 fn rounds_at_declared_collect_a_mix_of_serializable_and_read_committed_and_give_the_one_shot_verdict() {
     let mut rng = StdRng::seed_from_u64(0x0c0_11ec7);
     let cases = 12_000;
-    let (mut rejects, mut collected, mut unverifiable_accepts) = (0, 0, 0);
-    let levels = [
-        Some(IsolationLevel::Serializable),
-        Some(IsolationLevel::ReadCommitted),
-        Some(IsolationLevel::ReadUncommitted),
-        None,
-    ];
-    for case in 0..cases {
+    let mut case = 0;
+    let d = common::declared_differential("mixed levels", cases, &[1, 2, 3, 5], true, || {
         let mut h = common::fenced_history(&mut rng, case % 3 == 2);
-        let read_committed_share = [0.2, 0.5, 0.9][case % 3];
-        for t in &mut h.transactions {
-            t.isolation = match t.fence {
-                true => Some(IsolationLevel::ReadCommitted),
-                false if rng.gen_bool(read_committed_share) => levels[rng.gen_range(1..=2)],
-                false => levels[[0, 3][rng.gen_range(0..2)]],
-            };
-        }
-        let one_shot = verify(&h, &declared()).expect("one-shot");
-        let size = [1, 2, 3, 5][case % 4];
-        let out = online(&h, size);
-        let context = || format!("case {case} (round size {size}):\n{:#?}", h.transactions);
-        assert_eq!(out.gc_disabled, None, "{}", context());
-        match (one_shot.is_accept(), out.rejects.is_empty()) {
-            (true, false) => panic!("a false reject: {}\n{}", out.rejects[0].render_text(), context()),
-            (false, true) if out.unverifiable == 0 => {
-                panic!("a false accept: {}\n{}", one_shot.render_text(), context())
-            }
-            (false, true) => unverifiable_accepts += 1,
-            _ => {}
-        }
-        rejects += usize::from(!one_shot.is_accept());
-        collected += usize::from(out.deleted > 0);
-    }
+        common::mix_serializable_and_read_committed(&mut rng, &mut h, [0.2, 0.5, 0.9][case % 3]);
+        case += 1;
+        h
+    });
     println!(
-        "{cases} histories of mixed serializable and read-committed transactions: {rejects} rejected one-shot, \
-         {collected} collected, {unverifiable_accepts} accepted in rounds with reads left unverified"
+        "{cases} histories of mixed serializable and read-committed transactions: {} rejected one-shot, {} \
+         collected, {} accepted in rounds with reads left unverified",
+        d.rejects, d.collected, d.unverifiable_accepts
     );
-    assert!(rejects > cases / 10 && rejects < cases * 9 / 10, "both verdicts: {rejects}");
-    assert!(collected > cases / 2, "collection ran: {collected}");
+    assert!(d.rejects > cases / 10 && d.rejects < cases * 9 / 10, "both verdicts: {}", d.rejects);
+    assert!(d.collected > cases / 2, "collection ran: {}", d.collected);
 }

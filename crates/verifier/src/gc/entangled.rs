@@ -118,13 +118,17 @@ impl LiveConstraints {
         for (c, _) in p.constraints.iter().zip(&p.live).filter(|&(_, &live)| live) {
             // Every reader and writer of every version of both chains, not only the ends of the side edges:
             // rule 3 drops a kept reader's read of a deleted version, which is sound only if no live
-            // constraint concerns that version's chain (see rule 3 in `gc`).
+            // constraint concerns that version's chain (see rule 3 in `gc`). A read-committed reader is no
+            // participant: its read is on no side (`Normalized::counts_anti_dependencies`), so dropping it
+            // loses nothing a constraint needs, and its wr edge from the writer is a known edge, which rule 6
+            // keeps as links. Counted in, a late read-committed read of an old frontier version kept the
+            // version's constraints, and through them their mates, for as long as it stayed.
             let mut who: Vec<u32> = Vec::new();
             for chain in [c.first, c.second] {
                 for &x in &p.chains.list[chain as usize].versions {
                     let version = &norm.versions[x as usize];
                     who.extend(version.writer);
-                    who.extend(version.readers.iter().copied());
+                    who.extend(version.readers.iter().copied().filter(|&r| norm.counts_anti_dependencies(r)));
                 }
             }
             who.sort_unstable();

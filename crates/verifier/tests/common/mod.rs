@@ -3,7 +3,7 @@
 //! one-shot verification (the rounds tests). Each test crate uses only part of it.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use history::{
     CollectorId, History, HistoryBuilder, Key, KeyName, Observed, Op, Outcome, SessionId, Transaction, TxnId,
@@ -11,7 +11,7 @@ use history::{
 };
 use rand::Rng;
 use rand::rngs::StdRng;
-use verifier::{Options, RoundOptions, verify, verify_in_rounds};
+use verifier::{OnlineVerifier, Options, RoundOptions, verify, verify_in_rounds};
 
 /// A random history: transactions run one after another against a store, each read returning the value
 /// of one of the last few states (so reads can be stale, fractured or non-monotonic), then a few reads are
@@ -398,4 +398,99 @@ pub fn fence(b: HistoryBuilder, session: u64, prev: u64, new: u64) -> HistoryBui
         if prev == 0 { t.read_init("F").write("F", new) } else { t.read("F", prev).write("F", new) }
     })
     .fence()
+}
+
+/// What an online verifier made of a history ([`online`]).
+pub struct Online {
+    pub rejects: Vec<verifier::Report>,
+    pub unverifiable: u64,
+    pub deleted: u64,
+    pub gc_disabled: Option<String>,
+}
+
+/// Pushes `h` into an online verifier in history order, every session declared up front and ended after its
+/// last transaction, and says what it made of it.
+pub fn online(h: &History, options: RoundOptions) -> Online {
+    let mut v = OnlineVerifier::new(h.keys.clone(), h.statements.clone(), options);
+    let sessions = h.sessions();
+    for &s in sessions.keys() {
+        v.session_started(s);
+    }
+    let last: BTreeMap<SessionId, TxnId> = sessions.iter().map(|(s, t)| (*s, t[t.len() - 1].id)).collect();
+    for t in &h.transactions {
+        v.push(t.clone()).expect("push");
+        if last[&t.session] == t.id {
+            v.session_ended(t.session);
+        }
+    }
+    v.finish().expect("finish");
+    Online {
+        rejects: v.rejects().to_vec(),
+        unverifiable: v.unverifiable_reads(),
+        deleted: v.deleted(),
+        gc_disabled: v.gc_disabled().map(str::to_owned),
+    }
+}
+
+/// What [`declared_differential`] counted.
+#[derive(Debug, Default)]
+pub struct DeclaredDifferential {
+    /// Histories one-shot verification at `declared` rejected.
+    pub rejects: usize,
+    /// Histories the online verifier collected garbage in.
+    pub collected: usize,
+    /// Histories rejected one-shot whose evidence the online verifier counted as unverifiable reads.
+    pub unverifiable_accepts: usize,
+}
+
+/// Verifies `cases` histories from `next` at `declared`, one-shot (the split polygraph) and online in rounds of
+/// the given sizes (in turn), and panics on a false reject, or on a false accept that no read counted as
+/// unverifiable explains. With `collecting`, no history may stop collection by the level it asked for (no
+/// transaction at REPEATABLE READ).
+pub fn declared_differential(
+    what: &str,
+    cases: usize,
+    sizes: &[usize],
+    collecting: bool,
+    mut next: impl FnMut() -> History,
+) -> DeclaredDifferential {
+    let declared = Options { level: verifier::Level::Declared, ..Options::default() };
+    let mut out = DeclaredDifferential::default();
+    for case in 0..cases {
+        let h = next();
+        let one_shot = verify(&h, &declared).expect("one-shot");
+        let size = sizes[case % sizes.len()];
+        let rounds = online(&h, RoundOptions { verify: declared.clone(), ..RoundOptions::offline(size) });
+        let context = || format!("{what}, case {case} (round size {size}):\n{:#?}", h.transactions);
+        if collecting && let Some(why) = &rounds.gc_disabled {
+            assert!(!why.contains("asked for"), "{why}: {}", context());
+        }
+        match (one_shot.is_accept(), rounds.rejects.is_empty()) {
+            (true, false) => panic!("a false reject: {}\n{}", rounds.rejects[0].render_text(), context()),
+            (false, true) if rounds.unverifiable == 0 => {
+                panic!("a false accept: {}\n{}", one_shot.render_text(), context())
+            }
+            (false, true) => out.unverifiable_accepts += 1,
+            _ => {}
+        }
+        out.rejects += usize::from(!one_shot.is_accept());
+        out.collected += usize::from(rounds.deleted > 0);
+    }
+    out
+}
+
+/// Gives each transaction of `h` but its fences SERIALIZABLE, READ COMMITTED, READ UNCOMMITTED or no level at
+/// random, read committed or read uncommitted with probability `read_committed`, and its fences READ
+/// COMMITTED, as the proxy records them.
+pub fn mix_serializable_and_read_committed(rng: &mut StdRng, h: &mut History, read_committed: f64) {
+    use history::IsolationLevel::{ReadCommitted, ReadUncommitted, Serializable};
+    for t in &mut h.transactions {
+        t.isolation = match t.fence {
+            true => Some(ReadCommitted),
+            false if rng.gen_bool(read_committed) => {
+                Some([ReadCommitted, ReadUncommitted][rng.gen_range(0..2)])
+            }
+            false => [Some(Serializable), None][rng.gen_range(0..2)],
+        };
+    }
 }
