@@ -34,8 +34,9 @@
 //! far is held to serializability or to read committed (fences are held to serializability whatever their
 //! `BEGIN` said). Such a mix has a polygraph of serializability's shape, in which a read-committed reader
 //! gives no anti-dependencies (`pipeline::build_polygraph`); collection runs on it unchanged, except that a
-//! kept read-committed reader of a superseded version keeps no rw link (`gc`, rule 3), and its reads of
-//! collected versions are unverifiable rather than stale (PL-2 allows reading a superseded version). The
+//! read-committed reader is no participant of a live constraint (`gc`, rule 2), a kept one that read a
+//! superseded version keeps no rw link (rule 3), and its reads of collected versions are unverifiable
+//! rather than stale (PL-2 allows reading a superseded version). The
 //! first transaction that asked for REPEATABLE READ stops collection for good: snapshot isolation lets an
 //! anti-dependency count only after a dependency, which no polygraph of that shape can say. At the other
 //! levels every transaction stays, and memory and each round's time grow with the history.
