@@ -260,7 +260,7 @@ fn verify_checks_snapshot_isolation() {
     assert!(json.contains("\"level\": \"snapshot-isolation\""), "{json}");
     let checked = verify("polysi/yugabyte-si.txt", &["--check-report", report_s]);
     assert_eq!(checked.status.code(), Some(0), "{}", String::from_utf8_lossy(&checked.stdout));
-    // In rounds too, without garbage collection (which is argued for serializability only), and it says so.
+    // In rounds too, without garbage collection (not argued for snapshot isolation), and it says so.
     let out = verify("polysi/yugabyte-si.txt", &["--level", "snapshot-isolation", "--rounds", "10"]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(String::from_utf8_lossy(&out.stderr).contains("keep every transaction"));

@@ -221,7 +221,8 @@ fn verify_in_rounds(
     if !options.level.collects_garbage() {
         eprintln!(
             "krait verify: rounds at {} keep every transaction (garbage collection is argued for \
-             serializability only), so each round checks the whole history so far",
+             serializability, and for declared levels until a transaction asks for REPEATABLE READ), so each \
+             round checks the whole history so far",
             options.level.name()
         );
     }
