@@ -104,18 +104,15 @@ pub(crate) fn build_polygraph(h: &History, options: &Options) -> Result<(Built, 
     let mut tally = Tally::default();
 
     // Stage 1.
-    let declared = options.level == Level::Declared;
-    let read_committed = match declared {
-        true => held_to_read_committed(h)?,
-        false => Vec::new(),
+    let mut norm = match options.level {
+        Level::Declared => {
+            let read_committed = held_to_read_committed(h)?;
+            let mut norm = normalize::normalize_with(h, &|i| !read_committed[i]);
+            norm.read_committed = norm.txns.iter().map(|t| read_committed[t.hist]).collect();
+            norm
+        }
+        _ => normalize::normalize(h),
     };
-    let mut norm = match declared {
-        true => normalize::normalize_with(h, &|i| !read_committed[i]),
-        false => normalize::normalize(h),
-    };
-    if declared {
-        norm.read_committed = norm.txns.iter().map(|t| read_committed[t.hist]).collect();
-    }
     tally.counts.vertices = norm.txns.len() as u64;
     tally.counts.versions = norm.versions.len() as u64;
     tally.counts.indeterminate_dropped = norm.dropped.len() as u64;
