@@ -372,7 +372,13 @@ async fn client_to_server(
             };
             let msg = FrontendMessage::decode(&frame)
                 .map_err(|e| Failure::Client(SessionError::ClientProtocol(e)))?;
-            inject_at_rest(core, replied, sw, &mut out, Injector::injection_due).await?;
+            // A closing connection fences first if it committed since its last fence, so that its last
+            // transactions get an epoch ([`Injector::closing_injection_due`]).
+            let due = match frame.tag() {
+                ftag::TERMINATE => Injector::closing_injection_due,
+                _ => Injector::injection_due,
+            };
+            inject_at_rest(core, replied, sw, &mut out, due).await?;
             let mut forward = frame.raw().clone();
             loop {
                 let (step, copy_in) = {
@@ -450,7 +456,12 @@ async fn client_to_server(
             },
         };
         match read {
-            Ok(0) => return Ok(End::ClientClosed),
+            Ok(0) => {
+                // Gone without a Terminate: the connection to the database is still there to fence on. The
+                // client is gone whatever happens to the fence, so its failure ends nothing more.
+                let _ = inject_at_rest(core, replied, sw, &mut out, Injector::closing_injection_due).await;
+                return Ok(End::ClientClosed);
+            }
             Ok(_) => {
                 if idle_after.is_some() {
                     last_read = tokio::time::Instant::now();

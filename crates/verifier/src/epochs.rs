@@ -20,8 +20,9 @@
 //! `SessionEnded` record, which the proxy appends when a client connection closes, and `verify --rounds` when
 //! a session's last transaction has been admitted). An ended session no
 //! longer holds `epoch_agree` back: it will add no transaction, so the Guarantee needs nothing from it. Its
-//! transactions after its last fence stay open (never collected); the proxy can avoid even that by running a
-//! fence just before it closes the upstream connection. A session that stays open but idle (a pooled
+//! transactions after its last fence stay open (never collected), and so does every transaction they reach
+//! (garbage collection's rule 1), which on a key updated in a read-modify-write chain is every later writer
+//! of it. So the proxy fences a connection that committed since its last fence as it closes. A session that stays open but idle (a pooled
 //! connection) would hold `epoch_agree` at its last fence for as long as it stays idle; the proxy fences such
 //! a connection on its own once the others' fences have moved on (`[fence] idle_ms`).
 //!

@@ -146,6 +146,15 @@ impl FenceCounter {
             && self.last.is_none_or(|at| at.elapsed() >= self.min_interval)
     }
 
+    /// Whether a connection that is closing should fence first: fences are on and it committed a client
+    /// transaction since its last fence. Without that fence those transactions never get an epoch (Cobra
+    /// §4.2): they stay open for good, and garbage collection keeps every transaction they reach, which a
+    /// read-modify-write chain on a key makes every later writer of it. So the closing fence ignores
+    /// `every` and `min_interval`: it costs one transaction per connection that wrote since its last fence.
+    pub fn closing_due(&self) -> bool {
+        self.every > 0 && self.since > 0
+    }
+
     /// Notes that a fence ran (whatever its outcome: an aborted fence is simply retried next time), and
     /// that the proxy's count of fences due by commits is `chain` with it.
     pub fn fenced(&mut self, chain: u64) {
@@ -460,6 +469,23 @@ mod tests {
         let never = FenceCounter::new(20, Duration::ZERO, Duration::ZERO);
         assert_eq!(never.idle_after(), None);
         assert!(!never.idle_due(9), "idle_ms = 0 turns idle fences off");
+    }
+
+    /// A closing connection fences if it committed since its last fence, however few commits and however
+    /// soon: otherwise its last transactions never get an epoch, and collection keeps all they reach.
+    #[test]
+    fn a_closing_connection_fences_after_any_commit_since_its_last_fence() {
+        let mut c = FenceCounter::new(20, Duration::from_secs(3_600), Duration::ZERO);
+        assert!(!c.closing_due(), "nothing committed: nothing to give an epoch");
+        c.committed();
+        assert!(!c.due() && c.closing_due(), "one commit of twenty is enough when closing");
+        c.fenced(1);
+        assert!(!c.closing_due());
+        c.committed();
+        assert!(c.closing_due(), "the minimum interval does not hold a closing fence back");
+        let mut off = FenceCounter::new(0, Duration::ZERO, Duration::ZERO);
+        off.committed();
+        assert!(!off.closing_due(), "no fences, no closing ones either");
     }
 
     #[test]

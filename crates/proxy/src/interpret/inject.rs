@@ -123,6 +123,13 @@ impl Injector {
         }
     }
 
+    /// What to inject before a connection closes: what [`Injector::injection_due`] says, or else a fence when
+    /// the connection committed a transaction since its last ([`FenceCounter::closing_due`]). Call only
+    /// between two client transactions with nothing outstanding.
+    pub fn closing_injection_due(&self) -> Option<Injection> {
+        self.injection_due().or_else(|| self.fences.closing_due().then(|| self.fence()))
+    }
+
     /// How long a connection at rest waits before [`Injector::idle_injection_due`] may say yes; `None`
     /// when it never does.
     pub fn idle_after(&self) -> Option<Duration> {
