@@ -110,7 +110,10 @@ async fn a_lost_update_at_read_committed_is_read_committed_and_not_snapshot_isol
     assert_eq!(si.anomalies.first().map(|a| a.class), Some(AnomalyClass::LostUpdate), "{si}");
 }
 
-/// Two clients read row 1 and each writes back what it read plus one, interleaved so one increment is lost.
+/// Two clients read row 1 and each writes back what it read plus one, interleaved so one increment is lost:
+/// the second UPDATE waits for the first transaction's row lock, and once that commits PostgreSQL applies
+/// it to the new version (EvalPlanQual). Its snapshot shows the version both read, so the proxy records no
+/// replaced version for it, and the history holds two read-modify-writes of one version.
 async fn lose_an_update(c1: &Client, c2: &Client, table: &str, begin: &str) {
     let read = format!("SELECT v FROM {table} WHERE k = 1");
     let write = format!("UPDATE {table} SET v = $1 WHERE k = 1");
@@ -119,8 +122,15 @@ async fn lose_an_update(c1: &Client, c2: &Client, table: &str, begin: &str) {
     let v1: i32 = c1.query_one(&read, &[]).await.expect("reads").get(0);
     let v2: i32 = c2.query_one(&read, &[]).await.expect("reads").get(0);
     c1.execute(&write, &[&(v1 + 1)]).await.expect("writes");
-    c1.batch_execute("COMMIT").await.expect("commits");
-    c2.execute(&write, &[&(v2 + 1)]).await.expect("writes");
+    let first_commits = async {
+        wait_until_waiting_for_a_lock(table).await;
+        c1.batch_execute("COMMIT").await
+    };
+    let second_value = v2 + 1;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&second_value];
+    let (second, first) = tokio::join!(c2.execute(&write, &params), first_commits);
+    first.expect("commits");
+    second.expect("writes");
     c2.batch_execute("COMMIT").await.expect("commits");
 }
 

@@ -205,9 +205,19 @@ async fn a_read_committed_lost_update_is_reproduced() {
         c.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
         assert_eq!(c.query(&select, &[&0i32]).await.unwrap().len(), 1);
     }
+    // b's UPDATE waits for a's row lock and, once a commits, overwrites a's version (EvalPlanQual): its
+    // snapshot shows the version both read, so no replaced version is recorded for it, and the history
+    // holds two read-modify-writes of one version.
     a.execute(&update, &[&90i32, &0i32]).await.unwrap();
-    a.batch_execute("COMMIT").await.unwrap();
-    b.execute(&update, &[&80i32, &0i32]).await.unwrap();
+    let a_commits = async {
+        wait_until_waiting_for_a_lock(&format!("{s}.accounts")).await;
+        a.batch_execute("COMMIT").await
+    };
+    let (b_balance, id) = (80i32, 0i32);
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&b_balance, &id];
+    let (b_update, a_commit) = tokio::join!(b.execute(&update, &params), a_commits);
+    a_commit.unwrap();
+    b_update.unwrap();
     b.batch_execute("COMMIT").await.unwrap();
     drop((a, b));
     let report = recorded_report(p, 2).await;

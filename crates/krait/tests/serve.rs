@@ -93,9 +93,19 @@ async fn serve_reports_a_lost_update_when_rows_are_tagged() {
     c1.query_one(&format!("SELECT count(*) FROM {table}"), &[]).await.expect("counts");
     let v1: i32 = c1.query_one(&read, &[]).await.expect("reads").get(0);
     let v2: i32 = c2.query_one(&read, &[]).await.expect("reads").get(0);
+    // c2's UPDATE waits for c1's row lock and, once c1 commits, overwrites c1's version (EvalPlanQual): its
+    // snapshot shows the version both read, so no replaced version is recorded for it, and the history
+    // holds two read-modify-writes of one version.
     c1.execute(&write, &[&(v1 + 1)]).await.expect("writes");
-    c1.batch_execute("COMMIT").await.expect("commits");
-    c2.execute(&write, &[&(v2 + 1)]).await.expect("writes");
+    let c1_commits = async {
+        wait_until_waiting_for_a_lock(&table).await;
+        c1.batch_execute("COMMIT").await
+    };
+    let second_value = v2 + 1;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&second_value];
+    let (c2_update, c1_commit) = tokio::join!(c2.execute(&write, &params), c1_commits);
+    c1_commit.expect("commits");
+    c2_update.expect("writes");
     c2.batch_execute("COMMIT").await.expect("commits");
     let v: i32 = c1.query_one(&read, &[]).await.expect("reads").get(0);
     assert_eq!(v, 1, "one of the two increments was lost, as READ COMMITTED allows");
@@ -111,6 +121,32 @@ async fn serve_reports_a_lost_update_when_rows_are_tagged() {
     assert_eq!(ids.len(), 1, "one reject, one report:\n{}", seen.join("\n"));
     let report = store.load(&ids[0]).expect("the report loads");
     assert!(report.not_checked.iter().any(|n| n.kind == "aggregate"), "{:?}", report.not_checked);
+}
+
+/// Waits, watching from a direct connection to the database, until a statement that names `table` waits
+/// for a lock.
+async fn wait_until_waiting_for_a_lock(table: &str) {
+    let (admin, conn) =
+        tokio_postgres::connect("host=127.0.0.1 port=5432 user=postgres dbname=test", tokio_postgres::NoTls)
+            .await
+            .expect("connects to the database directly");
+    tokio::spawn(conn);
+    let pattern = format!("%{table}%");
+    for _ in 0..500 {
+        let waiting: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                &[&pattern],
+            )
+            .await
+            .expect("reads pg_stat_activity")
+            .get(0);
+        if waiting > 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("no statement on {table} ever waited for a lock");
 }
 
 /// A level `[verify]` names that does not exist stops `krait serve` before it listens, with the file, the
@@ -269,6 +305,10 @@ fn a_restarted_serve_resumes_its_verifier_from_the_checkpoint() {
 /// with it the verifier's epochs, goes on across a restart. A run that fenced a new row started a second
 /// chain that nothing orders after the first: epochs broke, and garbage collection stopped for good, at
 /// every restart.
+///
+/// The row the updates chain from is inserted by a session of one transaction. It fences as it closes
+/// (fewer commits than `every`): before it did, that transaction never got an epoch, and, each UPDATE
+/// recording the version it replaced, every later update of the row was reached from it and kept.
 #[test]
 fn a_restarted_serve_fences_the_same_row_and_collection_goes_on() {
     let dir = tempfile::tempdir().expect("a temp dir");

@@ -12,7 +12,10 @@
 //!   and the transaction's first statement's at REPEATABLE READ and SERIALIZABLE (PostgreSQL takes it
 //!   there);
 //! - the two reads of a lost update (an anomaly without a cycle) each come before the other transaction
-//!   commits;
+//!   commits, and so do its two writes: the second waits for the first's row lock and, at READ COMMITTED,
+//!   overwrites its version once it commits (the schedule the proxy records as a lost update; written
+//!   after the first commit instead, the second UPDATE replaces the first's version, which the proxy
+//!   records as read, and the replay shows a non-repeatable read);
 //! - in an anomaly without a cycle that shows a read of another transaction's write (an aborted or an
 //!   intermediate read), the read comes after the write's statement and before the writer ends;
 //! - beyond the cycles, what any database's history implies among the report's transactions: a read of
@@ -351,21 +354,24 @@ fn dependency_edges(
             EdgeKind::So => {}
         }
     }
-    // A lost update has no cycle; its ops are each transaction's read and write of the key, and each read
-    // must see the version before either write commits.
+    // A lost update has no cycle; its ops are each transaction's read and write of the key. Each read must
+    // see the version before either write commits, and each write is sent before the other transaction
+    // ends (see the module docs).
     for anomaly in report.anomalies.iter().filter(|a| a.class == AnomalyClass::LostUpdate) {
-        let reads: Vec<(usize, usize)> = anomaly
+        let steps: Vec<(usize, usize)> = anomaly
             .ops
             .iter()
             .filter_map(|o| {
                 let t = *index_of.get(&o.txn)?;
                 let op = txns[t].ops.get(o.op)?;
-                (!op.write).then(|| (t, places.snapshot_of(t, o.op)))
+                let node =
+                    if op.write { places.statement_node(t, o.op) } else { places.snapshot_of(t, o.op) };
+                Some((t, node))
             })
             .collect();
-        for &(t, read) in &reads {
-            for &(other, _) in reads.iter().filter(|(other, _)| *other != t) {
-                edges.push((read, places.end(other)));
+        for &(t, step) in &steps {
+            for &(other, _) in steps.iter().filter(|(other, _)| *other != t) {
+                edges.push((step, places.end(other)));
             }
         }
     }

@@ -291,6 +291,31 @@ pub async fn direct() -> tokio_postgres::Client {
     connect(&format!("host=127.0.0.1 port=5432 user={PG_USER} dbname={PG_DB}")).await
 }
 
+/// Waits, watching from a direct connection, until a statement that names `table` waits for a lock: so
+/// that a test can commit the transaction that holds the row lock only once the other's UPDATE is queued
+/// behind it, and that UPDATE then acts on the version the commit made (PostgreSQL's EvalPlanQual at READ
+/// COMMITTED), the shape of a lost update between two concurrent writers.
+#[allow(dead_code)]
+pub async fn wait_until_waiting_for_a_lock(table: &str) {
+    let admin = direct().await;
+    let pattern = format!("%{table}%");
+    for _ in 0..500 {
+        let waiting: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                &[&pattern],
+            )
+            .await
+            .expect("reads pg_stat_activity")
+            .get(0);
+        if waiting > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no statement on {table} ever waited for a lock");
+}
+
 /// A table name unique to this test and process.
 pub fn unique(name: &str) -> String {
     format!("krait_{name}_{}", std::process::id())

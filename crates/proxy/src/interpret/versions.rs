@@ -74,7 +74,8 @@
 //!   a scalar subquery on the statement's snapshot. At REPEATABLE READ and SERIALIZABLE that is exactly the
 //!   replaced version (otherwise the UPDATE fails with a serialization error). At READ COMMITTED, when a
 //!   concurrent update committed in between, PostgreSQL updates the newer version (EvalPlanQual) while the
-//!   snapshot still shows the older one, so the recorded read can be older than the replaced version.
+//!   snapshot still shows the older one. So there the subquery returns the snapshot's version only when its
+//!   `xmax` is the new version's `xmin` (this UPDATE replaced it), and [`READ_COMMITTED_MARK`] otherwise.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -131,10 +132,10 @@ pub fn key_name(namespace: &str, pk: &[&[u8]]) -> KeyName {
     KeyName { namespace: namespace.to_owned(), bytes }
 }
 
-/// What the replaced-version column of an UPDATE holds at READ COMMITTED, where the statement's snapshot
-/// need not show the version the UPDATE replaced: no read is recorded for it, and, when its SET reads the
-/// row, the statement is listed as not checked (opaque kind `read_committed_update`); a blind one is a
-/// plain write.
+/// What the replaced-version column of an UPDATE holds at READ COMMITTED when the statement's snapshot does
+/// not show the version the UPDATE replaced (a concurrent update committed in between): no read is recorded
+/// for it, and, when its SET reads the row, the statement is listed as not checked (opaque kind
+/// `read_committed_update`); a blind one is a plain write.
 pub const READ_COMMITTED_MARK: &str = "read committed";
 
 /// The query that learns the recording horizon: the database's snapshot (`xmin:xmax:xip,…`, 64-bit

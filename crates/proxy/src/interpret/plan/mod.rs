@@ -525,8 +525,10 @@ mod tests {
         assert!(
             sql.ends_with(
                 "-- note\nRETURNING a.*, a.xmin::TEXT AS krait_v0, a.id::TEXT AS krait_v1, CASE WHEN \
-                 current_setting('transaction_isolation') = 'read committed' THEN 'read committed' ELSE (SELECT \
-                 krait_old.xmin::TEXT FROM accounts AS krait_old WHERE krait_old.id = a.id) END AS krait_v2"
+                 current_setting('transaction_isolation') = 'read committed' THEN COALESCE((SELECT \
+                 krait_old.xmin::TEXT FROM accounts AS krait_old WHERE krait_old.id = a.id AND krait_old.xmax = \
+                 a.xmin), 'read committed') ELSE (SELECT krait_old.xmin::TEXT FROM accounts AS krait_old WHERE \
+                 krait_old.id = a.id) END AS krait_v2"
             ),
             "{sql}"
         );
@@ -554,8 +556,10 @@ mod tests {
         let (sql, plan) = rows("UPDATE accounts SET balance = balance + 1 WHERE id = 7");
         assert!(sql.ends_with(
             "RETURNING accounts.xmin::TEXT AS krait_v0, accounts.id::TEXT AS krait_v1, CASE WHEN \
-             current_setting('transaction_isolation') = 'read committed' THEN 'read committed' ELSE (SELECT \
-             krait_old.xmin::TEXT FROM accounts AS krait_old WHERE krait_old.id = accounts.id) END AS krait_v2"
+             current_setting('transaction_isolation') = 'read committed' THEN COALESCE((SELECT krait_old.xmin::TEXT \
+             FROM accounts AS krait_old WHERE krait_old.id = accounts.id AND krait_old.xmax = accounts.xmin), \
+             'read committed') ELSE (SELECT krait_old.xmin::TEXT FROM accounts AS krait_old WHERE krait_old.id = \
+             accounts.id) END AS krait_v2"
         ), "{sql}");
         assert!(plan.hidden_result && plan.tables[0].replaced);
         // A SET that reads nothing of the row still records the version it replaced.

@@ -33,13 +33,24 @@ pub(super) fn extra_items(
         let cond: Vec<String> =
             pk.iter().map(|c| format!("krait_old.{q} = {reference}.{q}", q = quote_ident(c))).collect();
         // The subquery reads the statement's snapshot. At READ COMMITTED an UPDATE replaces the latest
-        // committed version after waiting for the row lock (EvalPlanQual), which the snapshot may not show,
-        // so there the proxy records no replaced version rather than a wrong one (DESIGN.md §3, "what a
-        // write replaced"); `versions::READ_COMMITTED_MARK` says so.
+        // committed version after waiting for the row lock (EvalPlanQual), which the snapshot may not show
+        // (DESIGN.md §3, "what a write replaced"). There the snapshot's version is the one replaced exactly
+        // when its `xmax` is the (sub)transaction that wrote the new version, whose `xmin` that is: a version
+        // is replaced once, and EvalPlanQual leaves the concurrent updater's id there (a multixact, when
+        // others held key-share locks, matches no transaction id but by a coincidence of counters, and then
+        // the version recorded is still one the statement saw committed). Otherwise
+        // `versions::READ_COMMITTED_MARK` says the replaced version is not known.
+        let snapshot_version = |extra: &str| {
+            format!(
+                "(SELECT krait_old.xmin::text FROM {table} AS krait_old WHERE {}{extra})",
+                cond.join(" AND ")
+            )
+        };
         cols.push(format!(
-            "CASE WHEN current_setting('transaction_isolation') = '{mark}' THEN '{mark}' \
-             ELSE (SELECT krait_old.xmin::text FROM {table} AS krait_old WHERE {}) END",
-            cond.join(" AND "),
+            "CASE WHEN current_setting('transaction_isolation') = '{mark}' THEN COALESCE({}, '{mark}') \
+             ELSE {} END",
+            snapshot_version(&format!(" AND krait_old.xmax = {reference}.xmin")),
+            snapshot_version(""),
             mark = crate::interpret::versions::READ_COMMITTED_MARK,
         ));
     }

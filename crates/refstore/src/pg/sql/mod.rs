@@ -18,6 +18,10 @@
 //!     | pg_current_xact_id()                                   (the transaction's own number)
 //!     | (SELECT a.xmin FROM t AS a WHERE a.key = t.key)        (UPDATE ... RETURNING only: the replaced
 //!                                                              version's xmin; `a.xmin` may be cast to text)
+//!     | CASE WHEN current_setting('transaction_isolation') = 'read committed'
+//!       THEN COALESCE((SELECT a.xmin FROM t AS a WHERE a.key = t.key AND a.xmax = t.xmin), 'read committed')
+//!       ELSE (SELECT a.xmin FROM t AS a WHERE a.key = t.key) END
+//!                                                             (the proxy's read-committed guard: the same)
 //! x: an integer literal, a quoted integer, or a parameter $n, optionally cast ::int8 (or another int type)
 //! y: x | val + x | val - x | x + val
 //! ```
@@ -329,6 +333,22 @@ mod tests {
             panic!("an update")
         };
         assert_eq!(returning[2], item(Column::Replaced, ColType::Text, "krait_v2"));
+        // The same, behind the proxy's read-committed guard (the store's model, not a session setting,
+        // decides its isolation, so the guard takes the plain subquery).
+        let Statement::Update { returning, .. } = one(
+            "UPDATE kv SET v = v + 1 WHERE k = 3\nRETURNING kv.xmin::TEXT AS krait_v0, kv.k::TEXT AS krait_v1, \
+             CASE WHEN current_setting('transaction_isolation') = 'read committed' THEN COALESCE((SELECT \
+             krait_old.xmin::TEXT FROM kv AS krait_old WHERE krait_old.k = kv.k AND krait_old.xmax = kv.xmin), \
+             'read committed') ELSE (SELECT krait_old.xmin::TEXT FROM kv AS krait_old WHERE krait_old.k = kv.k) \
+             END AS krait_v2",
+        ) else {
+            panic!("an update behind the guard")
+        };
+        assert_eq!(returning[2], item(Column::Replaced, ColType::Text, "krait_v2"));
+        let mismatched = "UPDATE kv SET v = 1 WHERE k = 3 RETURNING CASE WHEN current_setting('transaction_isolation') \
+             = 'read committed' THEN COALESCE((SELECT a.xmin FROM kv AS a WHERE a.k = kv.k AND a.xmax = kv.xmin), \
+             'read committed') ELSE (SELECT a.xmin::TEXT FROM kv AS a WHERE a.k = kv.k) END";
+        assert!(parse(mismatched).is_err(), "the guard's two subqueries must ask for the same thing");
         // With values recorded, a write without RETURNING also returns its row, first (`kv.*`).
         let Statement::Insert { returning, .. } = one(
             "INSERT INTO kv (k, v) VALUES ($1, $2)\nRETURNING kv.*, kv.xmin::TEXT AS krait_v0, kv.k::TEXT AS krait_v1",

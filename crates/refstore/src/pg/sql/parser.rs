@@ -327,10 +327,11 @@ impl Parser<'_> {
         Ok(RawItem { expr, cast, alias })
     }
 
-    /// After `CASE`: `WHEN current_setting('transaction_isolation') = 'read committed' THEN 'read committed'
-    /// ELSE (<replaced-version subquery>) END`, the proxy's guard that gives up the replaced version at READ
-    /// COMMITTED. The reference store has no per-session isolation setting (its model is the store's), so
-    /// the guard always takes the subquery.
+    /// After `CASE`: `WHEN current_setting('transaction_isolation') = 'read committed' THEN
+    /// COALESCE((<replaced-version subquery> AND a.xmax = t.xmin), 'read committed') ELSE (<replaced-version
+    /// subquery>) END`, the proxy's guard that gives up the replaced version at READ COMMITTED where the
+    /// statement's snapshot may not show it. The reference store has no per-session isolation setting (its
+    /// model is the store's), so the guard always takes the ELSE subquery.
     fn read_committed_guard(&mut self) -> Result<RawExpr, SqlError> {
         let shape = || {
             unsupported(
@@ -352,10 +353,19 @@ impl Parser<'_> {
         self.expect_sym('=').map_err(|_| shape())?;
         string(self, "read committed")?;
         self.expect_keyword("then").map_err(|_| shape())?;
+        self.expect_keyword("coalesce").map_err(|_| shape())?;
+        self.expect_sym('(').map_err(|_| shape())?;
+        self.expect_sym('(').map_err(|_| shape())?;
+        let checked = self.replaced_subquery_with(true)?;
+        self.expect_sym(',').map_err(|_| shape())?;
         string(self, "read committed")?;
+        self.expect_sym(')').map_err(|_| shape())?;
         self.expect_keyword("else").map_err(|_| shape())?;
         self.expect_sym('(').map_err(|_| shape())?;
         let replaced = self.replaced_subquery()?;
+        if checked != replaced {
+            return Err(shape());
+        }
         self.expect_keyword("end").map_err(|_| shape())?;
         Ok(replaced)
     }
@@ -363,6 +373,12 @@ impl Parser<'_> {
     /// After `(`: `SELECT a.xmin[::text] FROM t AS a WHERE a.key = outer.key )`, the proxy's way of asking
     /// an UPDATE for the version it replaced.
     fn replaced_subquery(&mut self) -> Result<RawExpr, SqlError> {
+        self.replaced_subquery_with(false)
+    }
+
+    /// [`Self::replaced_subquery`], with `AND a.xmax = outer.xmin` before the `)` when `xmax_check` (the
+    /// read-committed guard's: the snapshot's version is the one this statement replaced).
+    fn replaced_subquery_with(&mut self, xmax_check: bool) -> Result<RawExpr, SqlError> {
         let shape =
             || unsupported("the only subquery supported is (SELECT a.xmin FROM t AS a WHERE a.key = t.key)");
         self.expect_keyword("select").map_err(|_| shape())?;
@@ -393,6 +409,18 @@ impl Parser<'_> {
         self.expect_sym('=').map_err(|_| shape())?;
         let mut outer = self.dotted()?;
         let outer_key = outer.pop().unwrap_or_default();
+        if xmax_check {
+            // `AND a.xmax = outer.xmin`: the store replaces the version its read saw, so it always holds.
+            self.expect_keyword("and").map_err(|_| shape())?;
+            if self.dotted()? != [alias.clone(), "xmax".to_owned()] {
+                return Err(shape());
+            }
+            self.expect_sym('=').map_err(|_| shape())?;
+            let mut xmin_of = self.dotted()?;
+            if xmin_of.pop().as_deref() != Some("xmin") || xmin_of != outer {
+                return Err(shape());
+            }
+        }
         self.expect_sym(')').map_err(|_| shape())?;
         Ok(RawExpr::Replaced { text, table, key, outer, outer_key })
     }

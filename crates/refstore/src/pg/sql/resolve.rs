@@ -11,7 +11,7 @@ pub(super) struct RawItem {
     pub(super) alias: Option<String>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub(super) enum RawExpr {
     /// `*`, or `qualifier.*` (the qualifier is empty for a bare `*`).
     Star(Vec<String>),
