@@ -35,10 +35,10 @@ pub(super) fn extra_items(
         // The subquery reads the statement's snapshot. At READ COMMITTED an UPDATE replaces the latest
         // committed version after waiting for the row lock (EvalPlanQual), which the snapshot may not show
         // (DESIGN.md §3, "what a write replaced"). There the snapshot's version is the one replaced exactly
-        // when its `xmax` is the (sub)transaction that wrote the new version, whose `xmin` that is: a version
-        // is replaced once, and EvalPlanQual leaves the concurrent updater's id there (a multixact, when
-        // others held key-share locks, matches no transaction id but by a coincidence of counters, and then
-        // the version recorded is still one the statement saw committed). Otherwise
+        // when its `xmax` equals the new version's `xmin`, the (sub)transaction that wrote both: a version is
+        // replaced once, and after EvalPlanQual its `xmax` is the concurrent updater's. (A multixact `xmax`,
+        // left by others' key-share locks, equals a transaction id only by a coincidence of counters, and
+        // even then the version recorded is one the statement saw committed.) Otherwise
         // `versions::READ_COMMITTED_MARK` says the replaced version is not known.
         let snapshot_version = |extra: &str| {
             format!(
