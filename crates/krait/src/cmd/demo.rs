@@ -107,9 +107,11 @@ const ROUND_SIZE: usize = 100;
 /// take a random older one the model allows), so weak models show their anomalies in a short run.
 const FRESH_VIEW_SHARE: f64 = 0.5;
 
-/// Embedded target: a fence every this many committed transactions per connection. The store is private
-/// to this run, so no other proxy shares the fence row (with PostgreSQL, fences stay off for that reason).
-const EMBEDDED_FENCE_EVERY: u64 = 20;
+/// A fence every this many committed transactions per connection, as `krait serve`'s default: fences give
+/// the online verifier the epochs it collects garbage by (Cobra §4.2). Each log fences a row of its own
+/// (chosen at random when the log is new), so a demo beside another proxy on the same database never reads
+/// a fence version its log did not record.
+const FENCE_EVERY: u64 = 20;
 
 /// Runs `krait demo`.
 pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
@@ -241,7 +243,7 @@ fn embedded(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
             let _ = stopped.await;
         }));
         let result = async {
-            let (config, tagging) = proxy_config(tmp, &cert, &key, upstream, EMBEDDED_FENCE_EVERY)?;
+            let (config, tagging) = proxy_config(tmp, &cert, &key, upstream)?;
             let banner = format!(
                 "krait demo: target: the embedded reference store (model {} = {:?}, at {upstream}, no database \
                  server) through the Krait proxy at {{proxy}} (TLS required, self-signed certificate), {} \
@@ -289,14 +291,13 @@ fn store_verdict(h: &History, level: verifier::Level) -> anyhow::Result<bool> {
 }
 
 /// The in-process proxy's configuration: TLS required with the demo's certificate, the upstream database,
-/// a strict log in `tmp/log`, row-level tagging on and fences every `fence_every` commits (0: off). Returns
+/// a strict log in `tmp/log`, row-level tagging on and a fence every [`FENCE_EVERY`] commits. Returns
 /// whether tagging is on (a build without it falls back to statement text only, and says so).
 fn proxy_config(
     tmp: &Path,
     cert: &Path,
     key: &Path,
     upstream: SocketAddr,
-    fence_every: u64,
 ) -> anyhow::Result<(proxy::Config, bool)> {
     let toml = format!(
         "[listen]\naddress = \"127.0.0.1:0\"\n[tls]\nmode = \"require\"\ncert = \"{}\"\nkey = \"{}\"\n\
@@ -305,7 +306,7 @@ fn proxy_config(
         key.display(),
         tmp.join("log").display()
     );
-    let tagged = format!("{toml}[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = {fence_every}\n");
+    let tagged = format!("{toml}[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = {FENCE_EVERY}\n");
     match proxy::Config::parse(&tagged, Path::new("<demo>")) {
         Ok(c) => Ok((c, true)),
         Err(e) if e.to_string().contains("tagging") || e.to_string().contains("fence") => {
@@ -345,10 +346,7 @@ fn postgres(args: &DemoArgs, tmp: &Path) -> anyhow::Result<Outcome> {
     let (cert, key, der) = self_signed(tmp)?;
     // Row-level tagging (SQL to reads and writes of rows) is a proxy option when this build has it; the demo
     // turns it on, and says so plainly when it is not there (then nothing row-level can be checked).
-    // Fences are off: they only let the verifier collect garbage (Cobra §4.2), which a short demo does not
-    // need, and the fence row is shared by every proxy in front of the database, so a second proxy running
-    // at the same time (another demo, a test) would write fence versions this log never saw.
-    let (config, tagging) = proxy_config(tmp, &cert, &key, args.pg_addr, 0)?;
+    let (config, tagging) = proxy_config(tmp, &cert, &key, args.pg_addr)?;
     let connector = tls_connector(der)?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let schema: SchemaName = format!("krait_demo_{}_{}", std::process::id(), args.seed)
