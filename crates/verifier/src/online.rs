@@ -31,12 +31,14 @@ use crate::{OnlineVerifier, Report, ReportStore, RoundOptions, RoundsError};
 
 mod checkpoint;
 pub mod edges;
+mod finished;
 
 use checkpoint::with_causes;
 pub use checkpoint::{
     CHECKPOINT_EVERY_ROUNDS, CHECKPOINT_INTERVAL, CHECKPOINT_NAME, CheckpointError, CheckpointSchedule,
     Input, Started, StoreCheckpointError,
 };
+pub use finished::{LogRounds, verify_log_in_rounds};
 
 /// How often the verifier thread looks at the log.
 pub const POLL: Duration = Duration::from_millis(100);
@@ -114,6 +116,12 @@ pub struct Status {
     /// (a long round publishes nothing while it runs).
     #[serde(skip)]
     pub oldest_unverified: Option<Instant>,
+    /// Of the committed ones, those without a start or a commit time: real-time order (strict
+    /// serializability) cannot place them.
+    pub committed_without_timestamps: u64,
+    /// Gaps read: places where a run of the proxy that crashed under `group` or `none` durability may have
+    /// lost acknowledged transactions. Online, rounds verify on as if the log were whole.
+    pub gaps: u64,
     /// Transactions held after the last garbage collection.
     pub live: u64,
     /// Versions the verifier knows by write id: those of live transactions, base versions, and the
@@ -226,13 +234,7 @@ impl Feeder {
             self.next_seq = seq + 1;
             n += 1;
             let events = self.replayer.apply(seq, record).map_err(OnlineError::Log)?;
-            if !events.is_empty() {
-                // Lent out while its events are fed, since they cite its tables.
-                let replayer = std::mem::take(&mut self.replayer);
-                let fed = events.into_iter().try_for_each(|event| self.feed(event, Names::of(&replayer)));
-                self.replayer = replayer;
-                fed?;
-            }
+            self.feed_replayed(events)?;
         }
         self.status.records_read = self.next_seq;
         self.status.log_records = log.next_seq();
@@ -240,6 +242,27 @@ impl Feeder {
             self.pushed_at.push_back((self.status.txns_read, Instant::now()));
         }
         Ok(n)
+    }
+
+    /// The log is finished (read offline, after its last record): every intent still waiting for an outcome
+    /// is pushed as Indeterminate, in log order, as one-shot replay does, and a last round runs. Online, an
+    /// intent waits instead, since its outcome may still come.
+    pub fn end_of_log(&mut self) -> Result<(), OnlineError> {
+        let events = self.replayer.end_of_log();
+        self.feed_replayed(events)?;
+        self.finish()
+    }
+
+    /// Feeds events of its own log reader.
+    fn feed_replayed(&mut self, events: Vec<Replayed>) -> Result<(), OnlineError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        // Lent out while its events are fed, since they cite its tables.
+        let replayer = std::mem::take(&mut self.replayer);
+        let fed = events.into_iter().try_for_each(|event| self.feed(event, Names::of(&replayer)));
+        self.replayer = replayer;
+        fed
     }
 
     /// Feeds the events `merger` just released (the merged logs of several collectors), whose keys and
@@ -271,7 +294,10 @@ impl Feeder {
             }
             // Not acted on online: rounds verify on as if the log were whole (one-shot verification of the
             // replayed history is where a gap counts).
-            Replayed::Gap(_) => Ok(()),
+            Replayed::Gap(_) => {
+                self.status.gaps += 1;
+                Ok(())
+            }
             Replayed::Resolved { txn, outcome } => {
                 if self.indeterminate.remove(&txn) {
                     self.status.indeterminate -= 1;
@@ -294,7 +320,12 @@ impl Feeder {
         self.status.txns_read += 1;
         if !txn.fence {
             match txn.outcome {
-                Outcome::Committed => self.status.committed += 1,
+                Outcome::Committed => {
+                    self.status.committed += 1;
+                    if txn.start_ns.is_none() || txn.commit_ns.is_none() {
+                        self.status.committed_without_timestamps += 1;
+                    }
+                }
                 Outcome::Indeterminate => {
                     self.status.indeterminate += 1;
                     self.indeterminate.insert(txn.id);

@@ -831,11 +831,33 @@ pub struct RoundsOutcome {
     pub gc_disabled: Option<String>,
     /// Link reads added to keep orderings across collection (`gc` rule 6).
     pub links_added: u64,
+    /// Reads admission could not judge and dropped: of a version no recorded transaction wrote, of a write
+    /// discovered after its writer was verified, or of a collected version by a transaction its session's
+    /// first fence does not cover yet (see the module documentation).
+    pub unverifiable_reads: u64,
     /// Wall-clock milliseconds for the whole run.
     pub elapsed_ms: f64,
 }
 
 impl RoundsOutcome {
+    /// What the finished verifier `v` did with the `transactions` it was given, since `start`.
+    pub(crate) fn of(v: &OnlineVerifier, transactions: usize, start: Instant) -> Self {
+        RoundsOutcome {
+            verdict: if v.rejects_found() == 0 { Verdict::Accept } else { Verdict::Reject },
+            reports: v.rejects().to_vec(),
+            rounds: v.rounds().to_vec(),
+            transactions,
+            deleted: v.deleted(),
+            max_live: v.max_live(),
+            live_at_end: v.live_transactions(),
+            tombstones: v.tombstones(),
+            gc_disabled: v.gc_disabled().map(str::to_owned),
+            links_added: v.links_added(),
+            unverifiable_reads: v.unverifiable_reads(),
+            elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
+        }
+    }
+
     /// Whether the history was accepted.
     pub fn is_accept(&self) -> bool {
         self.verdict == Verdict::Accept
@@ -893,17 +915,5 @@ pub fn verify_in_rounds(history: &History, options: &RoundOptions) -> Result<Rou
         }
     }
     v.finish()?;
-    Ok(RoundsOutcome {
-        verdict: if v.rejects_found() == 0 { Verdict::Accept } else { Verdict::Reject },
-        reports: v.rejects().to_vec(),
-        rounds: v.rounds().to_vec(),
-        transactions: history.transactions.len(),
-        deleted: v.deleted(),
-        max_live: v.max_live(),
-        live_at_end: v.live_transactions(),
-        tombstones: v.tombstones(),
-        gc_disabled: v.gc_disabled().map(str::to_owned),
-        links_added: v.links_added(),
-        elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
-    })
+    Ok(RoundsOutcome::of(&v, history.transactions.len(), start))
 }

@@ -64,17 +64,7 @@ fn parse_input_format(s: &str) -> Result<FormatChoice, String> {
 /// indeterminate.
 pub fn load(path: &Path, format: Option<Format>) -> anyhow::Result<History> {
     if format.is_none() && is_history_log(path) {
-        // In place where it can be, else from a copy (a full disk, a read-only filesystem). The error says
-        // why it cannot be read at all: in use by another process (its lock says so), or unreadable.
-        let reader =
-            LogReader::open(path).with_context(|| format!("cannot open history log {}", path.display()))?;
-        if let (Some(why), Some(copy)) = (reader.why_copied(), reader.copy_path()) {
-            eprintln!(
-                "krait: history log {} cannot be opened in place ({why}); reading a copy in {}",
-                path.display(),
-                copy.display()
-            );
-        }
+        let reader = open_log(path)?;
         let history =
             reader.log().replay().with_context(|| format!("cannot replay history log {}", path.display()))?;
         reader.close().with_context(|| format!("cannot close history log {}", path.display()))?;
@@ -84,8 +74,24 @@ pub fn load(path: &Path, format: Option<Format>) -> anyhow::Result<History> {
     codec::read_history(path, format).context("cannot read history")
 }
 
+/// Opens the history log in `path` to read it: in place where it can be, else from a copy (a full disk, a
+/// read-only filesystem), and says so. The error says why it cannot be read at all: in use by another
+/// process (its lock says so), or unreadable.
+pub(crate) fn open_log(path: &Path) -> anyhow::Result<LogReader> {
+    let reader =
+        LogReader::open(path).with_context(|| format!("cannot open history log {}", path.display()))?;
+    if let (Some(why), Some(copy)) = (reader.why_copied(), reader.copy_path()) {
+        eprintln!(
+            "krait: history log {} cannot be opened in place ({why}); reading a copy in {}",
+            path.display(),
+            copy.display()
+        );
+    }
+    Ok(reader)
+}
+
 /// Whether `path` is a history log directory written by the proxy.
-fn is_history_log(path: &Path) -> bool {
+pub(crate) fn is_history_log(path: &Path) -> bool {
     history::log::store::holds_log(path)
 }
 

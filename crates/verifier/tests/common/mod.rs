@@ -13,6 +13,8 @@ use rand::Rng;
 use rand::rngs::StdRng;
 use verifier::{OnlineVerifier, Options, RoundOptions, verify, verify_in_rounds};
 
+pub mod random_log;
+
 /// A random history: transactions run one after another against a store, each read returning the value
 /// of one of the last few states (so reads can be stale, fractured or non-monotonic), then a few reads are
 /// perturbed (other writes of the key, initial versions, intermediate or aborted writes, garbage).
