@@ -21,7 +21,7 @@
 //! never rejected because a round saw a reader before its writer. A transaction that reads a collected
 //! version is rejected at admission: a **tombstone** read is a stale read (Cobra's longer text, §4), a read
 //! of a collected aborted write is G1a, and a read of an initial version of a key whose base version has
-//! moved on is a stale read. Those reports have no cycle: their evidence is the read and the Guarantee of
+//! moved on, or one of whose writes was collected (the initial versions precede it), is a stale read. Those reports have no cycle: their evidence is the read and the Guarantee of
 //! Cobra §4.2.
 //!
 //! **Rejects.** On a reject the report (the same [`Report`] as one-shot verification) is kept, written to
@@ -93,7 +93,7 @@ mod known;
 mod links;
 mod statements;
 
-use base::BaseVersions;
+use base::{BaseVersions, SupersededInitials};
 use known::{Known, KnownVersions};
 
 /// How to verify in rounds.
@@ -248,6 +248,7 @@ pub struct OnlineVerifier {
     ending: HashSet<SessionId>,
     known: KnownVersions,
     base: BaseVersions,
+    superseded_initials: SupersededInitials,
     epochs: Epochs,
     /// The last rounds (at most twice [`RoundOptions::rounds_kept`]), oldest first.
     rounds: Vec<RoundStats>,
@@ -320,6 +321,7 @@ impl OnlineVerifier {
             ending: HashSet::new(),
             known: KnownVersions::default(),
             base: BaseVersions::default(),
+            superseded_initials: SupersededInitials::default(),
             epochs: Epochs::default(),
             rounds: Vec::new(),
             rounds_done: 0,
@@ -759,9 +761,12 @@ impl OnlineVerifier {
         let ids: Vec<TxnId> = plan.delete.iter().map(|&i| self.work.transactions[i].id).collect();
         let retired = self.retire_links(&ids);
         let id = |i: usize| self.work.transactions[i].id;
-        for &(w, _, i) in &plan.tombstones {
+        for &(w, key, i) in &plan.tombstones {
             if !retired.contains_key(&w) {
                 self.known.insert(w, Known::Tombstone { writer: id(i) });
+                if !self.base.contains(key) {
+                    self.superseded_initials.note(key, id(i));
+                }
             }
         }
         for &(w, _, i) in &plan.aborted {
@@ -778,6 +783,7 @@ impl OnlineVerifier {
                 self.known.insert(old, Known::Tombstone { writer });
             }
             self.known.insert(w, Known::Base { writer: id(i) });
+            self.superseded_initials.based(key);
             promoted.insert(w);
         }
         let mut doomed = vec![false; self.work.transactions.len()];

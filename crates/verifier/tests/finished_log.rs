@@ -18,7 +18,7 @@ use common::random_log::random_log;
 #[test]
 fn a_finished_log_verified_in_rounds_gets_the_verdict_of_its_replayed_history() {
     let mut rng = StdRng::seed_from_u64(0xf1_0001);
-    let (mut accepted, mut rejected, mut collected, mut unjudged) = (0, 0, 0, 0);
+    let (mut accepted, mut rejected, mut collected, mut unjudged, mut initial_stale) = (0, 0, 0, 0, 0);
     for case in 0..1000 {
         let dir = tempfile::tempdir().expect("a temp dir");
         let log = random_log(&mut rng, &dir.path().join("log"));
@@ -44,6 +44,9 @@ fn a_finished_log_verified_in_rounds_gets_the_verdict_of_its_replayed_history() 
             // had fenced (a session first seen after collection began) has no evidence left to judge by.
             if !streamed.outcome.is_accept() {
                 assert!(!one_shot.is_accept(), "{}", why());
+                let first = streamed.outcome.reports.first().map(|r| r.verdict_line()).unwrap_or_default();
+                initial_stale +=
+                    usize::from(first.contains("read the initial version") && first.contains("collected"));
             } else if !one_shot.is_accept() {
                 assert!(streamed.outcome.unverifiable_reads > 0, "{}", why());
                 unjudged += 1;
@@ -61,8 +64,12 @@ fn a_finished_log_verified_in_rounds_gets_the_verdict_of_its_replayed_history() 
     }
     println!(
         "{accepted} accepted, {rejected} rejected, {collected} with transactions collected, {unjudged} accepted \
-         in rounds with reads not judged"
+         in rounds with reads not judged, {initial_stale} rejected for a read of an initial version that a \
+         collected write superseded"
     );
+    // A key's initial version is superseded by its first recorded write, so once that write is collected a
+    // covered read of the initial version is stale, whether or not a version of the key became its base.
+    assert!(initial_stale > 0, "no stale read of a superseded initial version was found");
     assert!(accepted > 100 && rejected > 100, "{accepted} accepted, {rejected} rejected");
     assert!(collected > 50, "collection ran in {collected} cases only");
 }

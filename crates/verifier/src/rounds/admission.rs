@@ -263,12 +263,29 @@ impl OnlineVerifier {
                             }
                             _ => {}
                         },
-                        o if is_initial(o) && judged && !covered && self.base.contains(*key) => {
+                        o if is_initial(o)
+                            && judged
+                            && !covered
+                            && (self.base.contains(*key) || self.superseded_initials.by(*key).is_some()) =>
+                        {
                             self.unverifiable_reads += 1;
                             drop_ops.push(oi);
                         }
                         o if is_initial(o) && judged => {
-                            if let Some(b) = self.base.get(*key) {
+                            if let Some(writer) = self.superseded_initials.by(*key) {
+                                let name = name();
+                                found.push((
+                                    AnomalyClass::StaleRead,
+                                    format!(
+                                        "{} read the initial version of {name}, but {writer} had written {name} in an \
+                                         epoch at least two older than the reader's and was collected (Cobra §4.2): a \
+                                         stale read",
+                                        t.id
+                                    ),
+                                    oi,
+                                ));
+                                drop_ops.push(oi);
+                            } else if let Some(b) = self.base.get(*key) {
                                 let name = name();
                                 found.push((
                                     AnomalyClass::StaleRead,

@@ -2,7 +2,7 @@
 //! residual history (`gc` rule 4, Cobra §4.3). Collection sets it as it promotes a version; admission asks
 //! it of every judged read of an initial version (a read of the version before a key's base is stale).
 
-use history::{Key, WriteId};
+use history::{Key, TxnId, WriteId};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -48,6 +48,34 @@ impl BaseVersions {
     /// Every key with a base version, and the version.
     fn iter(&self) -> impl Iterator<Item = (Key, WriteId)> + '_ {
         self.by_key.iter().enumerate().filter_map(|(i, w)| w.map(|w| (Key(i as u32), w)))
+    }
+}
+
+/// Keys whose initial versions a collected write superseded while no version of the key is its base yet
+/// (`gc` rule 3 made the write a tombstone, its key's frontier writer being still live), with the collected
+/// writer. A key's initial versions precede every recorded write of it, so a read of one after such a
+/// collection is stale exactly as a read of the tombstone is (Cobra §4.2's Guarantee puts the collected
+/// writer before every covered reader); without this, admission let it through to a round in which the
+/// writer, and so the read's anti-dependency on it, no longer was. Once the key has a base version, the
+/// base answers instead and the entry goes, so this holds only keys whose frontier is live.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(super) struct SupersededInitials(FastMap<Key, TxnId>);
+
+impl SupersededInitials {
+    /// Notes that `writer`, now collected, wrote `key` after its initial versions; the first one noted
+    /// stays (any of them proves a read of an initial version stale).
+    pub(super) fn note(&mut self, key: Key, writer: TxnId) {
+        self.0.entry(key).or_insert(writer);
+    }
+
+    /// The collected writer that superseded `key`'s initial versions, if one did and the key has no base.
+    pub(super) fn by(&self, key: Key) -> Option<TxnId> {
+        self.0.get(&key).copied()
+    }
+
+    /// `key` has a base version now, which stands for its initial versions from here on.
+    pub(super) fn based(&mut self, key: Key) {
+        self.0.remove(&key);
     }
 }
 
