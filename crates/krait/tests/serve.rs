@@ -188,23 +188,31 @@ fn serve_reports_the_verifier_lag_on_metrics_and_status() {
     let table = format!("krait_serve_lag_{}", std::process::id());
     // One statement per query (psql's -c each), so that the writes are mapped to row ops: a query string
     // of several statements with DDL among them is recorded as not checked.
-    let statements = [
-        format!("DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int primary key, v int)"),
-        "BEGIN".to_owned(),
-        format!("INSERT INTO {table} VALUES (1, 1)"),
-        "COMMIT".to_owned(),
-        "BEGIN".to_owned(),
-        format!("UPDATE {table} SET v = v + 1 WHERE k = 1"),
-        "COMMIT".to_owned(),
-        format!("DROP TABLE {table}"),
-    ];
-    let psql = Command::new("psql")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "test", "-X", "-q"])
-        .args(["-v", "ON_ERROR_STOP=1"])
-        .args(statements.iter().flat_map(|s| ["-c", s.as_str()]))
-        .output()
-        .expect("runs psql");
-    assert!(psql.status.success(), "psql through krait serve: {}", String::from_utf8_lossy(&psql.stderr));
+    let psql = |port: u16, statements: &[String]| {
+        let psql = Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "test", "-X", "-q"])
+            .args(["-v", "ON_ERROR_STOP=1"])
+            .args(statements.iter().flat_map(|s| ["-c", s.as_str()]))
+            .output()
+            .expect("runs psql");
+        assert!(psql.status.success(), "psql on port {port}: {}", String::from_utf8_lossy(&psql.stderr));
+    };
+    psql(
+        port,
+        &[
+            format!("DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int primary key, v int)"),
+            "BEGIN".to_owned(),
+            format!("INSERT INTO {table} VALUES (1, 1)"),
+            "COMMIT".to_owned(),
+            "BEGIN".to_owned(),
+            format!("UPDATE {table} SET v = v + 1 WHERE k = 1"),
+            "COMMIT".to_owned(),
+        ],
+    );
+    // A write straight to the database, which the proxy never sees: a read of its version through the
+    // proxy has no recorded writer, so the verifier cannot judge it, and says so.
+    psql(5432, &[format!("UPDATE {table} SET v = 10 WHERE k = 1")]);
+    psql(port, &[format!("SELECT v FROM {table} WHERE k = 1"), format!("DROP TABLE {table}")]);
     // The verifier catches up: status shows what it verified and no lag.
     let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
@@ -246,7 +254,10 @@ fn serve_reports_the_verifier_lag_on_metrics_and_status() {
     assert!(sample("krait_version_book_writes ") >= 2.0, "{metrics}");
     assert!(sample("krait_verifier_known_versions ") >= 2.0);
     assert!(status["verifier"]["known_versions"].as_u64().is_some_and(|n| n >= 2), "{status}");
-    serve.stop();
+    assert_eq!(sample("krait_verifier_reads_not_judged_total "), 1.0, "{metrics}");
+    assert_eq!(status["verifier"]["reads_not_judged"].as_u64(), Some(1), "{status}");
+    let lines = serve.stop();
+    assert!(lines.iter().any(|l| l.contains(", 1 reads not judged,")), "{}", lines.join("\n"));
 }
 
 /// Issue 20, item 4: a restarted `krait serve` resumes from the checkpoint its verifier stored as it stopped,

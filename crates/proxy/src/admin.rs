@@ -363,7 +363,7 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
     let v = &m.verifier;
     if g(&v.attached) != 0 {
         let lag_s = g(&v.lag_ms) as f64 / 1e3;
-        let samples: [(&str, &str, &str, String); 10] = [
+        let samples: [(&str, &str, &str, String); 11] = [
             (
                 "krait_verifier_verified_total",
                 "counter",
@@ -401,6 +401,14 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
                 "gauge",
                 "Versions the verifier knows by write id: live, base, and the tombstones of collected ones.",
                 g(&v.known_versions).to_string(),
+            ),
+            (
+                "krait_verifier_reads_not_judged_total",
+                "counter",
+                "Reads the verifier could not judge and left out: of a version no recorded transaction wrote, of \
+                 a write discovered after its writer was verified, or of a collected version before the reader's \
+                 session first fenced.",
+                g(&v.reads_not_judged).to_string(),
             ),
             (
                 "krait_verifier_checkpoint_covers",
@@ -519,6 +527,7 @@ fn status_json(state: &AdminState) -> serde_json::Value {
             "rejects": g(&v.rejects),
             "live_transactions": g(&v.live),
             "known_versions": g(&v.known_versions),
+            "reads_not_judged": g(&v.reads_not_judged),
             "checkpoint_covers": g(&v.checkpoint_covers),
             "level": v.level.get(),
             "garbage_collection": g(&v.collects_garbage) != 0,

@@ -71,6 +71,8 @@ pub struct VerifierMetrics {
     pub live: AtomicU64,
     /// Versions the verifier knows by write id (live, base, tombstones).
     pub known_versions: AtomicU64,
+    /// Reads the verifier could not judge and left out (`verifier::online::Status::reads_not_judged`).
+    pub reads_not_judged: AtomicU64,
     /// The log records the verifier's last stored checkpoint covers (a restart reads on from there); 0
     /// before it stores one.
     pub checkpoint_covers: AtomicU64,

@@ -122,6 +122,11 @@ pub struct Status {
     /// Gaps read: places where a run of the proxy that crashed under `group` or `none` durability may have
     /// lost acknowledged transactions. Online, rounds verify on as if the log were whole.
     pub gaps: u64,
+    /// Reads the verifier could not judge and left out: of a version no recorded transaction wrote (a
+    /// SQL function's or trigger's write, a writer behind the proxy's back), of a write discovered after its
+    /// writer was verified, or of a collected version before the reader's session first fenced. An accept
+    /// says nothing of them.
+    pub reads_not_judged: u64,
     /// Transactions held after the last garbage collection.
     pub live: u64,
     /// Versions the verifier knows by write id: those of live transactions, base versions, and the
@@ -150,12 +155,13 @@ impl Status {
     /// One line for a person.
     pub fn line(&self) -> String {
         format!(
-            "recorded {} txns ({} row ops, {} statements not checked), verified {}, lag {} txns / {:.1} s, \
-             {} rounds, {} rejects",
+            "recorded {} txns ({} row ops, {} statements not checked), verified {}, {} reads not judged, lag \
+             {} txns / {:.1} s, {} rounds, {} rejects",
             self.txns_read,
             self.ops_read,
             self.unchecked,
             self.verified,
+            self.reads_not_judged,
             self.lag_txns,
             self.lag.as_secs_f64(),
             self.rounds,
@@ -399,6 +405,7 @@ impl Feeder {
         self.status.oldest_unverified = self.pushed_at.front().map(|&(_, at)| at);
         self.status.lag = self.pushed_at.front().map_or(Duration::ZERO, |&(_, at)| at.elapsed());
         self.status.live = self.verifier.live_transactions() as u64;
+        self.status.reads_not_judged = self.verifier.unverifiable_reads();
         self.status.known_versions = self.verifier.known_versions() as u64;
         self.status.gc_stopped = self.verifier.gc_disabled().map(str::to_owned);
         let unread = self.status.log_records.saturating_sub(self.status.records_read);

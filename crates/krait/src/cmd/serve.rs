@@ -179,6 +179,7 @@ impl Publisher {
         V::set(&metrics.rejects, status.rejects);
         V::set(&metrics.live, status.live);
         V::set(&metrics.known_versions, status.known_versions);
+        V::set(&metrics.reads_not_judged, status.reads_not_judged);
         V::set(&metrics.checkpoint_covers, status.checkpoint_covers.unwrap_or(0));
         V::set(&metrics.attached, 1);
     }
