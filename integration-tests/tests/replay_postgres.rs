@@ -1,7 +1,8 @@
 //! Replay (issue 18, item 4; CLOTHO): an anomaly recorded through the real proxy on the real PostgreSQL
 //! becomes a report, and the report is replayed against the same database, in a scratch schema, through a
 //! second, in-process proxy that records the replay. A REPEATABLE READ write skew is reproduced at
-//! REPEATABLE READ and prevented at SERIALIZABLE; a READ COMMITTED lost update is reproduced.
+//! REPEATABLE READ and prevented at SERIALIZABLE; a READ COMMITTED lost update, and a READ COMMITTED
+//! non-repeatable read, are reproduced.
 
 mod proxy_support;
 
@@ -232,4 +233,33 @@ async fn a_read_committed_lost_update_is_reproduced() {
     // Without times, the dependencies alone put the second read before the first commit.
     let replayed = replay(&accounts, &untimed(&report), None).await;
     assert_eq!(replayed.verdict, Verdict::Reproduced, "{}", replay::describe(&plan, &replayed));
+}
+
+/// A READ COMMITTED transaction reads a row twice, and another commits an update of it in between: at
+/// serializability a non-repeatable read. Its report cites the update, so the replay commits it between
+/// the two reads, with the recorded times and without them (the report's order alone would run the
+/// reader first and whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_committed_non_repeatable_read_is_reproduced() {
+    let accounts = Accounts::new("reread").await;
+    let s = &accounts.schema;
+    let p = start_proxy_with(Opts { fence_every: Some(0), ..Opts::default() }).await;
+    let (a, b) = (p.connect().await, p.connect().await);
+    let select = format!("SELECT id, balance FROM {s}.accounts WHERE id = $1");
+    a.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED").await.unwrap();
+    assert_eq!(a.query(&select, &[&0i32]).await.unwrap().len(), 1);
+    b.execute(&format!("UPDATE {s}.accounts SET balance = 50 WHERE id = $1"), &[&0i32]).await.unwrap();
+    assert_eq!(a.query(&select, &[&0i32]).await.unwrap().len(), 1);
+    a.batch_execute("COMMIT").await.unwrap();
+    drop((a, b));
+    let report = recorded_report(p, 2).await;
+    let reread = report.anomalies.iter().find(|a| a.class == AnomalyClass::NonRepeatableRead);
+    let reread = reread.unwrap_or_else(|| panic!("a non-repeatable read: {}", report.render_text()));
+    assert_eq!(reread.ops.len(), 3, "the update is cited: {}", report.render_text());
+
+    let plan = ReplayPlan::new("r000001", &report, None).unwrap();
+    for report in [report.clone(), untimed(&report)] {
+        let replayed = replay(&accounts, &report, None).await;
+        assert_eq!(replayed.verdict, Verdict::Reproduced, "{}", replay::describe(&plan, &replayed));
+    }
 }

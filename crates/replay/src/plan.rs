@@ -18,6 +18,8 @@
 //!   records as read, and the replay shows a non-repeatable read);
 //! - in an anomaly without a cycle that shows a read of another transaction's write (an aborted or an
 //!   intermediate read), the read comes after the write's statement and before the writer ends;
+//! - in a non-repeatable read, the writer of the version read second commits after the first read's
+//!   snapshot and before the second's;
 //! - beyond the cycles, what any database's history implies among the report's transactions: a read of
 //!   another's committed write comes after that writer commits, and two writers of a row do not overlap
 //!   (the one that committed first ends before the other's write takes its snapshot); dropped if they
@@ -375,12 +377,26 @@ fn dependency_edges(
             }
         }
     }
+    // A non-repeatable read lists its two reads and the write of the version the second one read: the
+    // writer commits after the first read's snapshot and before the second's.
+    for anomaly in report.anomalies.iter().filter(|a| a.class == AnomalyClass::NonRepeatableRead) {
+        let place = |i: usize| {
+            let o = anomaly.ops.get(i)?;
+            let t = *index_of.get(&o.txn)?;
+            txns[t].ops.get(o.op).map(|_| (t, o.op))
+        };
+        if let (Some((reader, first)), Some((_, second)), Some((writer, _))) = (place(0), place(1), place(2))
+        {
+            edges.push((places.snapshot_of(reader, first), places.end(writer)));
+            edges.push((places.end(writer), places.snapshot_of(reader, second)));
+        }
+    }
     // The other anomalies without a cycle (an aborted read, an intermediate read, …) list a write and a
     // read of it by another transaction: the read comes after the write's statement and before the
     // writer ends, the schedule of a dirty read (which a database that keeps READ COMMITTED refuses).
-    for anomaly in
-        report.anomalies.iter().filter(|a| a.cycle.is_empty() && a.class != AnomalyClass::LostUpdate)
-    {
+    for anomaly in report.anomalies.iter().filter(|a| {
+        a.cycle.is_empty() && !matches!(a.class, AnomalyClass::LostUpdate | AnomalyClass::NonRepeatableRead)
+    }) {
         let ops: Vec<(usize, &OpReport)> = anomaly
             .ops
             .iter()
@@ -532,6 +548,29 @@ mod tests {
             plan.notes.iter().any(|n| n.contains("no recorded start or commit time")),
             "{:?}",
             plan.notes
+        );
+    }
+
+    #[test]
+    fn without_times_a_non_repeatable_read_commits_the_second_version_between_the_two_reads() {
+        let (b, select) = HistoryBuilder::new().statement("SELECT v FROM t WHERE k = 'x'");
+        let (b, again) = b.statement("SELECT k, v FROM t WHERE k = 'x'");
+        let (b, update) = b.statement("UPDATE t SET v = 2 WHERE k = 'x'");
+        // The writer comes first in the history, so an order by the history alone would run it first.
+        let h = b
+            .txn(1, |t| t.stmt(update).write("x", 2))
+            .txn(2, |t| t.stmt(select).read_init("x").stmt(again).read("x", 2))
+            .build();
+        let report = verifier::verify(&h, &Options::default()).unwrap();
+        assert_eq!(report.anomalies[0].class, AnomalyClass::NonRepeatableRead, "{report}");
+        assert_eq!(report.anomalies[0].ops.len(), 3, "the writer of the second version is cited: {report}");
+        let plan = ReplayPlan::new("r1", &report, Some(IsolationLevel::ReadCommitted)).unwrap();
+        let order = order(&plan);
+        let (first, commit) =
+            (position(&order, "T2: SELECT v FROM t WHERE k = 'x'"), position(&order, "T1: COMMIT"));
+        assert!(
+            first < commit && commit < position(&order, "T2: SELECT k, v FROM t WHERE k = 'x'"),
+            "{order:#?}"
         );
     }
 

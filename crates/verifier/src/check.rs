@@ -444,6 +444,16 @@ impl Checker<'_, '_> {
                 {
                     return bad("read committed allows a non-repeatable read");
                 }
+                // The third op, when cited, is the write of the version read second, by another transaction.
+                if ops.len() > 2 {
+                    let (k3, w) = write(2)?;
+                    if k3 != k1 || o2 != Observed::Version(w) || ops[2].0.id == t.id {
+                        return bad(
+                            "non-repeatable-read evidence: the third op is not another transaction's write of \
+                             the version read second",
+                        );
+                    }
+                }
             }
             AnomalyClass::StaleRead => {
                 need(2)?;

@@ -391,6 +391,17 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
                         // the key returned: writes seen in between may make it stale.
                         Some(_) if !repeatable => false,
                         Some(&(first, fi)) => {
+                            let mut ops = vec![OpRef::new(t.id, fi), here];
+                            // The write of the second version, where another recorded transaction made it:
+                            // a replay commits it between the two reads.
+                            if let Observed::Version(w) = observed
+                                && !ambiguous.contains(&w)
+                                && let Some(s) = site_of.get(&w).map(|&s| &sites[s as usize])
+                                && s.txn() != ti
+                                && s.key == key
+                            {
+                                ops.push(OpRef::new(txns[s.txn()].id, s.op()));
+                            }
                             out.anomalies.push(Found {
                                 class: AnomalyClass::NonRepeatableRead,
                                 summary: format!(
@@ -400,7 +411,7 @@ pub(crate) fn normalize_with(h: &History, repeatable: &dyn Fn(usize) -> bool) ->
                                     show(first),
                                     show(observed)
                                 ),
-                                ops: vec![OpRef::new(t.id, fi), here],
+                                ops,
                             });
                             continue;
                         }

@@ -310,6 +310,27 @@ fn read_committed_transactions_may_lose_updates_and_reread() {
     }
 }
 
+/// A non-repeatable read's report cites the write of the version read second, so that a replay can commit
+/// it between the two reads, and the report checker holds the report to it.
+#[test]
+fn a_non_repeatable_read_cites_the_write_of_the_version_read_second() {
+    let h = HistoryBuilder::new()
+        .txn(1, |t| t.write("x", 3).write("x", 1))
+        .txn(2, |t| t.read_init("x").read("x", 1))
+        .build();
+    let h = with_levels(h, |_| Some(IsolationLevel::RepeatableRead));
+    let r = verify(&h, &declared()).unwrap();
+    let a = &r.anomalies[0];
+    assert_eq!(a.class, AnomalyClass::NonRepeatableRead, "{}", r.render_text());
+    let cited: Vec<(u64, usize)> = a.ops.iter().map(|o| (o.txn.0, o.op)).collect();
+    assert_eq!(cited, vec![(2, 0), (2, 1), (1, 1)], "{}", r.render_text());
+    check_report(&h, &r).unwrap();
+    // Citing the writer's earlier write of the key instead does not check.
+    let mut wrong = r.clone();
+    wrong.anomalies[0].ops[2].op = 0;
+    assert!(check_report(&h, &wrong).is_err());
+}
+
 /// The report says which levels it held transactions to, and that READ UNCOMMITTED runs as READ
 /// COMMITTED.
 #[test]
