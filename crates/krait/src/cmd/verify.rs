@@ -55,7 +55,9 @@ pub struct VerifyArgs {
     #[arg(long)]
     no_combine: bool,
     /// Verify round by round, N transactions per round, with fence epochs and garbage collection between
-    /// rounds (Cobra §4), as `krait serve` does online. Stops at the first reject.
+    /// rounds (Cobra §4), as `krait serve` does online. Stops at the first reject. A history log folder is
+    /// then read record by record, as `krait serve` reads it, so memory holds the live transactions rather
+    /// than the whole history.
     #[arg(long, value_name = "N")]
     rounds: Option<usize>,
     /// With --rounds: adapt the round size towards the best transactions per second (Cobra §6.2).
