@@ -40,7 +40,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use history::{IsolationLevel, Outcome, SessionId, TxnId};
-use verifier::report::{EdgeKind, Labels, OpReport, TxnReport};
+use verifier::report::{EdgeKind, Labels, OpRef, OpReport, TxnReport};
 use verifier::{AnomalyClass, Report, Verdict};
 
 /// Why a report cannot be planned.
@@ -329,6 +329,12 @@ fn dependency_edges(
         let prefix = format!("{}({key}) = ", if write { "w" } else { "r" });
         txns[t].ops.iter().find(|o| o.text.starts_with(&prefix)).map(|o| o.index)
     };
+    // An op an anomaly cites: its transaction's index here, its index in it, and the op; `None` where the
+    // report does not hold it.
+    let cited = |o: &OpRef| -> Option<(usize, usize, &OpReport)> {
+        let t = *index_of.get(&o.txn)?;
+        Some((t, o.op, txns[t].ops.get(o.op)?))
+    };
     let mut edges = Vec::new();
     for edge in report.anomalies.iter().flat_map(|a| &a.cycle) {
         let (Some(&from), Some(&to)) = (index_of.get(&edge.from), index_of.get(&edge.to)) else { continue };
@@ -363,12 +369,9 @@ fn dependency_edges(
         let steps: Vec<(usize, usize)> = anomaly
             .ops
             .iter()
-            .filter_map(|o| {
-                let t = *index_of.get(&o.txn)?;
-                let op = txns[t].ops.get(o.op)?;
-                let node =
-                    if op.write { places.statement_node(t, o.op) } else { places.snapshot_of(t, o.op) };
-                Some((t, node))
+            .filter_map(cited)
+            .map(|(t, i, op)| {
+                (t, if op.write { places.statement_node(t, i) } else { places.snapshot_of(t, i) })
             })
             .collect();
         for &(t, step) in &steps {
@@ -380,12 +383,9 @@ fn dependency_edges(
     // A non-repeatable read lists its two reads and the write of the version the second one read: the
     // writer commits after the first read's snapshot and before the second's.
     for anomaly in report.anomalies.iter().filter(|a| a.class == AnomalyClass::NonRepeatableRead) {
-        let place = |i: usize| {
-            let o = anomaly.ops.get(i)?;
-            let t = *index_of.get(&o.txn)?;
-            txns[t].ops.get(o.op).map(|_| (t, o.op))
-        };
-        if let (Some((reader, first)), Some((_, second)), Some((writer, _))) = (place(0), place(1), place(2))
+        let place = |i: usize| anomaly.ops.get(i).and_then(cited);
+        if let (Some((reader, first, _)), Some((_, second, _)), Some((writer, ..))) =
+            (place(0), place(1), place(2))
         {
             edges.push((places.snapshot_of(reader, first), places.end(writer)));
             edges.push((places.end(writer), places.snapshot_of(reader, second)));
@@ -397,14 +397,8 @@ fn dependency_edges(
     for anomaly in report.anomalies.iter().filter(|a| {
         a.cycle.is_empty() && !matches!(a.class, AnomalyClass::LostUpdate | AnomalyClass::NonRepeatableRead)
     }) {
-        let ops: Vec<(usize, &OpReport)> = anomaly
-            .ops
-            .iter()
-            .filter_map(|o| {
-                let t = *index_of.get(&o.txn)?;
-                Some((t, txns[t].ops.get(o.op)?))
-            })
-            .collect();
+        let ops: Vec<(usize, &OpReport)> =
+            anomaly.ops.iter().filter_map(cited).map(|(t, _, op)| (t, op)).collect();
         for &(writer, w) in ops.iter().filter(|(_, o)| o.write) {
             for &(reader, r) in ops.iter().filter(|(t, o)| !o.write && *t != writer && o.version == w.version)
             {
