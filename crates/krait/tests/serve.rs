@@ -569,3 +569,93 @@ async fn under_declared_levels_serve_collects_until_a_transaction_asks_for_repea
     );
     admin_db.batch_execute(&format!("DROP TABLE {table}")).await.expect("drops the table");
 }
+
+/// A connection opened after garbage collection began runs a fence before its first message
+/// (`[fence] at_open`), so the verifier judges the reads of its first transaction. Here that transaction
+/// reads a row at REPEATABLE READ and commits only after a busy connection has overwritten the row for
+/// dozens of epochs. With the opening fence, the reader's session holds `epoch_agree` back from its fence
+/// on, the version it read is kept, and the read is judged; without it, the verifier meets the session only
+/// at its commit, has collected the version by then, and can only count the read as not judged (it cannot
+/// tell a stale read from a long first transaction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_connection_fences_before_its_first_message_so_its_reads_are_judged() {
+    let table = format!("krait_serve_open_{}", std::process::id());
+    let direct = "host=127.0.0.1 port=5432 user=postgres dbname=test";
+    let (admin_db, conn) = tokio_postgres::connect(direct, tokio_postgres::NoTls).await.expect("connects");
+    tokio::spawn(conn);
+    for at_open in [true, false] {
+        admin_db
+            .batch_execute(&format!(
+                "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int primary key, v int); \
+                 INSERT INTO {table} VALUES (1, 0)"
+            ))
+            .await
+            .expect("creates the table");
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let (port, admin_port) = (free_port(), free_port());
+        let fence = format!("[fence]\nevery = 5\nmin_interval_ms = 0\nidle_ms = 0\nat_open = {at_open}\n");
+        let config = write_serve_config(dir.path(), port, Some(admin_port), &fence);
+        let serve = Serve::start_with(&config, &dir.path().join("data"), port, &["--level", "serializable"]);
+        let connect = || async move {
+            let url = format!("host=127.0.0.1 port={port} user=postgres dbname=test");
+            let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connects");
+            tokio::spawn(conn);
+            c
+        };
+        let admin = format!("127.0.0.1:{admin_port}");
+        // Waits until the verifier has verified more than `txns` transactions with no lag and, if
+        // `collecting`, few live; returns its status.
+        let caught_up = |txns: u64, collecting: bool| {
+            let admin = admin.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                loop {
+                    let body = http_get(&admin, "/api/status");
+                    let json: serde_json::Value = serde_json::from_str(&body).expect("/api/status is JSON");
+                    let v = &json["verifier"];
+                    if v["verified"].as_u64().is_some_and(|n| n > txns)
+                        && v["lag_transactions"] == 0
+                        && (!collecting || v["live_transactions"].as_u64().is_some_and(|l| l < 50))
+                    {
+                        break json;
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "at_open = {at_open}: the verifier did not settle: {body}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        let update = format!("UPDATE {table} SET v = v + 1 WHERE k = 1");
+        let busy = connect().await;
+        for _ in 0..100 {
+            busy.execute(&update, &[]).await.expect("updates");
+        }
+        caught_up(100, true).await;
+
+        let reader = connect().await;
+        reader.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").await.expect("begins");
+        let read = format!("SELECT v FROM {table} WHERE k = 1");
+        let v: i32 = reader.query_one(&read, &[]).await.expect("reads").get(0);
+        assert_eq!(v, 100, "the reader's snapshot");
+        for _ in 0..200 {
+            busy.execute(&update, &[]).await.expect("updates");
+        }
+        // The reader's session, once its opening fence is verified, holds collection back (it has not
+        // fenced since); without that fence, collection deletes the version it read.
+        let before = caught_up(300, !at_open).await;
+        reader.batch_execute("COMMIT").await.expect("commits");
+        let status = caught_up(before["verifier"]["verified"].as_u64().expect("verified"), false).await;
+        let not_judged = status["verifier"]["reads_not_judged"].as_u64().expect("reads_not_judged");
+        if at_open {
+            assert_eq!(not_judged, 0, "the opening fence covers the reader: {status}");
+        } else {
+            assert_eq!(not_judged, 1, "without it, the read of a collected version is not judged: {status}");
+        }
+        drop((busy, reader));
+        let lines = serve.stop();
+        assert!(!lines.iter().any(|l| l.contains("REJECT")), "{}", lines.join("\n"));
+    }
+    admin_db.batch_execute(&format!("DROP TABLE {table}")).await.expect("drops the table");
+}

@@ -28,8 +28,9 @@
 //!
 //! **Sessions that start late.** A session that has not yet run a fence holds `epoch_agree` at 0 while it
 //! is open. A session first seen *after* garbage collection began is covered by the Guarantee only from its
-//! first fence on (see the rounds module's notes). The proxy does not fence a connection as it opens (one
-//! more transaction per connection): its first fence comes after `[fence] every` commits or when it idles.
+//! first fence on (see the rounds module's notes). So the proxy fences a connection before its first client
+//! message (`[fence] at_open`, one more transaction per connection); with that off, its first fence comes
+//! after `[fence] every` commits or when it idles.
 
 use std::collections::HashMap;
 

@@ -64,7 +64,8 @@
 //! first seen after collection began is only covered by the Guarantee from its first fence on: a read of a
 //! collected version by a transaction before its session's first fence is counted as unverifiable, not
 //! reported as a stale read, which under plain serializability (without real time) could be a false reject
-//! (admission).
+//! (admission). The proxy therefore fences each connection before its first client message
+//! (`[fence] at_open`).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};

@@ -1,8 +1,8 @@
 //! Fence transactions without client changes (DESIGN.md §3 "Fences without client changes", Cobra §4.2).
 //!
-//! Every `fence.every` committed client transactions on a connection, the session runs one fence
-//! transaction on that same connection, between two client transactions (never while the client has one
-//! open), and swallows every reply. The fence reads and rewrites the single row of `krait_fence`, so all
+//! Before a connection's first client message (`fence.at_open`), and every `fence.every` committed client
+//! transactions on it, the session runs one fence transaction on that same connection, between two client
+//! transactions (never while the client has one open), and swallows every reply. The fence reads and rewrites the single row of `krait_fence`, so all
 //! fences of this proxy form one read-modify-write chain; session order then places every client transaction between two
 //! fences, which gives the verifier its epochs.
 //!
@@ -107,13 +107,31 @@ pub struct FenceCounter {
     /// The proxy's count of fences due by commits ([`super::TaggingShared::busy_fences`]) as this
     /// connection started its last fence.
     chain_seen: u64,
+    /// Whether the connection fences before its first client message ([`FenceCounter::opening_due`]).
+    at_open: bool,
 }
 
 impl FenceCounter {
     /// A counter that asks for a fence every `every` commits, at most once per `min_interval`, and on a
     /// connection at rest for `idle` (zero: never); `every` 0 disables fences.
     pub fn new(every: u64, min_interval: Duration, idle: Duration) -> Self {
-        FenceCounter { every, min_interval, idle, since: 0, last: None, chain_seen: 0 }
+        FenceCounter { every, min_interval, idle, since: 0, last: None, chain_seen: 0, at_open: false }
+    }
+
+    /// The same counter, fencing also before the connection's first client message
+    /// ([`FenceCounter::opening_due`]).
+    pub fn fencing_at_open(self) -> Self {
+        FenceCounter { at_open: true, ..self }
+    }
+
+    /// Whether the connection should fence before its first client message: fences are on, it fences at
+    /// open, and it has not fenced yet. The verifier judges a read of a collected version only for a reader
+    /// that follows a fence of its session (Cobra §4.2's Guarantee): a fence first thing covers every
+    /// transaction of the connection, where a fence after `every` commits leaves those commits' reads of
+    /// collected versions unjudged (and a connection per request has none judged). An opening fence that
+    /// aborts is not retried before the next regular one.
+    pub fn opening_due(&self) -> bool {
+        self.at_open && self.every > 0 && self.last.is_none()
     }
 
     /// How long a connection at rest waits before it may fence on its own ([`FenceCounter::idle_due`]);
@@ -486,6 +504,20 @@ mod tests {
         let mut off = FenceCounter::new(0, Duration::ZERO, Duration::ZERO);
         off.committed();
         assert!(!off.closing_due(), "no fences, no closing ones either");
+    }
+
+    /// A connection that fences at open does so before anything else, once, and only when fences are on.
+    #[test]
+    fn an_opening_fence_is_due_once_before_the_first_commit() {
+        let mut c = FenceCounter::new(20, Duration::from_secs(3_600), Duration::ZERO).fencing_at_open();
+        assert!(c.opening_due() && !c.due() && !c.closing_due(), "due before anything was committed");
+        c.fenced(0);
+        assert!(!c.opening_due(), "once per connection");
+        c.committed();
+        assert!(!c.opening_due() && c.closing_due());
+        assert!(!FenceCounter::new(20, Duration::ZERO, Duration::ZERO).opening_due(), "off unless asked");
+        let off = FenceCounter::new(0, Duration::ZERO, Duration::ZERO).fencing_at_open();
+        assert!(!off.opening_due(), "no fences, no opening one either");
     }
 
     #[test]

@@ -98,6 +98,7 @@ impl Injector {
             Duration::from_millis(fence.min_interval_ms),
             Duration::from_millis(fence.idle_ms),
         );
+        let fences = if fence.at_open { fences.fencing_at_open() } else { fences };
         Injector { shared, fences, injecting: None }
     }
 
@@ -111,23 +112,24 @@ impl Injector {
         self.injecting.is_some()
     }
 
-    /// What to inject now, if anything. Call only between two client transactions with nothing
-    /// outstanding.
+    /// What to inject now, if anything: a catalog load while the catalog is stale, else a fence due by
+    /// commits or, before the connection's first client message, its opening fence
+    /// ([`FenceCounter::opening_due`]). Call only between two client transactions with nothing outstanding.
     pub fn injection_due(&self) -> Option<Injection> {
-        if self.shared.catalog_stale() {
-            Some(Injection::Catalog { as_of: self.shared.catalog_reload_begins() })
-        } else if self.fences.due() {
-            Some(self.fence())
-        } else {
-            None
-        }
+        self.catalog_due().or_else(|| (self.fences.due() || self.fences.opening_due()).then(|| self.fence()))
     }
 
-    /// What to inject before a connection closes: what [`Injector::injection_due`] says, or else a fence when
-    /// the connection committed a transaction since its last ([`FenceCounter::closing_due`]). Call only
-    /// between two client transactions with nothing outstanding.
+    /// What to inject before a connection closes: a catalog load while the catalog is stale, else a fence
+    /// due by commits or when the connection committed a transaction since its last
+    /// ([`FenceCounter::closing_due`]); never the opening fence, which a connection that closes before
+    /// its first transaction has no use for. Call only between two client transactions with nothing
+    /// outstanding.
     pub fn closing_injection_due(&self) -> Option<Injection> {
-        self.injection_due().or_else(|| self.fences.closing_due().then(|| self.fence()))
+        self.catalog_due().or_else(|| (self.fences.due() || self.fences.closing_due()).then(|| self.fence()))
+    }
+
+    fn catalog_due(&self) -> Option<Injection> {
+        self.shared.catalog_stale().then(|| Injection::Catalog { as_of: self.shared.catalog_reload_begins() })
     }
 
     /// How long a connection at rest waits before [`Injector::idle_injection_due`] may say yes; `None`
@@ -261,7 +263,10 @@ mod tests {
     #[test]
     fn fences_are_due_after_the_catalog_and_every_n_commits() {
         let shared = Arc::new(TaggingShared::new());
-        let mut s = Injector::new(shared.clone(), &FenceConfig { every: 2, min_interval_ms: 0, idle_ms: 0 });
+        let mut s = Injector::new(
+            shared.clone(),
+            &FenceConfig { every: 2, min_interval_ms: 0, idle_ms: 0, at_open: false },
+        );
         assert!(matches!(s.injection_due(), Some(Injection::Catalog { .. })));
         shared.set_catalog(Catalog::new());
         assert_eq!(s.injection_due(), None);
@@ -307,5 +312,25 @@ mod tests {
         assert_eq!(shared.fence_table(), "app.krait_fence");
         let fence = Injection::Fence { setup: false, row }.statements(&shared);
         assert!(fence[1].contains("FROM app.krait_fence"), "{fence:?}");
+    }
+
+    /// With `at_open`, a connection's first injection is a fence, due before any commit; one that closes
+    /// first does not run it, and once it ran the regular count takes over.
+    #[test]
+    fn a_connection_fences_before_its_first_message_but_not_to_close_at_once() {
+        let shared = Arc::new(TaggingShared::new());
+        shared.set_catalog(Catalog::new());
+        let config = FenceConfig { every: 20, min_interval_ms: 0, idle_ms: 0, at_open: true };
+        let mut s = Injector::new(shared.clone(), &config);
+        let fence = Injection::Fence { setup: true, row: shared.fence_row };
+        assert_eq!(s.injection_due(), Some(fence));
+        assert_eq!(s.closing_injection_due(), None, "a connection closing unused has nothing to cover");
+        s.start_injection(fence);
+        let (t, b) = (btag::READY_FOR_QUERY, Bytes::from_static(b"I"));
+        while matches!(s.injected_backend(t, &b), InjectStep::Send(_) | InjectStep::More) {}
+        assert_eq!(s.injection_due(), None, "once per connection");
+        assert_eq!(shared.busy_fences.load(Ordering::Relaxed), 0, "an opening fence does not move idle ones");
+        let off = Injector::new(shared, &FenceConfig { at_open: false, ..config });
+        assert_eq!(off.injection_due(), None);
     }
 }

@@ -128,11 +128,17 @@ pub struct FenceConfig {
     /// 0: never). Epochs advance only as far as every open session has fenced (Cobra §4.2), so without it
     /// one idle connection (a pooled one, say) stops garbage collection for as long as it stays idle.
     pub idle_ms: u64,
+    /// A connection runs a fence before its first client message (on by default; only with `every` above
+    /// 0). The verifier judges a read of a version garbage collection deleted only for a reader that follows
+    /// a fence of its session (Cobra §4.2): without the opening fence, a connection opened after collection
+    /// began has its first `every` transactions' reads of collected versions not judged, and a connection
+    /// that runs one transaction and closes has none judged.
+    pub at_open: bool,
 }
 
 impl Default for FenceConfig {
     fn default() -> Self {
-        FenceConfig { every: 20, min_interval_ms: 20, idle_ms: 1_000 }
+        FenceConfig { every: 20, min_interval_ms: 20, idle_ms: 1_000, at_open: true }
     }
 }
 
@@ -242,7 +248,10 @@ mod tests {
     fn tagging_config_defaults_to_xmin_with_fences_every_20() {
         let c: TaggingConfig = toml::from_str("").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.strategy, StrategyName::Xmin);
-        assert_eq!(FenceConfig::default(), FenceConfig { every: 20, min_interval_ms: 20, idle_ms: 1_000 });
+        assert_eq!(
+            FenceConfig::default(),
+            FenceConfig { every: 20, min_interval_ms: 20, idle_ms: 1_000, at_open: true }
+        );
         let c: TaggingConfig = toml::from_str("strategy = \"off\"").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.strategy, StrategyName::Off);
         let f: FenceConfig = toml::from_str("every = 5").unwrap_or_else(|e| panic!("{e}"));
@@ -251,6 +260,8 @@ mod tests {
         assert_eq!((f.every, f.min_interval_ms), (20, 0));
         let f: FenceConfig = toml::from_str("idle_ms = 0").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((f.every, f.idle_ms), (20, 0));
+        let f: FenceConfig = toml::from_str("at_open = false").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((f.every, f.at_open), (20, false));
         assert!(toml::from_str::<TaggingConfig>("strategy = \"bogus\"").is_err());
     }
 
