@@ -125,6 +125,54 @@ fn strict_serializability_with_some_timestamps_missing_says_how_many_were_not_ch
     }
 }
 
+/// The same two answers on a history log folder, which `--rounds` reads record by record (the verifier's
+/// own counts decide, not a loaded history): none of the committed transactions has timestamps, so strict
+/// serializability is refused unless told to settle; one with timestamps among them, and the others are
+/// said not to be checked for real-time order.
+#[test]
+fn strict_serializability_on_a_log_read_in_rounds_needs_timestamps_too() {
+    use history::log::HistoryLog;
+    use history::{DiskLog, Durability, LoggedTxn, Outcome, SessionId, TxnId};
+    for timestamped in [0, 1] {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = DiskLog::open(dir.path(), Durability::Strict).expect("opens the log");
+        for id in 1..=3u64 {
+            let mut txn = LoggedTxn::new(TxnId(id), SessionId(id), 0);
+            let commit_ns = (id <= timestamped).then(|| {
+                txn.start_ns = Some(id * 10);
+                id * 10 + 5
+            });
+            log.append_finished(txn, Outcome::Committed, commit_ns)
+                .expect("appends")
+                .wait()
+                .expect("durable");
+        }
+        drop(log);
+        let path = dir.path().to_str().expect("utf-8 path");
+        let strict = ["verify", path, "--level", "strict-serializable", "--rounds", "100"];
+        let out = krait(&strict);
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if timestamped == 0 {
+            assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+            assert!(
+                stderr.contains("none of the 3 committed transactions")
+                    && stderr.contains("--allow-missing-timestamps"),
+                "{stderr}"
+            );
+            let out = krait(&[&strict[..], &["--allow-missing-timestamps"]].concat());
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+            assert!(stdout.starts_with("ACCEPT: the history is serializable"), "{stdout}");
+        } else {
+            assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+            assert!(
+                stdout.contains("real-time order was not checked for the 2 without timestamps"),
+                "{stdout}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_plain_cobra_log_read_as_timestamped_says_it_has_no_timestamps() {
     let out = verify("cobra/one-shot-chengRW/chengRW-500", &["--format", "cobra-ts"]);
