@@ -452,16 +452,7 @@ async fn an_idle_connection_does_not_hold_garbage_collection_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_declared_levels_serve_collects_until_a_transaction_asks_for_repeatable_read() {
     let table = format!("krait_serve_declared_{}", std::process::id());
-    let direct = "host=127.0.0.1 port=5432 user=postgres dbname=test";
-    let (admin_db, conn) = tokio_postgres::connect(direct, tokio_postgres::NoTls).await.expect("connects");
-    tokio::spawn(conn);
-    admin_db
-        .batch_execute(&format!(
-            "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int primary key, v int); \
-             INSERT INTO {table} VALUES (1, 0)"
-        ))
-        .await
-        .expect("creates the table");
+    let admin_db = direct_with_one_row(&table).await;
     let dir = tempfile::tempdir().expect("a temp dir");
     let (port, admin_port) = (free_port(), free_port());
     let fence = "[fence]\nevery = 5\nmin_interval_ms = 0\nidle_ms = 200\n";
@@ -480,26 +471,7 @@ async fn under_declared_levels_serve_collects_until_a_transaction_asks_for_repea
         c
     };
     let admin = format!("127.0.0.1:{admin_port}");
-    // Waits until the verifier has verified more than `txns` transactions (fences included) with no lag and
-    // `done` holds of its status; returns the status.
-    let settled = |txns: u64, done: fn(&serde_json::Value) -> bool| {
-        let admin = admin.clone();
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                let body = http_get(&admin, "/api/status");
-                let json: serde_json::Value = serde_json::from_str(&body).expect("/api/status is JSON");
-                let v = &json["verifier"];
-                let caught_up =
-                    v["verified"].as_u64().is_some_and(|n| n > txns) && v["lag_transactions"] == 0;
-                if caught_up && done(v) {
-                    break json;
-                }
-                assert!(Instant::now() < deadline, "the verifier did not settle: {body}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
+    let settled = |txns: u64, done: fn(&serde_json::Value) -> bool| settled(&admin, txns, done);
 
     let serializable = connect("options='-c default_transaction_isolation=serializable'").await;
     let txns = 300;
@@ -580,17 +552,9 @@ async fn under_declared_levels_serve_collects_until_a_transaction_asks_for_repea
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_connection_fences_before_its_first_message_so_its_reads_are_judged() {
     let table = format!("krait_serve_open_{}", std::process::id());
-    let direct = "host=127.0.0.1 port=5432 user=postgres dbname=test";
-    let (admin_db, conn) = tokio_postgres::connect(direct, tokio_postgres::NoTls).await.expect("connects");
-    tokio::spawn(conn);
+    let admin_db = direct_with_one_row(&table).await;
     for at_open in [true, false] {
-        admin_db
-            .batch_execute(&format!(
-                "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int primary key, v int); \
-                 INSERT INTO {table} VALUES (1, 0)"
-            ))
-            .await
-            .expect("creates the table");
+        make_one_row(&admin_db, &table).await;
         let dir = tempfile::tempdir().expect("a temp dir");
         let (port, admin_port) = (free_port(), free_port());
         let fence = format!("[fence]\nevery = 5\nmin_interval_ms = 0\nidle_ms = 0\nat_open = {at_open}\n");
@@ -603,29 +567,11 @@ async fn a_new_connection_fences_before_its_first_message_so_its_reads_are_judge
             c
         };
         let admin = format!("127.0.0.1:{admin_port}");
-        // Waits until the verifier has verified more than `txns` transactions with no lag and, if
-        // `collecting`, few live; returns its status.
+        // Caught up, and, if `collecting`, with few live.
         let caught_up = |txns: u64, collecting: bool| {
-            let admin = admin.clone();
-            async move {
-                let deadline = Instant::now() + Duration::from_secs(30);
-                loop {
-                    let body = http_get(&admin, "/api/status");
-                    let json: serde_json::Value = serde_json::from_str(&body).expect("/api/status is JSON");
-                    let v = &json["verifier"];
-                    if v["verified"].as_u64().is_some_and(|n| n > txns)
-                        && v["lag_transactions"] == 0
-                        && (!collecting || v["live_transactions"].as_u64().is_some_and(|l| l < 50))
-                    {
-                        break json;
-                    }
-                    assert!(
-                        Instant::now() < deadline,
-                        "at_open = {at_open}: the verifier did not settle: {body}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
+            settled(&admin, txns, move |v| {
+                !collecting || v["live_transactions"].as_u64().is_some_and(|l| l < 50)
+            })
         };
         let update = format!("UPDATE {table} SET v = v + 1 WHERE k = 1");
         let busy = connect().await;
@@ -658,4 +604,40 @@ async fn a_new_connection_fences_before_its_first_message_so_its_reads_are_judge
         assert!(!lines.iter().any(|l| l.contains("REJECT")), "{}", lines.join("\n"));
     }
     admin_db.batch_execute(&format!("DROP TABLE {table}")).await.expect("drops the table");
+}
+
+/// A direct connection to the database (not through Krait), with `table` made anew holding one row, (1, 0).
+async fn direct_with_one_row(table: &str) -> tokio_postgres::Client {
+    let direct = "host=127.0.0.1 port=5432 user=postgres dbname=test";
+    let (db, conn) = tokio_postgres::connect(direct, tokio_postgres::NoTls).await.expect("connects");
+    tokio::spawn(conn);
+    make_one_row(&db, table).await;
+    db
+}
+
+/// Makes `table` anew, holding one row, (1, 0).
+async fn make_one_row(db: &tokio_postgres::Client, table: &str) {
+    db.batch_execute(&format!(
+        "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (k int primary key, v int); \
+         INSERT INTO {table} VALUES (1, 0)"
+    ))
+    .await
+    .expect("creates the table");
+}
+
+/// Waits until the verifier behind the admin server at `admin` has verified more than `txns` transactions
+/// (fences included) with no lag, and `done` holds of its status; returns the whole status.
+async fn settled(admin: &str, txns: u64, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let body = http_get(admin, "/api/status");
+        let json: serde_json::Value = serde_json::from_str(&body).expect("/api/status is JSON");
+        let v = &json["verifier"];
+        let caught_up = v["verified"].as_u64().is_some_and(|n| n > txns) && v["lag_transactions"] == 0;
+        if caught_up && done(v) {
+            return json;
+        }
+        assert!(Instant::now() < deadline, "the verifier did not settle: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
