@@ -82,6 +82,7 @@ impl Recorder {
             last_seq: None,
             ended: false,
             level: None,
+            fence_pending: None,
         }
     }
 
@@ -140,6 +141,8 @@ pub struct SessionRecorder {
     /// The isolation level last logged for the session: every later transaction record of the session
     /// asked for it, as far as the log tells.
     level: Option<IsolationLevel>,
+    /// A fence whose intent is logged and whose outcome is not yet ([`SessionRecorder::fence_intent`]).
+    fence_pending: Option<TxnId>,
 }
 
 impl SessionRecorder {
@@ -208,9 +211,60 @@ impl SessionRecorder {
         result.map(drop)
     }
 
+    /// Logs the intent of a fence the proxy runs itself at position `seq` of the session, before its
+    /// COMMIT goes out (DESIGN.md §3, "Durability", as for a client transaction), with its transaction id
+    /// so that a restart can ask the database how it ended. Returns the ticket to wait on before sending
+    /// the COMMIT: once it resolves, a crash leaves the fence without an outcome rather than without a
+    /// record, and the next fence's read of its version continues the chain of epochs (the verifier
+    /// resolves it). [`SessionRecorder::fence_outcome`] logs how it ended.
+    pub fn fence_intent(
+        &mut self,
+        seq: u64,
+        ops: Vec<history::log::LoggedOp>,
+        statements: Vec<String>,
+        xid: Option<u32>,
+    ) -> Result<DurabilityTicket, LogError> {
+        // Fences run at READ COMMITTED (`fence_sql`); see `fence`.
+        if self.level.is_some() {
+            self.isolation(Some(IsolationLevel::ReadCommitted))?;
+        }
+        let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
+        let mut txn = LoggedTxn::new(id, self.id, seq);
+        txn.ops = ops;
+        txn.statements = statements;
+        txn.start_ns = Some(now_ns());
+        txn.collector = self.rec.collector;
+        txn.fence = true;
+        let result = self.rec.log.append_intent(txn);
+        if result.is_err() {
+            Metrics::inc(&self.rec.metrics.log_errors);
+        }
+        let ticket = result?;
+        if let Some(xid) = xid {
+            self.xids(id, Some(xid), &[xid])?;
+        }
+        self.fence_pending = Some(id);
+        self.saw(seq);
+        Ok(ticket)
+    }
+
+    /// Logs how the fence whose intent [`SessionRecorder::fence_intent`] logged ended; `false` (and nothing
+    /// logged) when no fence intent is pending. No one waits on a fence's outcome.
+    pub fn fence_outcome(&mut self, committed: bool) -> Result<bool, LogError> {
+        let Some(id) = self.fence_pending.take() else { return Ok(false) };
+        let outcome = if committed { Outcome::Committed } else { Outcome::Aborted };
+        let result = self.rec.log.append_outcome(id, outcome, committed.then(now_ns));
+        if result.is_err() {
+            Metrics::inc(&self.rec.metrics.log_errors);
+        }
+        result?.request();
+        Ok(true)
+    }
+
     /// Logs a fence transaction the proxy ran itself at position `seq` of the session (DESIGN.md §3
-    /// "Fences without client changes"). Committed fences are not acknowledged to anyone, so the ticket
-    /// is not waited on.
+    /// "Fences without client changes"), whole, when it ended before its intent was logged (it failed
+    /// before returning its rows). Committed fences are not acknowledged to anyone, so the ticket is not
+    /// waited on.
     pub fn fence(
         &mut self,
         seq: u64,

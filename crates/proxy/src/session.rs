@@ -545,26 +545,38 @@ async fn server_to_client(
                 Err(e) => return Err(Failure::Other(SessionError::UpstreamProtocol(e.to_string()))),
             };
             let mut tickets: Vec<history::log::DurabilityTicket> = Vec::new();
-            let outgoing = {
+            // A fence's COMMIT, to send once its intent is durable.
+            let mut fence_commit = None;
+            let outgoing = 'frame: {
                 let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
                 let Core { machine, recorder, injector, inject_send } = &mut *guard;
                 if let Some(t) = injector.as_mut()
                     && t.injecting()
                 {
                     // A reply to an injected query: the client never sees it, the machine never matches it.
+                    let log = |e| Failure::Other(SessionError::Log(e));
                     match t.injected_backend(frame.tag(), &frame.body()) {
                         InjectStep::More => {}
                         InjectStep::Send(f) => *inject_send = Some(f),
-                        InjectStep::Done(Some(fence)) => {
+                        InjectStep::Commit { intent, commit } => {
                             let seq = machine.reserve_seq();
-                            recorder
-                                .fence(seq, fence.ops, fence.statements, fence.committed)
-                                .map_err(|e| Failure::Other(SessionError::Log(e)))?;
+                            let ticket = recorder
+                                .fence_intent(seq, intent.ops, intent.statements, intent.xid)
+                                .map_err(log)?;
+                            fence_commit = Some((ticket, commit));
+                        }
+                        InjectStep::Done(Some(fence)) => {
+                            if !recorder.fence_outcome(fence.committed).map_err(log)? {
+                                let seq = machine.reserve_seq();
+                                recorder
+                                    .fence(seq, fence.ops, fence.statements, fence.committed)
+                                    .map_err(log)?;
+                            }
                         }
                         InjectStep::Done(None) => {}
                         InjectStep::Learned(xid) => machine.learned_xid(xid),
                     }
-                    continue;
+                    break 'frame None;
                 }
                 let (Reply { ends, outgoing }, lost) =
                     match machine.on_backend(frame.tag(), &frame.body(), now_ns()) {
@@ -609,8 +621,15 @@ async fn server_to_client(
                     // disconnects. What it writes from now on is an unrecorded writer's (DESIGN.md §3).
                     recorder.ended().map_err(|e| Failure::Other(SessionError::Log(e)))?;
                 }
-                outgoing
+                Some(outgoing)
             };
+            // A fence's COMMIT waits until its intent is as durable as a commit's outcome would be, so
+            // that a crash cannot lose the record of a fence the database committed.
+            if let Some((ticket, commit)) = fence_commit {
+                ticket.wait_async().await.map_err(|e| Failure::Other(SessionError::Log(e)))?;
+                core.lock().unwrap_or_else(|p| p.into_inner()).inject_send = Some(commit);
+            }
+            let Some(outgoing) = outgoing else { continue };
             // The commit reply waits until its outcome is as durable as promised. What came before it waits
             // with it, so that a reply goes to the client in one send (the client needs the whole of it
             // anyway; the rows in `out` are at most one read's worth).

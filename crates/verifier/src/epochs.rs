@@ -168,8 +168,8 @@ impl Epochs {
     }
 
     /// A fence whose outcome is unknown: a recorder that crashed as the fence committed logged its intent
-    /// and no outcome (Krait's proxy records a fence only once it has ended, so its fences have one; other
-    /// recorders' need not). Its write gets the epoch it would have (one past the version it read), so
+    /// and no outcome (Krait's proxy logs a fence's intent, durably, before sending its COMMIT, so a crash
+    /// leaves it there rather than losing its record). Its write gets the epoch it would have (one past the version it read), so
     /// that the next fence, which reads it if it did commit (a read of it proves it did), continues the
     /// chain instead of breaking epochs ([`Epochs::resolve_fence`]). Until then nothing else counts it: it and
     /// its session's transactions since the last fence stay open (never old), which claims less, never

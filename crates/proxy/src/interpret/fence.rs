@@ -80,7 +80,8 @@ pub const FENCE_SCHEMA_QUERY: &str =
 /// once the setup has told its schema, else [`FENCE_TABLE`]): one simple-protocol query string. Replies:
 /// BEGIN, the read row (xmin, id), the written row (xmin, id), then ReadyForQuery in the block. COMMIT
 /// ([`FENCE_COMMIT`]) goes in a second message, only after the written row has been put in the version
-/// book, so no session can read the fence's version before the proxy knows it was recorded.
+/// book, so no session can read the fence's version before the proxy knows it was recorded, and after the
+/// fence's intent is in the log ([`Step::Commit`]), so that a crash cannot lose its record.
 pub fn fence_sql(row: i32, table: &str) -> String {
     format!(
         "BEGIN ISOLATION LEVEL READ COMMITTED; \
@@ -193,8 +194,9 @@ pub fn fence_ops(read: [&[u8]; 2], written: [&[u8]; 2], initial: bool, book: &Ve
     book.insert(new);
     // A version of this proxy's fence row that the book does not know is the one the setup inserted (the
     // row's initial version, before every fence, whatever the recording horizon says of its writer), or
-    // one a fence of an earlier run wrote and never recorded: the run ended (a crash, a client gone) after
-    // the database committed the fence and before its record was appended. Such a version has no owner,
+    // one a fence of an earlier run wrote and never recorded: the run ended (a crash under `group` or `none`
+    // durability, which can lose the fence's intent, or a log that failed) after the database committed the
+    // fence and before its intent was in the log. Such a version has no owner,
     // which is never evidence (DESIGN.md §3): taken for the initial version, the next run's first fence
     // would read a second initial version of the row, a stale read the database never did.
     let observed = match (book.contains(old), initial) {
@@ -297,12 +299,20 @@ pub enum Injected {
 }
 
 /// What the session does after an injected query's reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     /// Keep reading replies.
     More,
     /// Send this query string next (swallowing its replies too).
     Send(&'static str),
+    /// The fence has read and rewritten its row: log its intent (its ops, and its transaction id, the
+    /// `xmin` of the row it wrote), then send [`FENCE_COMMIT`].
+    Commit {
+        /// The fence's read and write.
+        ops: Vec<LoggedOp>,
+        /// Its transaction id, if the row's `xmin` parsed.
+        xid: Option<u32>,
+    },
     /// The injection is over; the connection is the client's again.
     Done,
 }
@@ -320,6 +330,8 @@ pub struct InjectedReplies {
     error: bool,
     committed: bool,
     sent_commit: bool,
+    /// The fence's ops, once its two rows are in (computed once: they are logged with its intent).
+    ops: Option<Vec<LoggedOp>>,
 }
 
 impl InjectedReplies {
@@ -333,7 +345,24 @@ impl InjectedReplies {
             error: false,
             committed: false,
             sent_commit: false,
+            ops: None,
         }
+    }
+
+    /// The fence's read and write, from its two rows, computed once; empty if the rows are not both in.
+    fn fence_ops(&mut self, book: &VersionBook) -> Vec<LoggedOp> {
+        let rows = &self.rows;
+        self.ops
+            .get_or_insert_with(|| {
+                match (rows.first().and_then(|r| fence_row(r)), rows.get(1).and_then(|r| fence_row(r))) {
+                    (Some(r), Some(w)) => {
+                        let initial = rows.first().is_some_and(|r| setup_row(r));
+                        fence_ops([&r[0], &r[1]], [&w[0], &w[1]], initial, book)
+                    }
+                    _ => Vec::new(),
+                }
+            })
+            .clone()
     }
 
     /// Takes one backend message and says what to do next.
@@ -370,7 +399,20 @@ impl InjectedReplies {
                     && !self.sent_commit
                 {
                     self.sent_commit = true;
-                    return Step::Send(FENCE_COMMIT);
+                    // Its intent goes to the log before the COMMIT (DESIGN.md §3, durability), as a
+                    // client transaction's does: a run that ends after the database committed the fence
+                    // leaves the fence's record without an outcome, not missing. Missing, the next run's
+                    // first fence read a version no recorded fence wrote, and epochs, and with them garbage
+                    // collection, stopped for good.
+                    let ops = self.fence_ops(book);
+                    if ops.is_empty() {
+                        return Step::Send(FENCE_COMMIT);
+                    }
+                    let xid =
+                        self.rows.get(1).and_then(|r| fence_row(r)).and_then(|w| {
+                            std::str::from_utf8(&w[0]).ok().and_then(|x| x.parse::<u32>().ok())
+                        });
+                    return Step::Commit { ops, xid };
                 }
                 if matches!(self.what, Injection::Fence { setup: true, .. })
                     && self.sent_commit
@@ -405,7 +447,7 @@ impl InjectedReplies {
     }
 
     /// Applies the result: a reloaded catalog goes into `shared`, a fence's ops are returned.
-    pub fn finish(self, shared: &super::shared::TaggingShared) -> Injected {
+    pub fn finish(mut self, shared: &super::shared::TaggingShared) -> Injected {
         match self.what {
             Injection::Catalog { as_of } => {
                 if !self.error {
@@ -428,14 +470,7 @@ impl InjectedReplies {
             }
             Injection::Fence { .. } => {
                 let committed = self.committed && !self.error;
-                let pair = |r: &Vec<Option<Bytes>>| fence_row(r);
-                let ops = match (self.rows.first().and_then(pair), self.rows.get(1).and_then(pair)) {
-                    (Some(r), Some(w)) => {
-                        let initial = self.rows.first().is_some_and(|r| setup_row(r));
-                        fence_ops([&r[0], &r[1]], [&w[0], &w[1]], initial, &shared.book)
-                    }
-                    _ => Vec::new(),
-                };
+                let ops = self.fence_ops(&shared.book);
                 if let Some(schema) = self.fence_schema {
                     shared.set_fence_table(format!("{schema}.{FENCE_TABLE}"));
                 }

@@ -31,6 +31,18 @@ pub struct FenceTxn {
     pub committed: bool,
 }
 
+/// A fence about to commit, to be logged as an intent before its COMMIT goes out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceIntent {
+    /// Its read and write of the fence row.
+    pub ops: Vec<LoggedOp>,
+    /// Its statement texts (the ops cite them by index).
+    pub statements: Vec<String>,
+    /// Its transaction id (the `xmin` of the row it wrote), so that a restart can ask the database how
+    /// it ended.
+    pub xid: Option<u32>,
+}
+
 /// What to do after an injected query's reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InjectStep {
@@ -38,6 +50,13 @@ pub enum InjectStep {
     More,
     /// Send this frame to the database next.
     Send(Bytes),
+    /// Log the fence's intent, then (once it is as durable as a commit's outcome) send `commit`.
+    Commit {
+        /// The fence to log.
+        intent: FenceIntent,
+        /// Its COMMIT.
+        commit: Bytes,
+    },
     /// Done; record the fence if there was one.
     Done(Option<FenceTxn>),
     /// Done: the open transaction's id, for [`crate::machine::SessionMachine::learned_xid`].
@@ -174,6 +193,17 @@ impl Injector {
         match replies.on_backend(tag, body, &self.shared.book) {
             Step::More => InjectStep::More,
             Step::Send(sql) => InjectStep::Send(injected_frames(&[sql])),
+            Step::Commit { ops, xid } => InjectStep::Commit {
+                intent: FenceIntent {
+                    ops,
+                    statements: super::fence::fence_statements(
+                        self.shared.fence_row,
+                        &self.shared.fence_table(),
+                    ),
+                    xid,
+                },
+                commit: injected_frames(&[super::fence::FENCE_COMMIT]),
+            },
             Step::Done => {
                 let Some(replies) = self.injecting.take() else { return InjectStep::Done(None) };
                 match replies.finish(&self.shared) {
@@ -312,6 +342,69 @@ mod tests {
         assert_eq!(shared.fence_table(), "app.krait_fence");
         let fence = Injection::Fence { setup: false, row }.statements(&shared);
         assert!(fence[1].contains("FROM app.krait_fence"), "{fence:?}");
+    }
+
+    /// A data row of text values, as the database sends it.
+    fn data_row(values: &[&[u8]]) -> Bytes {
+        let mut body = BytesMut::new();
+        body.extend_from_slice(&(values.len() as i16).to_be_bytes());
+        for v in values {
+            body.extend_from_slice(&(v.len() as i32).to_be_bytes());
+            body.extend_from_slice(v);
+        }
+        body.freeze()
+    }
+
+    /// Once a fence has read and rewritten its row, and before its COMMIT, the session is told to log its
+    /// intent: the read, the write and its transaction id (the written row's `xmin`); the fence ends with
+    /// the same ops, for its outcome.
+    #[test]
+    fn a_fence_asks_for_its_intent_to_be_logged_before_its_commit() {
+        let shared = Arc::new(TaggingShared::new());
+        shared.set_catalog(Catalog::new());
+        shared.fence_ready.store(true, Ordering::Relaxed);
+        let config = FenceConfig { every: 20, min_interval_ms: 0, idle_ms: 0, at_open: true };
+        let mut s = Injector::new(shared.clone(), &config);
+        let row = shared.fence_row;
+        let fence = Injection::Fence { setup: false, row };
+        assert_eq!(s.injection_due(), Some(fence));
+        s.start_injection(fence);
+        let id = row.to_string();
+        // BEGIN's reply, the row read (xmin 700, the setup's epoch 0), the row written (xmin 701).
+        for (tag, body) in [
+            (btag::COMMAND_COMPLETE, Bytes::from_static(b"BEGIN\0")),
+            (btag::DATA_ROW, data_row(&[b"700", id.as_bytes(), b"0"])),
+            (btag::DATA_ROW, data_row(&[b"701", id.as_bytes()])),
+        ] {
+            assert_eq!(s.injected_backend(tag, &body), InjectStep::More);
+        }
+        let InjectStep::Commit { intent, commit } =
+            s.injected_backend(btag::READY_FOR_QUERY, &Bytes::from_static(b"T"))
+        else {
+            panic!("the intent comes before the COMMIT")
+        };
+        assert_eq!(intent.xid, Some(701));
+        assert!(matches!(intent.ops[0], LoggedOp::Read { observed: history::Observed::PreHistory(_), .. }));
+        let LoggedOp::Write { write, .. } = intent.ops[1] else { panic!("{:?}", intent.ops) };
+        assert!(shared.book.contains(write), "its version is in the book before it can commit");
+        assert_eq!(intent.statements.last().map(String::as_str), Some("COMMIT"));
+        let mut frames = BytesMut::from(&commit[..]);
+        let mut tags = Vec::new();
+        while let Ok(Some(f)) = split_frame(&mut frames, 1 << 20) {
+            tags.push(f.tag());
+        }
+        assert_eq!(tags, b"CCPBECCS", "COMMIT alone, in the extended protocol");
+        for (tag, body) in [
+            (btag::COMMAND_COMPLETE, Bytes::from_static(b"COMMIT\0")),
+            (btag::READY_FOR_QUERY, Bytes::from_static(b"I")),
+        ] {
+            if let InjectStep::Done(Some(done)) = s.injected_backend(tag, &body) {
+                assert!(done.committed);
+                assert_eq!(done.ops, intent.ops, "the same ops, computed once");
+                return;
+            }
+        }
+        panic!("the fence did not end");
     }
 
     /// With `at_open`, a connection's first injection is a fence, due before any commit; one that closes
