@@ -626,7 +626,7 @@ async fn server_to_client(
             // A fence's COMMIT waits until its intent is as durable as a commit's outcome would be, so
             // that a crash cannot lose the record of a fence the database committed.
             if let Some((ticket, commit)) = fence_commit {
-                ticket.wait_async().await.map_err(|e| Failure::Other(SessionError::Log(e)))?;
+                ticket.wait_async_undelayed().await.map_err(|e| Failure::Other(SessionError::Log(e)))?;
                 core.lock().unwrap_or_else(|p| p.into_inner()).inject_send = Some(commit);
             }
             let Some(outgoing) = outgoing else { continue };

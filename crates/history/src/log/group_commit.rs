@@ -124,6 +124,9 @@ struct State {
     durable_below: u64,
     /// Some waiter needs every seq below this durable.
     wanted_below: u64,
+    /// Some waiter needs every seq below this durable without the commit delay
+    /// ([`DurabilityTicket::wait_async_undelayed`]).
+    undelayed_below: u64,
     /// Every seq below this was asked to be made durable soon ([`DurabilityTicket::request`]), by no one
     /// waiting: the flusher covers it within [`SOON`] of the first such request, with whatever fsync comes.
     soon_below: u64,
@@ -188,6 +191,7 @@ impl GroupCommit {
                 appended_below,
                 durable_below: appended_below,
                 wanted_below: appended_below,
+                undelayed_below: appended_below,
                 soon_below: appended_below,
                 soon_since: None,
                 failed: None,
@@ -336,7 +340,8 @@ fn flusher_loop(shared: &Shared, policy: FlushPolicy, commit_delay: Duration, fl
                     // outcome yet), so their outcomes, and their waiters, come within about one database
                     // commit. Waiting for them (never longer than `commit_delay`) lets one fsync cover
                     // them all; without it each commit of a steady stream gets an fsync of its own.
-                    if !state.shutdown && !commit_delay.is_zero() {
+                    let undelayed = state.undelayed_below > state.durable_below;
+                    if !state.shutdown && !commit_delay.is_zero() && !undelayed {
                         let now = Instant::now();
                         let (until, covered) =
                             *delay.get_or_insert((now + commit_delay, state.outcomes + state.in_flight));
@@ -525,6 +530,20 @@ impl DurabilityTicket {
         }
     }
 
+    /// As [`DurabilityTicket::wait_async`], for a record whose own transaction's outcome comes only once it
+    /// is durable (a fence's intent, whose COMMIT waits for it): the fsync it asks for does not wait for
+    /// the commits in flight ([`super::LogOptions::commit_delay`]), which count that very transaction and
+    /// would hold it for the whole delay.
+    pub fn wait_async_undelayed(self) -> DurableFuture {
+        if let Some(shared) = &self.shared {
+            let mut state = shared.lock();
+            if state.undelayed_below <= self.seq {
+                state.undelayed_below = self.seq + 1;
+            }
+        }
+        self.wait_async()
+    }
+
     /// A future that resolves when the record is durable. It works on any executor: it needs no runtime,
     /// only the waker it is polled with, and it never blocks the polling thread.
     pub fn wait_async(self) -> DurableFuture {
@@ -682,6 +701,45 @@ mod tests {
         gc.shutdown().unwrap();
         assert_eq!(gc.durable_below(), 10);
         assert!(matches!(gc.check_usable(), Err(LogError::Closed)));
+    }
+
+    /// A fence's intent counts among the transactions in flight, and its outcome comes only after its
+    /// COMMIT, which waits for the intent: the commit delay, which waits for the outcomes of the
+    /// transactions in flight, would hold it for the whole delay. An undelayed wait is not held.
+    #[test]
+    fn an_undelayed_wait_is_not_held_for_commits_in_flight() {
+        let delay = Duration::from_secs(2);
+        let gc = GroupCommit::start(0, FlushPolicy::OnDemand, true, delay, Box::new(|| Ok(()))).unwrap();
+        let ticket = gc.appended(0);
+        gc.set_in_flight(1, false);
+        let started = Instant::now();
+        block_on(ticket.clone().wait_async_undelayed()).unwrap();
+        assert!(started.elapsed() < delay / 2, "held for {:?}", started.elapsed());
+        let ticket = gc.appended(1);
+        let started = Instant::now();
+        block_on(ticket.wait_async()).unwrap();
+        assert!(started.elapsed() >= delay / 2, "a plain wait is held while a commit is in flight");
+        gc.shutdown().unwrap();
+    }
+
+    /// Polls `future` on this thread until it is ready (the futures here wake their waker from the
+    /// flusher thread).
+    fn block_on<F: Future>(future: F) -> F::Output {
+        struct Unpark(std::thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        let mut future = std::pin::pin!(future);
+        loop {
+            if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+                return out;
+            }
+            std::thread::park_timeout(Duration::from_millis(10));
+        }
     }
 
     #[test]
