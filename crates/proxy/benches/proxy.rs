@@ -322,6 +322,11 @@ fn main() {
                         "pgbouncer (session)",
                         pgbench_measuring(pid.as_deref(), port, &workload, seconds),
                     );
+                    // Killing `runuser` leaves pgbouncer, its child, running (one left behind per run,
+                    // each holding its port): stop pgbouncer itself first.
+                    if let Some(pid) = &pid {
+                        let _ = Command::new("kill").arg(pid).status();
+                    }
                     let _ = child.kill();
                     let _ = child.wait();
                 }
