@@ -169,11 +169,11 @@ impl Epochs {
 
     /// A fence whose outcome is unknown: a recorder that crashed as the fence committed logged its intent
     /// and no outcome (Krait's proxy logs a fence's intent, durably, before sending its COMMIT, so a crash
-    /// leaves it there rather than losing its record). Its write gets the epoch it would have (one past the version it read), so
-    /// that the next fence, which reads it if it did commit (a read of it proves it did), continues the
-    /// chain instead of breaking epochs ([`Epochs::resolve_fence`]). Until then nothing else counts it: it and
-    /// its session's transactions since the last fence stay open (never old), which claims less, never
-    /// more. A fence that did not commit is never read, and its entry never looked at.
+    /// leaves it there rather than losing its record). Its write gets the epoch it would have (one past the
+    /// version it read), so that the next fence, which reads it if it did commit (a read of it proves it
+    /// did), continues the chain instead of breaking epochs ([`Epochs::resolve_fence`]). Until then nothing
+    /// else counts it: it and its session's transactions since the last fence stay open (never old), which
+    /// claims less, never more. A fence that did not commit is never read, and its entry never looked at.
     fn note_unresolved_fence(&mut self, f: &Transaction) {
         let Some((key, observed, Some(wrote))) = fence_ops(f) else { return };
         if self.fence_key.is_some_and(|k| k != key) {

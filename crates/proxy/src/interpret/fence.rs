@@ -2,9 +2,10 @@
 //!
 //! Before a connection's first client message (`fence.at_open`), and every `fence.every` committed client
 //! transactions on it, the session runs one fence transaction on that same connection, between two client
-//! transactions (never while the client has one open), and swallows every reply. The fence reads and rewrites the single row of `krait_fence`, so all
-//! fences of this proxy form one read-modify-write chain; session order then places every client transaction between two
-//! fences, which gives the verifier its epochs.
+//! transactions (never while the client has one open), and swallows every reply. The fence reads and
+//! rewrites the single row of `krait_fence`, so all fences of this proxy form one read-modify-write chain;
+//! session order then places every client transaction between two fences, which gives the verifier its
+//! epochs.
 //!
 //! Each proxy fences its own row of `krait_fence`: a proxy's version book knows only its own fences, so two
 //! proxies sharing one row would see each other's fence versions as pre-history. The row is chosen at

@@ -144,7 +144,8 @@ impl Injector {
     /// its first transaction has no use for. Call only between two client transactions with nothing
     /// outstanding.
     pub fn closing_injection_due(&self) -> Option<Injection> {
-        self.catalog_due().or_else(|| (self.fences.due() || self.fences.closing_due()).then(|| self.fence()))
+        // A fence due by commits is due at closing too (`closing_due` holds whenever `due` does).
+        self.catalog_due().or_else(|| self.fences.closing_due().then(|| self.fence()))
     }
 
     fn catalog_due(&self) -> Option<Injection> {
