@@ -20,9 +20,12 @@
 //! `SessionEnded` record, which the proxy appends when a client connection closes, and `verify --rounds` when
 //! a session's last transaction has been admitted). An ended session no
 //! longer holds `epoch_agree` back: it will add no transaction, so the Guarantee needs nothing from it. Its
-//! transactions after its last fence stay open (never collected), and so does every transaction they reach
-//! (garbage collection's rule 1), which on a key updated in a read-modify-write chain is every later writer
-//! of it. So the proxy fences a connection that committed since its last fence as it closes. A session that stays open but idle (a pooled
+//! transactions after its last fence never get an epoch ([`EpochState::Unfenced`]). Garbage collection
+//! counts one as old once it reaches an old transaction in the known graph (its rule 1: through that one it
+//! precedes every future transaction too); until then it stays, and so does every transaction it reaches,
+//! which on a key updated in a read-modify-write chain is every later writer of it. A proxy that crashed
+//! leaves every session it had in that state. So that collection need not wait, the proxy fences a
+//! connection that committed since its last fence as it closes. A session that stays open but idle (a pooled
 //! connection) would hold `epoch_agree` at its last fence for as long as it stays idle; the proxy fences such
 //! a connection on its own once the others' fences have moved on (`[fence] idle_ms`).
 //!
@@ -32,10 +35,22 @@
 //! message (`[fence] at_open`, one more transaction per connection); with that off, its first fence comes
 //! after `[fence] every` commits or when it idles.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use history::{Key, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId};
 use serde::{Deserialize, Serialize};
+
+/// Where one transaction stands in the epochs ([`Epochs::state`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EpochState {
+    /// Followed by a fence of its session: its epoch.
+    Fenced(u64),
+    /// After its session's latest fence, in a session that goes on: its epoch is still to come.
+    Open,
+    /// After its session's latest fence, in a session that has ended without another (its connection
+    /// closed before it could fence, or the proxy crashed): it never gets an epoch of its own.
+    Unfenced,
+}
 
 /// The epoch state of one session.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -216,9 +231,13 @@ impl Epochs {
         self.broken.as_deref()
     }
 
-    /// A transaction's epoch; `None` while it is open.
-    pub(crate) fn epoch(&self, id: TxnId) -> Option<u64> {
-        self.txn_epoch.get(&id).copied()
+    /// Where a transaction stands in the epochs, as garbage collection needs to know.
+    pub(crate) fn state(&self, t: &Transaction) -> EpochState {
+        match self.txn_epoch.get(&t.id) {
+            Some(&e) => EpochState::Fenced(e),
+            None if self.sessions.get(&t.session).is_some_and(|s| s.ended) => EpochState::Unfenced,
+            None => EpochState::Open,
+        }
     }
 
     /// The largest epoch every open session has reached with a fence (Cobra §4.2). With no open session
@@ -233,10 +252,19 @@ impl Epochs {
     }
 
     /// Forgets collected transactions. (Fence versions are kept: one per epoch, a few hundred per 100k
-    /// transactions.)
+    /// transactions.) Collection deletes a transaction without an epoch only in an ended session
+    /// ([`EpochState::Unfenced`]), whose list of open transactions no fence will ever empty.
     pub(crate) fn forget(&mut self, ids: impl IntoIterator<Item = TxnId>) {
+        let mut gone = HashSet::new();
         for id in ids {
-            self.txn_epoch.remove(&id);
+            if self.txn_epoch.remove(&id).is_none() {
+                gone.insert(id);
+            }
+        }
+        if !gone.is_empty() {
+            for s in self.sessions.values_mut().filter(|s| s.ended) {
+                s.open.retain(|id| !gone.contains(id));
+            }
         }
     }
 }

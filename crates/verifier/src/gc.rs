@@ -5,9 +5,15 @@
 //! become tombstones, and which become the new *base* (initial) version of their key.
 //!
 //! The rules, and why each is safe:
-//! 1. **Superseded** (§4.3 (2), (3)): a vertex is a candidate when its epoch is ≤ `epoch_agree − 2` and no
-//!    vertex with a later (or no) epoch reaches it in the known graph. By the Guarantee of §4.2, no future
-//!    transaction can precede it either.
+//! 1. **Superseded** (§4.3 (2), (3)): a vertex is a candidate when it is *old* and no vertex that is not
+//!    old reaches it in the known graph. By the Guarantee of §4.2, an old vertex precedes every future
+//!    transaction in the known graph, so no future transaction can precede it, nor anything it reaches. A
+//!    vertex is old when its epoch is ≤ `epoch_agree − 2`, and also when it will never have an epoch (its
+//!    session ended after its last fence: a connection that closed before it could fence, or every
+//!    connection of a proxy that crashed) but reaches, in the known graph, a vertex whose epoch is: it
+//!    precedes every future transaction through that one. Cobra's rule has no such case (its clients
+//!    never stop), and without it a crashed proxy run's last transactions stayed open for ever and, through
+//!    their anti-dependencies on later writers, kept every transaction after them too.
 //! 2. **Live constraints go whole, and only when no future can close them** (§4.3 (ii), the trap of the §4.3
 //!    counter-example). A live constraint's *participants* are the writers and readers of every version of
 //!    its two chains (under `declared`, less the read-committed readers, whose reads are on neither side). They are deleted all together or not at all: a constraint with a participant that is
@@ -117,8 +123,11 @@
 //! `tests/rounds.rs` do *not* fail when the links of rule 3 are left out:
 //! the reader of a superseded version has epoch `epoch_agree − 1` or less (it precedes an old writer), so
 //! the fence chain alone orders it before every future transaction, except in a session that ended without
-//! a later fence. `tests/rounds_bounded.rs` builds that case, and `tests/rounds.rs` has a random variant in
-//! which one session ends early; both find a false accept when both kinds of rule-3 links are left out.
+//! a later fence. Such an unfenced reader reaches the old writer, so it is old itself (rule 1) and mostly
+//! goes with the writer; the links matter when another rule keeps it (a pin, a live constraint).
+//! `tests/rounds_bounded.rs` builds that case, and finds a false accept when both kinds of rule-3 links
+//! are left out. (The random variant of `tests/rounds.rs` in which one session ends early found one too,
+//! before unfenced transactions could be old; it no longer does.)
 //! [`RoundOptions::gc_legacy_rules`](crate::RoundOptions) brings the earlier rules 3 and 5 back, for
 //! comparison.
 //!
@@ -139,6 +148,7 @@ use std::collections::HashSet;
 use history::{History, Key, Observed, Op, Outcome, WriteId};
 use kernels::{Graph, reachability};
 
+use crate::epochs::EpochState;
 use crate::error::VerifyError;
 use crate::normalize::Label;
 use crate::options::Options;
@@ -180,6 +190,10 @@ pub struct KeptReasons {
     pub not_vertex: usize,
     /// Its epoch is later than `epoch_agree − 2`, or it has none yet (Cobra §4.3 (2)).
     pub not_old: usize,
+    /// Of those, how many never get an epoch (in a session that ended after its last fence) and reach no
+    /// old transaction yet (rule 1).
+    #[serde(default)]
+    pub unfenced: usize,
     /// Old, but a vertex that is not old reaches it in the known graph (Cobra §4.3 (3)).
     pub reached_from_new: usize,
     /// In a live constraint with a transaction that is not a candidate, which the future may still order
@@ -231,13 +245,13 @@ enum Refusal {
     NotBase,
 }
 
-/// Plans a collection. `epoch[i]` is the epoch of `h.transactions[i]` (`None`: open). `pinned` lists write
+/// Plans a collection. `epoch[i]` is where `h.transactions[i]` stands in the epochs. `pinned` lists write
 /// ids that live transactions outside the polygraph (indeterminate ones nobody read from yet) read: their
 /// writers stay.
 pub(crate) fn plan(
     h: &History,
     p: &Polygraph,
-    epoch: &[Option<u64>],
+    epoch: &[EpochState],
     epoch_agree: u64,
     pinned: &HashSet<WriteId>,
     options: &Options,
@@ -247,7 +261,7 @@ pub(crate) fn plan(
     if epoch_agree < 2 {
         return Ok(out);
     }
-    let old_epoch = |i: usize| epoch[i].is_some_and(|e| e + 2 <= epoch_agree);
+    let old_epoch = |i: usize| matches!(epoch[i], EpochState::Fenced(e) if e + 2 <= epoch_agree);
     // Aborted transactions: not vertices; collect them by epoch alone, leaving their writes as tombstones of
     // aborted versions (a later read of one is G1a).
     for (i, t) in h.transactions.iter().enumerate() {
@@ -274,13 +288,15 @@ pub(crate) fn plan(
     if n == 0 {
         return Ok(out);
     }
-    let old: Vec<bool> = (0..n).map(|v| old_epoch(norm.txns[v].hist)).collect();
-    out.kept.not_old = old.iter().filter(|&&o| !o).count();
-    // Rule 1: reachable in the known graph from a vertex that is not old.
     let mut known_adj: Vec<Vec<u32>> = vec![Vec::new(); n];
     for e in &p.g.edges {
         known_adj[e.from as usize].push(e.to);
     }
+    let old = old_vertices(p, &known_adj, epoch, &old_epoch);
+    out.kept.not_old = old.iter().filter(|&&o| !o).count();
+    out.kept.unfenced =
+        (0..n).filter(|&v| !old[v] && epoch[norm.txns[v].hist] == EpochState::Unfenced).count();
+    // Rule 1: reachable in the known graph from a vertex that is not old.
     let mut tainted: Vec<bool> = old.iter().map(|o| !o).collect();
     let mut work: Vec<u32> = (0..n as u32).filter(|&v| tainted[v as usize]).collect();
     while let Some(v) = work.pop() {
@@ -520,6 +536,44 @@ pub(crate) fn plan(
         }
     }
     Ok(out)
+}
+
+/// Which vertices are old (rule 1): those with an epoch of at most `epoch_agree − 2`, and the unfenced ones
+/// (in a session that ended after its last fence) that reach one of those in the known graph. Through the
+/// old one it reaches, an unfenced vertex precedes every future transaction, which is all the Guarantee of
+/// §4.2 gives an old one.
+fn old_vertices(
+    p: &Polygraph,
+    known_adj: &[Vec<u32>],
+    epoch: &[EpochState],
+    old_epoch: &impl Fn(usize) -> bool,
+) -> Vec<bool> {
+    let n = known_adj.len();
+    let hist = |v: usize| p.norm.txns[v].hist;
+    let mut old: Vec<bool> = (0..n).map(|v| old_epoch(hist(v))).collect();
+    if !(0..n).any(|v| epoch[hist(v)] == EpochState::Unfenced) {
+        return old;
+    }
+    let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for (v, succ) in known_adj.iter().enumerate() {
+        for &w in succ {
+            preds[w as usize].push(v as u32);
+        }
+    }
+    let mut reaches_old = old.clone();
+    let mut work: Vec<u32> = (0..n as u32).filter(|&v| old[v as usize]).collect();
+    while let Some(v) = work.pop() {
+        for &u in &preds[v as usize] {
+            if !reaches_old[u as usize] {
+                reaches_old[u as usize] = true;
+                work.push(u);
+            }
+        }
+    }
+    for v in 0..n {
+        old[v] |= reaches_old[v] && epoch[hist(v)] == EpochState::Unfenced;
+    }
+    old
 }
 
 /// The pre-history tag that stands for a promoted base version: the write id with the top bit set, so it

@@ -78,7 +78,7 @@ use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use thiserror::Error;
 
-use crate::epochs::Epochs;
+use crate::epochs::{EpochState, Epochs};
 use crate::error::VerifyError;
 use crate::gc::{self, KeptReasons, base_tag};
 use crate::options::Options;
@@ -731,8 +731,7 @@ impl OnlineVerifier {
     /// Collects garbage after an accepted round; returns how many transactions it deleted, why it kept the
     /// others, and how many live constraints went with the deleted ones.
     fn collect(&mut self, p: &Polygraph) -> Result<(usize, KeptReasons, usize), RoundsError> {
-        let epoch: Vec<Option<u64>> =
-            self.work.transactions.iter().map(|t| self.epochs.epoch(t.id)).collect();
+        let epoch: Vec<EpochState> = self.work.transactions.iter().map(|t| self.epochs.state(t)).collect();
         let mut pinned = HashSet::new();
         for (i, t) in self.work.transactions.iter().enumerate() {
             if p.norm.vertex_of.get(i).copied().flatten().is_none() && t.outcome == Outcome::Indeterminate {

@@ -190,15 +190,16 @@ fn the_bounded_workload_keeps_the_one_shot_verdict() {
     }
 }
 
-/// A kept reader of a collected superseded version keeps what its read implied (the `gc` module, rule 3).
-///
-/// Session 2 runs `q` (writes k4=3) and `r` (reads x=1, the version `u` overwrote with x=2, and
-/// read-modify-writes k4 from 3 to 4), and then ends with no fence, so `r` has no epoch and the fence chain
-/// does not order it before later transactions. Once `v` and `u` are old, `v` is collected and `r` loses
-/// its read of x=1. A later `f` in session 3 reads k4=3, so `f` precedes `r`; but `r` precedes `u` (it
-/// read the version `u` overwrote) and `u` precedes `f` by the Guarantee of Cobra §4.2: a cycle. Only the
-/// links that replace the read still show it (here both the rw link to the later old writer and the link of
-/// the known graph's chain edge `r → u` do); with neither, the rounds accept.
+/// A kept reader of a collected version keeps the orderings its read implied (`gc` rule 3), as links.
+/// Session 1 runs `v` (writes x=1) and `u` (reads x=1, writes x=2). Session 2 runs `q` (writes k4=3) and
+/// `r` (reads x=1, the version `u` overwrote, and read-modify-writes k4 from 3 to 4), and then ends with no
+/// fence: `r` never gets an epoch, and only its anti-dependency on `u` orders it before later transactions.
+/// Session 4, whose transactions' outcomes are unknown, reads k4=3 and k4=4, which pins `q` and `r` (they
+/// stay). Once `v` and `u` are old, `v` is collected and `r` loses its read of x=1. A later `f` in session 3
+/// reads k4=3, so `f` precedes `r`; but `r` precedes `u` (it read the version `u` overwrote) and `u`
+/// precedes `f` by the Guarantee of Cobra §4.2: a cycle. Only the links that replace the read still show it
+/// (the rw link to the later old writer, and the link of the known graph's chain edge `r → u`); with
+/// neither, the rounds accept.
 #[test]
 fn a_kept_reader_of_a_collected_version_keeps_its_ordering() {
     let h = HistoryBuilder::new()
@@ -206,6 +207,9 @@ fn a_kept_reader_of_a_collected_version_keeps_its_ordering() {
         .txn(1, |t| t.read("x", 1).write("x", 2))
         .txn(2, |t| t.write("k4", 3))
         .txn(2, |t| t.read("x", 1).read("k4", 3).write("k4", 4))
+        .indeterminate(4, |t| t.read("k4", 3))
+        .indeterminate(4, |t| t.read("k4", 4))
+        .indeterminate(4, |t| t.read("x", 2))
         .txn(1, |t| t.read_init("F").write("F", 5))
         .fence()
         .txn(3, |t| t.read("F", 5).write("F", 6))
@@ -218,13 +222,13 @@ fn a_kept_reader_of_a_collected_version_keeps_its_ordering() {
     for legacy in [false, true] {
         let options = RoundOptions { gc_legacy_rules: legacy, ..RoundOptions::offline(1) };
         let mut v = OnlineVerifier::new(h.keys.clone(), h.statements.clone(), options);
-        for s in [1, 2, 3] {
+        for s in [1, 2, 3, 4] {
             v.session_started(SessionId(s));
         }
         for t in &h.transactions {
             v.push(t.clone()).unwrap();
-            if t.session == SessionId(2) && t.seq == 1 {
-                v.session_ended(SessionId(2));
+            if matches!((t.session, t.seq), (SessionId(2), 1) | (SessionId(4), 2)) {
+                v.session_ended(t.session);
             }
         }
         v.finish().unwrap();
@@ -263,6 +267,52 @@ fn retired_links_give_their_keys_back() {
     // transactions it keeps; it makes them before it retires the deleted ones' (so not `made <= live`).
     // Without reuse, this history makes 6,237 link keys.
     assert!(made <= 2 * live, "link keys are not reused: {made} made for {added} links, at most {live} live");
+}
+
+/// A proxy that crashes leaves every session it had ended after its last fence: their last transactions
+/// never get an epoch. Each read-modify-write of chengRW gives such a transaction an anti-dependency on the
+/// key's next writer, and through it a path to every later transaction, which used to keep them all
+/// (rule 1: reached from one that is not old): after a crash half-way, the live set grew with the history,
+/// to 10,049 at the end of this one. Now an unfenced transaction that reaches an old one counts as old, and
+/// the live set after the crash stays where it was before it.
+#[test]
+fn a_crash_that_leaves_sessions_unfenced_does_not_stop_collection() {
+    let (round, sessions) = (500, 8);
+    let h = chengrw_serial(5, 20_000, sessions, 1_000, 8);
+    let crash_at = h.transactions.len() / 2;
+    let mut v = OnlineVerifier::new(h.keys.clone(), h.statements.clone(), RoundOptions::offline(round));
+    for s in 0..sessions {
+        v.session_started(SessionId(s));
+    }
+    let mut seq: HashMap<SessionId, u64> = HashMap::new();
+    for (i, t) in h.transactions.iter().enumerate() {
+        if i == crash_at {
+            // The crash: the old sessions end as they are, the next run's sessions carry on.
+            for s in 0..sessions {
+                v.session_ended(SessionId(s));
+                v.session_started(SessionId(s + sessions));
+            }
+        }
+        let mut t = t.clone();
+        if i >= crash_at {
+            t.session = SessionId(t.session.0 + sessions);
+            let next = seq.entry(t.session).or_default();
+            t.seq = *next;
+            *next += 1;
+        }
+        v.push(t).expect("push");
+    }
+    v.finish().expect("finish");
+    assert!(v.rejects().is_empty(), "{}", v.rejects()[0].render_text());
+    let live: Vec<usize> = v.rounds().iter().map(|r| r.live_after).collect();
+    println!("live after each round of {round}: {live:?}");
+    let half = live.len() / 2;
+    let before = live[..half].iter().max().copied().unwrap_or(0);
+    let after = live[half + 4..].iter().max().copied().unwrap_or(0);
+    assert!(
+        after <= before + round / 10,
+        "the live set grows after the crash: at most {before} before it, {after} after it; {live:?}"
+    );
 }
 
 /// A serial chengRW-like history (issue 20's shape): each transaction reads 4 and then writes 4 keys drawn
