@@ -25,7 +25,10 @@
 //! precedes every future transaction too); until then it stays, and so does every transaction it reaches,
 //! which on a key updated in a read-modify-write chain is every later writer of it. A proxy that crashed
 //! leaves every session it had in that state. So that collection need not wait, the proxy fences a
-//! connection that committed since its last fence as it closes. A session that stays open but idle (a pooled
+//! connection that committed since its last fence as it closes. Once an ended session has nothing without
+//! an epoch left, only the fact that it ended is kept (a set of session ids), and the versions of fences
+//! are forgotten [`FENCE_EPOCHS_KEPT`] epochs after `epoch_agree` passes them: an application that opens a
+//! connection per request ends a session per request. A session that stays open but idle (a pooled
 //! connection) would hold `epoch_agree` at its last fence for as long as it stays idle; the proxy fences such
 //! a connection on its own once the others' fences have moved on (`[fence] idle_ms`).
 //!
@@ -52,6 +55,14 @@ pub(crate) enum EpochState {
     Unfenced,
 }
 
+/// How many epochs before `epoch_agree` the versions of fences are remembered for. A fence of an open
+/// session reads a version at least as new as its session's latest fence (session order), so at least as
+/// new as `epoch_agree`; only a session's first fence could read an older one, and only from a database that
+/// served it a version long overwritten. Such a read, like one of a version no fence wrote, breaks epochs
+/// (collection stops; nothing is accused). Without a bound, each fence left an entry for ever: two per
+/// connection for an application that opens one per request.
+pub(crate) const FENCE_EPOCHS_KEPT: u64 = 64;
+
 /// The epoch state of one session.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct SessionEpochs {
@@ -68,11 +79,15 @@ struct SessionEpochs {
 pub(crate) struct Epochs {
     /// The fence key, fixed by the first fence.
     fence_key: Option<Key>,
-    /// The version each recent fence wrote, with the fence's epoch.
+    /// The version each recent fence wrote, with the fence's epoch: those of the last
+    /// [`FENCE_EPOCHS_KEPT`] epochs before `epoch_agree` and every one since.
     fence_epoch: HashMap<WriteId, u64>,
     /// The largest fence epoch so far.
     max_epoch: u64,
     sessions: HashMap<SessionId, SessionEpochs>,
+    /// Sessions that ended with every transaction given an epoch or collected: nothing of them is left but
+    /// the fact that they ended (an application that opens a connection per request ends one per request).
+    retired: HashSet<SessionId>,
     /// Epochs assigned so far (transactions absent here are open).
     txn_epoch: HashMap<TxnId, u64>,
     /// Why epochs cannot be trusted any more, if they cannot (garbage collection then stops).
@@ -100,12 +115,32 @@ fn fence_ops(t: &Transaction) -> Option<(Key, Observed, Option<WriteId>)> {
 impl Epochs {
     /// Declares a session, so that it holds `epoch_agree` back until its first fence.
     pub(crate) fn declare(&mut self, session: SessionId) {
-        self.sessions.entry(session).or_default();
+        if !self.retired.contains(&session) {
+            self.sessions.entry(session).or_default();
+        }
     }
 
     /// The session has ended.
     pub(crate) fn end(&mut self, session: SessionId) {
-        self.sessions.entry(session).or_default().ended = true;
+        self.session_mut(session).ended = true;
+        self.retire(session);
+    }
+
+    /// A session's state; one that retired (which should add nothing more) comes back as ended, so that it
+    /// never holds `epoch_agree` back again.
+    fn session_mut(&mut self, session: SessionId) -> &mut SessionEpochs {
+        let retired = self.retired.remove(&session);
+        let s = self.sessions.entry(session).or_default();
+        s.ended |= retired;
+        s
+    }
+
+    /// Keeps only the fact that an ended session ended, once none of its transactions waits for an epoch.
+    fn retire(&mut self, session: SessionId) {
+        if self.sessions.get(&session).is_some_and(|s| s.ended && s.open.is_empty()) {
+            self.sessions.remove(&session);
+            self.retired.insert(session);
+        }
     }
 
     /// Whether a session has admitted a fence: its transactions admitted from now on follow a fence, so the
@@ -116,7 +151,7 @@ impl Epochs {
 
     /// Whether a session has been declared or seen.
     pub(crate) fn knows(&self, session: SessionId) -> bool {
-        self.sessions.contains_key(&session)
+        self.sessions.contains_key(&session) || self.retired.contains(&session)
     }
 
     /// Records an admitted transaction (in session order).
@@ -126,12 +161,12 @@ impl Epochs {
         }
         let fence = if t.fence && t.outcome == Outcome::Committed { Some(t) } else { None };
         let Some(f) = fence else {
-            self.sessions.entry(t.session).or_default().open.push(t.id);
+            self.session_mut(t.session).open.push(t.id);
             return;
         };
         let Some((key, observed, wrote)) = fence_ops(f) else {
             self.break_with(format!("fence {} does not read (and maybe write) one key only", f.id));
-            self.sessions.entry(t.session).or_default().open.push(t.id);
+            self.session_mut(t.session).open.push(t.id);
             return;
         };
         if *self.fence_key.get_or_insert(key) != key {
@@ -145,7 +180,11 @@ impl Epochs {
                     e
                 }
                 None => {
-                    self.break_with(format!("fence {} read a version of the fence key no fence wrote", f.id));
+                    self.break_with(format!(
+                        "fence {} read a version of the fence key no fence wrote, or one more than {} epochs \
+                         older than epoch_agree",
+                        f.id, FENCE_EPOCHS_KEPT
+                    ));
                     self.max_epoch
                 }
             },
@@ -165,21 +204,23 @@ impl Epochs {
             }
         };
         let epoch = if wrote.is_some() { read_epoch + 1 } else { read_epoch };
-        let s = self.sessions.entry(t.session).or_default();
-        if s.last_fence.is_some_and(|last| epoch < last) {
-            self.broken.get_or_insert_with(|| {
-                format!("fence {} has an epoch earlier than its session's previous fence", f.id)
-            });
+        let s = self.session_mut(t.session);
+        let earlier = s.last_fence.is_some_and(|last| epoch < last);
+        let open = std::mem::take(&mut s.open);
+        s.last_fence = Some(epoch);
+        if earlier {
+            self.break_with(format!("fence {} has an epoch earlier than its session's previous fence", f.id));
         }
-        for id in std::mem::take(&mut s.open) {
+        for id in open {
             self.txn_epoch.insert(id, epoch.saturating_sub(1));
         }
-        s.last_fence = Some(epoch);
         self.txn_epoch.insert(t.id, epoch);
         if let Some(w) = wrote {
             self.fence_epoch.insert(w, epoch);
         }
         self.max_epoch = self.max_epoch.max(epoch);
+        self.retire(t.session);
+        self.forget_old_fence_versions();
     }
 
     /// A fence whose outcome is unknown: a recorder that crashed as the fence committed logged its intent
@@ -222,6 +263,18 @@ impl Epochs {
         self.max_epoch = self.max_epoch.max(epoch);
     }
 
+    /// Forgets the versions of fences more than [`FENCE_EPOCHS_KEPT`] epochs before `epoch_agree`, all at
+    /// once when there are twice that many (keeping those of fences still without an outcome).
+    fn forget_old_fence_versions(&mut self) {
+        let floor = self.epoch_agree().saturating_sub(FENCE_EPOCHS_KEPT);
+        if self.fence_epoch.len() as u64 > 2 * FENCE_EPOCHS_KEPT
+            && self.fence_epoch.values().any(|&e| e < floor)
+        {
+            let unresolved = &self.unresolved;
+            self.fence_epoch.retain(|w, e| *e >= floor || unresolved.contains_key(w));
+        }
+    }
+
     fn break_with(&mut self, why: String) {
         self.broken.get_or_insert(why);
     }
@@ -235,7 +288,11 @@ impl Epochs {
     pub(crate) fn state(&self, t: &Transaction) -> EpochState {
         match self.txn_epoch.get(&t.id) {
             Some(&e) => EpochState::Fenced(e),
-            None if self.sessions.get(&t.session).is_some_and(|s| s.ended) => EpochState::Unfenced,
+            None if self.retired.contains(&t.session)
+                || self.sessions.get(&t.session).is_some_and(|s| s.ended) =>
+            {
+                EpochState::Unfenced
+            }
             None => EpochState::Open,
         }
     }
@@ -262,9 +319,75 @@ impl Epochs {
             }
         }
         if !gone.is_empty() {
-            for s in self.sessions.values_mut().filter(|s| s.ended) {
-                s.open.retain(|id| !gone.contains(id));
+            let mut emptied = Vec::new();
+            for (&id, s) in self.sessions.iter_mut().filter(|(_, s)| s.ended) {
+                s.open.retain(|t| !gone.contains(t));
+                if s.open.is_empty() {
+                    emptied.push(id);
+                }
+            }
+            for id in emptied {
+                self.retire(id);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use history::KeyTable;
+
+    use super::*;
+
+    /// An application that opens a connection per request: each session fences as it opens, runs one
+    /// transaction, fences as it closes, and ends.
+    fn connection_per_request(sessions: u64) -> (Epochs, Key) {
+        let mut keys = KeyTable::default();
+        let (f, k) = (keys.intern_str("F"), keys.intern_str("k"));
+        let mut epochs = Epochs::default();
+        let (mut next, mut seen) = (1u64, Observed::PreHistory(0));
+        for s in 0..sessions {
+            let session = SessionId(s);
+            epochs.declare(session);
+            for seq in 0..3 {
+                let mut t = Transaction::new(TxnId(next), session, seq);
+                if seq == 1 {
+                    t.ops.push(Op::Read { key: k, observed: Observed::PreHistory(0), stmt: None });
+                } else {
+                    t.fence = true;
+                    t.ops.push(Op::Read { key: f, observed: seen, stmt: None });
+                    t.ops.push(Op::Write { key: f, write: WriteId(next), stmt: None });
+                    seen = Observed::Version(WriteId(next));
+                }
+                next += 1;
+                epochs.admit(&t);
+            }
+            epochs.end(session);
+        }
+        (epochs, k)
+    }
+
+    #[test]
+    fn ended_sessions_and_old_fence_versions_are_not_held_for_ever() {
+        let (mut epochs, k) = connection_per_request(1_000);
+        assert!(epochs.broken().is_none(), "{:?}", epochs.broken());
+        assert_eq!(epochs.epoch_agree(), 2_000);
+        assert!(epochs.sessions.is_empty(), "{} ended sessions held", epochs.sessions.len());
+        assert!(
+            epochs.fence_epoch.len() as u64 <= 2 * FENCE_EPOCHS_KEPT + 1,
+            "{} fence versions held",
+            epochs.fence_epoch.len()
+        );
+        // A retired session is still known to have ended: a transaction of it (which its recorder should
+        // not send) gets no epoch and holds nothing back.
+        assert!(epochs.knows(SessionId(7)));
+        let mut late = Transaction::new(TxnId(1_000_000), SessionId(7), 3);
+        late.ops.push(Op::Read { key: k, observed: Observed::PreHistory(0), stmt: None });
+        epochs.admit(&late);
+        assert_eq!(epochs.state(&late), EpochState::Unfenced);
+        assert_eq!(epochs.epoch_agree(), 2_000);
+        // Collected, it leaves its session retired again.
+        epochs.forget([late.id]);
+        assert!(epochs.sessions.is_empty());
     }
 }
