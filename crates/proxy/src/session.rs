@@ -478,6 +478,12 @@ async fn client_to_server(
 /// does not hold the epochs, and so garbage collection, back) when the client has sent nothing for a
 /// while, and a message it sends meanwhile waits in the socket. The replies are swallowed by
 /// [`server_to_client`], which records the fence in session order.
+///
+/// One injection can make another due: a connection's first client message, or its last, finds the catalog
+/// stale (another connection changed the schema), and its opening or closing fence is due once the catalog
+/// is loaded. Both run before the message, so that the connection's first transaction follows a fence (its
+/// reads are judged) and its last is followed by one. [`MAX_INJECTIONS_AT_REST`] bounds the chain, should
+/// the catalog go stale again and again.
 async fn inject_at_rest(
     core: &Mutex<Core>,
     replied: &Notify,
@@ -485,20 +491,27 @@ async fn inject_at_rest(
     out: &mut BytesMut,
     due: fn(&Injector) -> Option<Injection>,
 ) -> Result<(), Failure> {
-    let frame = {
-        let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
-        let Core { machine, injector, .. } = &mut *guard;
-        match injector.as_mut() {
-            Some(t) if machine.at_rest() && !t.injecting() => match due(t) {
-                Some(what) => t.start_injection(what),
-                None => return Ok(()),
-            },
-            _ => return Ok(()),
-        }
-    };
-    out.extend_from_slice(&frame);
-    finish_injection(core, replied, sw, out).await
+    for _ in 0..MAX_INJECTIONS_AT_REST {
+        let frame = {
+            let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
+            let Core { machine, injector, .. } = &mut *guard;
+            match injector.as_mut() {
+                Some(t) if machine.at_rest() && !t.injecting() => match due(t) {
+                    Some(what) => t.start_injection(what),
+                    None => return Ok(()),
+                },
+                _ => return Ok(()),
+            }
+        };
+        out.extend_from_slice(&frame);
+        finish_injection(core, replied, sw, out).await?;
+    }
+    Ok(())
 }
+
+/// The most injections run back to back at one rest ([`inject_at_rest`]): a catalog load and a fence, with
+/// room for a reload that another session's schema change made due meanwhile.
+const MAX_INJECTIONS_AT_REST: usize = 3;
 
 /// Sends `out`, which ends with an injection's frames, and waits until the injection is over.
 async fn finish_injection(

@@ -488,6 +488,45 @@ fn commits_that_wrote_nothing_do_not_wait_for_the_log() {
     });
 }
 
+/// A connection loads the catalog as it starts, if it is stale; another connection's schema change can make
+/// it stale again before the first connection's first message, which then waits for a reload, and for the
+/// connection's opening fence too: its first transaction follows a fence (the verifier judges its reads of
+/// collected versions), and its last is followed by one. One injection per client message used to leave
+/// the opening fence for the second transaction.
+#[test]
+fn a_connection_fences_before_its_first_transaction_even_after_a_catalog_reload() {
+    rt().block_on(async {
+        let t = "ktagp_first_fence";
+        let mut admin = kv_table(t, "(1, 10)").await;
+        admin.simple(&format!("DROP TABLE IF EXISTS {t}_new")).await;
+        let p = start(20).await;
+        let mut c = Raw::connect_to(&p.addr()).await;
+        let mut ddl = Raw::connect_to(&p.addr()).await;
+        let create = format!("CREATE TABLE {t}_new (id int PRIMARY KEY)");
+        assert_eq!(error_code(&ddl.simple(&create).await), None);
+        for sql in [format!("SELECT v FROM {t} WHERE id = 1"), format!("UPDATE {t} SET v = 11 WHERE id = 1")]
+        {
+            assert_eq!(error_code(&c.simple(&sql).await), None, "{sql}");
+        }
+        c.terminate().await;
+        ddl.terminate().await;
+        let h = p.stop_and_replay().await;
+        admin.simple(&format!("DROP TABLE {t}; DROP TABLE {t}_new")).await;
+        let mut sessions: std::collections::BTreeMap<history::SessionId, Vec<&history::Transaction>> =
+            Default::default();
+        for x in h.transactions.iter().filter(|x| x.outcome == Outcome::Committed) {
+            sessions.entry(x.session).or_default().push(x);
+        }
+        let reader = sessions
+            .values_mut()
+            .find(|txns| txns.iter().filter(|x| !x.fence).count() == 2)
+            .unwrap_or_else(|| panic!("no session with the two transactions: {:?}", h.transactions));
+        reader.sort_by_key(|x| x.seq);
+        let fences: Vec<bool> = reader.iter().map(|x| x.fence).collect();
+        assert_eq!(fences, [true, false, false, true], "{:?}", h.transactions);
+    });
+}
+
 /// At READ COMMITTED an UPDATE acts on the latest committed version of each row after waiting for its lock
 /// (EvalPlanQual), which need not be the version its snapshot shows. Where no one updated the row in between,
 /// the snapshot's version is the one replaced, and it is recorded as read (DESIGN.md §3, "what a write

@@ -70,6 +70,16 @@ impl Raw {
         self.s.write_all(b).await.unwrap_or_else(|e| panic!("{e}"));
     }
 
+    /// Sends Terminate and waits until the other end closes the connection (a proxy does once whatever it
+    /// runs before a connection closes is over).
+    pub async fn terminate(mut self) {
+        let mut out = BytesMut::new();
+        FrontendMessage::Terminate.encode(&mut out);
+        self.write(&out).await;
+        let mut rest = Vec::new();
+        let _ = self.s.read_to_end(&mut rest).await;
+    }
+
     /// The next backend message.
     pub async fn next(&mut self) -> Msg {
         loop {
