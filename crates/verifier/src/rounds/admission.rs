@@ -240,8 +240,9 @@ impl OnlineVerifier {
                                     AnomalyClass::StaleRead,
                                     format!(
                                         "{} read {name}={w}, which {writer} wrote; a later write of {name} by a \
-                                         transaction at least two epochs older than the reader superseded it, so \
-                                         the version had been collected (Cobra §4.3): a stale read",
+                                         transaction that precedes the reader through the fences (at least two \
+                                         epochs older, or before one that is) superseded it, so the version had \
+                                         been collected (Cobra §4.3): a stale read",
                                         t.id
                                     ),
                                     oi,
