@@ -7,7 +7,7 @@
 //! The rules, and why each is safe:
 //! 1. **Superseded** (§4.3 (2), (3)): a vertex is a candidate when it is *old* and no vertex that is not
 //!    old reaches it in the known graph. By the Guarantee of §4.2, an old vertex precedes every future
-//!    transaction in the known graph, so no future transaction can precede it, nor anything it reaches. A
+//!    transaction in the known graph, so no future transaction can precede it. A
 //!    vertex is old when its epoch is ≤ `epoch_agree − 2`, and also when it will never have an epoch (its
 //!    session ended after its last fence: a connection that closed before it could fence, or every
 //!    connection of a proxy that crashed) but reaches, in the known graph, a vertex whose epoch is: it
