@@ -297,16 +297,7 @@ pub(crate) fn plan(
     out.kept.unfenced =
         (0..n).filter(|&v| !old[v] && epoch[norm.txns[v].hist] == EpochState::Unfenced).count();
     // Rule 1: reachable in the known graph from a vertex that is not old.
-    let mut tainted: Vec<bool> = old.iter().map(|o| !o).collect();
-    let mut work: Vec<u32> = (0..n as u32).filter(|&v| tainted[v as usize]).collect();
-    while let Some(v) = work.pop() {
-        for &w in &known_adj[v as usize] {
-            if !tainted[w as usize] {
-                tainted[w as usize] = true;
-                work.push(w);
-            }
-        }
-    }
+    let tainted = reached_from(&known_adj, old.iter().map(|o| !o).collect());
     let candidate: Vec<bool> = (0..n).map(|v| !tainted[v]).collect();
     out.kept.reached_from_new = (0..n).filter(|&v| old[v] && tainted[v]).count();
     if !candidate.iter().any(|&c| c) {
@@ -560,20 +551,25 @@ fn old_vertices(
             preds[w as usize].push(v as u32);
         }
     }
-    let mut reaches_old = old.clone();
-    let mut work: Vec<u32> = (0..n as u32).filter(|&v| old[v as usize]).collect();
-    while let Some(v) = work.pop() {
-        for &u in &preds[v as usize] {
-            if !reaches_old[u as usize] {
-                reaches_old[u as usize] = true;
-                work.push(u);
-            }
-        }
-    }
+    let reaches_old = reached_from(&preds, old.clone());
     for v in 0..n {
         old[v] |= reaches_old[v] && epoch[hist(v)] == EpochState::Unfenced;
     }
     old
+}
+
+/// Marks every vertex that `adj`'s edges lead to from a marked one, starting from `marked`.
+fn reached_from(adj: &[Vec<u32>], mut marked: Vec<bool>) -> Vec<bool> {
+    let mut work: Vec<u32> = (0..adj.len() as u32).filter(|&v| marked[v as usize]).collect();
+    while let Some(v) = work.pop() {
+        for &w in &adj[v as usize] {
+            if !marked[w as usize] {
+                marked[w as usize] = true;
+                work.push(w);
+            }
+        }
+    }
+    marked
 }
 
 /// The pre-history tag that stands for a promoted base version: the write id with the top bit set, so it
