@@ -95,6 +95,9 @@ pub(crate) struct Epochs {
     /// Fences admitted without an outcome, by the version they wrote, until a later fence reads it (see
     /// [`Epochs::note_unresolved_fence`]).
     unresolved: HashMap<WriteId, (TxnId, SessionId)>,
+    /// The floor of the last [`Epochs::forget_old_fence_versions`] that forgot: while `epoch_agree` stands
+    /// still, nothing more can go, and the fence versions are not looked through again.
+    fences_forgotten_below: u64,
 }
 
 /// A fence's read of the fence key, and its write if it is a read-modify-write; `None` unless it reads one
@@ -264,14 +267,14 @@ impl Epochs {
     }
 
     /// Forgets the versions of fences more than [`FENCE_EPOCHS_KEPT`] epochs before `epoch_agree`, all at
-    /// once when there are twice that many (keeping those of fences still without an outcome).
+    /// once when there are twice that many and the floor has moved since it last did (keeping those of
+    /// fences still without an outcome).
     fn forget_old_fence_versions(&mut self) {
         let floor = self.epoch_agree().saturating_sub(FENCE_EPOCHS_KEPT);
-        if self.fence_epoch.len() as u64 > 2 * FENCE_EPOCHS_KEPT
-            && self.fence_epoch.values().any(|&e| e < floor)
-        {
+        if self.fence_epoch.len() as u64 > 2 * FENCE_EPOCHS_KEPT && floor > self.fences_forgotten_below {
             let unresolved = &self.unresolved;
             self.fence_epoch.retain(|w, e| *e >= floor || unresolved.contains_key(w));
+            self.fences_forgotten_below = floor;
         }
     }
 
