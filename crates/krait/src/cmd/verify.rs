@@ -290,9 +290,9 @@ fn rounds_verdict(
         let k = &r.kept;
         if k.total() > 0 {
             eprintln!(
-                "  kept: {} not old ({} unfenced), {} reached from a newer one, {} in a constraint with a newer one, {} in an \
-                 entangled constraint, {} fences after a kept one, {} pinned, {} with a kept reader of a superseded \
-                 version, {} frontier not base, {} constraint mates, {} not vertices",
+                "  kept: {} not old ({} unfenced), {} reached from a newer one, {} in a constraint with a newer \
+                 one, {} in an entangled constraint, {} fences after a kept one, {} pinned, {} with a kept reader \
+                 of a superseded version, {} frontier not base, {} constraint mates, {} not vertices",
                 k.not_old,
                 k.unfenced,
                 k.reached_from_new,
