@@ -82,6 +82,57 @@ fn verify_in_rounds_gives_the_labelled_verdicts() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// An accept reached in rounds is a report like any other: `--json` prints it, `--report-out` and `--dot`
+/// write it, and it lists the reads it could not judge with their causes. It has no serial order (collection
+/// deleted what each round settled), and `--check-report` says so rather than failing on a missing field.
+#[test]
+fn an_accept_in_rounds_is_a_report_with_the_reads_it_did_not_judge() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let history = dir.path().join("h.jsonl");
+    let lines = [
+        r#"{"krait_history":{"version":1,"statements":0,"keys":2,"transactions":3,"gaps":0}}"#,
+        r#"{"key":{"name":"x","ns":"","utf8":"x"}}"#,
+        r#"{"key":{"name":"y","ns":"","utf8":"y"}}"#,
+        r#"{"txn":{"id":1,"session":1,"seq":0,"outcome":"committed","ops":[{"w":"x","v":1}]}}"#,
+        r#"{"txn":{"id":2,"session":2,"seq":0,"outcome":"committed","ops":[{"r":"x","v":1},{"r":"y","unrecorded":7}]}}"#,
+        r#"{"txn":{"id":3,"session":3,"seq":0,"outcome":"committed","ops":[{"r":"x","v":1}]}}"#,
+    ];
+    std::fs::write(&history, lines.join("\n") + "\n").expect("writes");
+    let (report, dot) = (dir.path().join("report.json"), dir.path().join("cycles.dot"));
+    let [history_s, report_s, dot_s] =
+        [&history, &report, &dot].map(|p| p.to_str().expect("utf-8 path").to_owned());
+    let out =
+        krait(&["verify", &history_s, "--rounds", "2", "--json", "--report-out", &report_s, "--dot", &dot_s]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("--json prints JSON on accept too");
+    assert_eq!(json["verdict"], "accept", "{json}");
+    assert_eq!(json["counts"]["vertices"], 3, "{json}");
+    assert_eq!(json["rounds"]["round_size"], 2, "{json}");
+    assert_eq!(json["unverifiable"][0]["op"], serde_json::json!({"txn": 2, "op": 1}), "{json}");
+    assert_eq!(json["unverifiable"][0]["cause"], "unrecorded_writer", "{json}");
+    assert!(json.get("serial_order").is_none(), "no serial order is claimed: {json}");
+    let written = std::fs::read_to_string(&report).expect("--report-out writes the accept");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&written).expect("JSON"), json);
+    assert!(std::fs::read_to_string(&dot).expect("--dot writes a graph").contains("digraph"));
+
+    let out = krait(&["verify", &history_s, "--rounds", "2"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("ACCEPT: the history is serializable (3 transactions checked in "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Unverifiable: 1 read(s)") && stdout.contains("unrecorded_writer: 1"),
+        "{stdout}"
+    );
+
+    let out = krait(&["verify", &history_s, "--check-report", &report_s]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("no serial order") && stdout.contains("without --rounds"), "{stdout}");
+}
+
 #[test]
 fn strict_serializability_without_any_timestamps_is_an_error_unless_explicitly_allowed() {
     // Cobra's plain logs carry no timestamps: real-time order cannot be checked at all.

@@ -406,8 +406,8 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
                 "krait_verifier_reads_not_judged_total",
                 "counter",
                 "Reads the verifier could not judge and left out: of a version no recorded transaction wrote, of \
-                 a write discovered after its writer was verified, or of a collected version before the reader's \
-                 session first fenced.",
+                 a write discovered after a round verified its writer, or of a collected version before the \
+                 reader's session first fenced.",
                 g(&v.reads_not_judged).to_string(),
             ),
             (

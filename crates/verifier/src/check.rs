@@ -204,7 +204,17 @@ pub fn check_report_detailed(history: &History, report: &Report) -> Result<Check
 }
 
 fn check_accept(f: &Facts<'_>, report: &Report, summary: &mut CheckSummary) -> Result<(), CheckError> {
-    let Some(order) = &report.serial_order else { return bad("an accept report without a serial order") };
+    let Some(order) = &report.serial_order else {
+        return bad(match &report.rounds {
+            // Collection deleted what each round settled, so no order of the whole history was kept.
+            Some(r) => format!(
+                "an accept reached in {} rounds has no serial order of the whole history to check; verify \
+                 without --rounds for a report that can be re-checked",
+                r.rounds
+            ),
+            None => "an accept report without a serial order".to_owned(),
+        });
+    };
     let h = f.h;
     let mut position: HashMap<usize, usize> = HashMap::new();
     for (p, id) in order.iter().enumerate() {

@@ -73,11 +73,13 @@ pub use options::{Level, Options};
 pub use pipeline::verify;
 pub use report::{
     Anomaly, AnomalyClass, CitedError, CitedHistory, CitedSummary, ColumnValue, CycleEdge, DeclaredLevels,
-    EdgeKind, OpReport, Report, RowKey, SeenHow, StatementReport, TxnReport, UnverifiableCause, Verdict,
-    check_cited,
+    EdgeKind, InRounds, OpReport, Report, RowKey, SeenHow, StatementReport, TxnReport, Unverifiable,
+    UnverifiableCause, Verdict, check_cited,
 };
 pub use report_store::{ReportStore, ReportStoreError, ReportSummary};
-pub use rounds::{OnlineVerifier, RoundOptions, RoundStats, RoundsError, RoundsOutcome, verify_in_rounds};
+pub use rounds::{
+    NotJudged, OnlineVerifier, RoundOptions, RoundStats, RoundsError, RoundsOutcome, verify_in_rounds,
+};
 
 use crate::pipeline::{Built, Polygraph};
 

@@ -123,9 +123,9 @@ pub struct Status {
     /// lost acknowledged transactions. Online, rounds verify on as if the log were whole.
     pub gaps: u64,
     /// Reads the verifier could not judge and left out: of a version no recorded transaction wrote (a
-    /// SQL function's or trigger's write, a writer behind the proxy's back), of a write discovered after its
-    /// writer was verified, or of a collected version before the reader's session first fenced. An accept
-    /// says nothing of them.
+    /// SQL function's or trigger's write, a writer behind the proxy's back), of a write discovered after a
+    /// round verified its writer, or of a collected version before the reader's session first fenced. An
+    /// accept says nothing of them.
     pub reads_not_judged: u64,
     /// Transactions held after the last garbage collection.
     pub live: u64,

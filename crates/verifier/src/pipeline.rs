@@ -12,7 +12,7 @@
 //! In: a history. Out: a [`Report`] ([`verify`]), or the accepted polygraph ([`accepted_polygraph`]). The
 //! stages may assume only what the stage before them guarantees; the history itself is not trusted.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
 use history::{ClockBounds, History, Outcome, TxnId};
@@ -230,12 +230,14 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
         transactions: Vec::new(),
         serial_order: None,
         unverifiable: Vec::new(),
+        unverifiable_unlisted: BTreeMap::new(),
         dropped_indeterminate: Vec::new(),
         not_checked: report::NotChecked::summarize(&h.unchecked),
         counts: Counts::default(),
         timings: Timings::default(),
         real_time: None,
         declared: None,
+        rounds: None,
     };
 
     if options.level.is_saturation() {

@@ -493,6 +493,15 @@ pub enum UnverifiableCause {
     DuplicateWriteId,
     /// Its writer is not among the included transactions.
     WriterNotIncluded,
+    /// Verified in rounds: it read a version that collection had deleted (Cobra §4.3) and its session's
+    /// fences do not cover it (it came before its session's first fence, or it is held to less than
+    /// serializability), so the Guarantee (Cobra §4.2) does not say whether the read was stale.
+    NotCovered,
+    /// Verified in rounds: a later read revealed its writer's write (DESIGN.md §3) after a round had
+    /// verified and collected with the writer as recorded, without that write.
+    DiscoveredLate,
+    /// Verified in rounds: its writer was taken out of verification after a reject named it.
+    WriterRejected,
     /// A report written before causes were recorded.
     #[default]
     Unknown,
@@ -506,6 +515,9 @@ impl UnverifiableCause {
             UnverifiableCause::LogGap => "log_gap",
             UnverifiableCause::DuplicateWriteId => "duplicate_write_id",
             UnverifiableCause::WriterNotIncluded => "writer_not_included",
+            UnverifiableCause::NotCovered => "not_covered",
+            UnverifiableCause::DiscoveredLate => "discovered_late",
+            UnverifiableCause::WriterRejected => "writer_rejected",
             UnverifiableCause::Unknown => "unknown",
         }
     }
@@ -796,9 +808,12 @@ pub struct Report {
     /// On accept: a serial order of the included transactions that explains every read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial_order: Option<Vec<TxnId>>,
-    /// Reads that could not be judged.
+    /// Reads that could not be judged (verified in rounds: the first [`InRounds::UNVERIFIABLE_LISTED`]).
     #[serde(default)]
     pub unverifiable: Vec<Unverifiable>,
+    /// Verified in rounds: reads that could not be judged beyond those listed in `unverifiable`, by cause.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unverifiable_unlisted: BTreeMap<UnverifiableCause, u64>,
     /// Indeterminate transactions that nobody read from; left out of the check.
     #[serde(default)]
     pub dropped_indeterminate: Vec<TxnId>,
@@ -816,6 +831,28 @@ pub struct Report {
     /// Present when checking `declared`: the levels the transactions asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub declared: Option<DeclaredLevels>,
+    /// Present on an accept reached in rounds (Cobra §4), which has no serial order: collection deleted
+    /// what the rounds had settled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounds: Option<InRounds>,
+}
+
+/// How an accept was reached round by round, with garbage collection between rounds (Cobra §4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InRounds {
+    /// Transactions per round (the last one it used, when the size adapted).
+    pub round_size: u64,
+    /// Rounds run.
+    pub rounds: u64,
+    /// Transactions garbage collection deleted.
+    pub collected: u64,
+    /// The most transactions live after any round's collection.
+    pub max_live: u64,
+}
+
+impl InRounds {
+    /// How many unjudged reads verification in rounds lists one by one; the rest are counted by cause.
+    pub const UNVERIFIABLE_LISTED: usize = 100;
 }
 
 impl Report {
@@ -824,13 +861,18 @@ impl Report {
         self.verdict == Verdict::Accept
     }
 
-    /// How many reads could not be judged, by cause, in cause order.
+    /// How many reads could not be judged, by cause, in cause order: those listed and those only counted.
     pub fn unverifiable_by_cause(&self) -> Vec<(UnverifiableCause, u64)> {
-        let mut counts = std::collections::BTreeMap::new();
+        let mut counts = self.unverifiable_unlisted.clone();
         for u in &self.unverifiable {
             *counts.entry(u.cause).or_insert(0u64) += 1;
         }
         counts.into_iter().collect()
+    }
+
+    /// How many reads could not be judged, listed or not.
+    pub fn unverifiable_total(&self) -> u64 {
+        self.unverifiable.len() as u64 + self.unverifiable_unlisted.values().sum::<u64>()
     }
 
     /// The report as pretty JSON.

@@ -94,11 +94,13 @@ mod admission;
 mod base;
 mod known;
 mod links;
+mod not_judged;
 mod statements;
 mod whole;
 
 use base::{BaseVersions, SupersededInitials};
 use known::{Known, KnownVersions};
+pub use not_judged::NotJudged;
 pub use whole::{RoundsOutcome, verify_in_rounds};
 
 /// How to verify in rounds.
@@ -271,7 +273,8 @@ pub struct OnlineVerifier {
     store: Option<ReportStore>,
     deleted: u64,
     admitted: u64,
-    unverifiable_reads: u64,
+    /// Reads admission could not judge and dropped (see the module documentation).
+    not_judged: NotJudged,
     max_live: usize,
     round_size: usize,
     #[serde(skip, default = "Instant::now")]
@@ -337,7 +340,7 @@ impl OnlineVerifier {
             store: None,
             deleted: 0,
             admitted: 0,
-            unverifiable_reads: 0,
+            not_judged: NotJudged::default(),
             max_live: 0,
             round_size,
             last_round_at: Instant::now(),
@@ -438,9 +441,9 @@ impl OnlineVerifier {
     }
 
     /// Adds a write of `txn` that a later read discovered (DESIGN.md §3, "every version has an owner"). A
-    /// transaction still waiting for admission gets it as its last write of `key`; one admitted already
-    /// does not (rounds and collection have decided without it), so reads of `write` are then counted as
-    /// unverifiable, never judged.
+    /// transaction still waiting for admission, or admitted since the last round, gets it as its last write
+    /// of `key`; one that a round has verified does not (that round and its collection decided without
+    /// it), so reads of `write` are then counted as unverifiable, never judged.
     pub fn discovered_write(&mut self, txn: TxnId, key: Key, write: WriteId) {
         let op = Op::Write { key, write, stmt: None };
         let waiting = self.waiting.values_mut().flat_map(|q| q.iter_mut()).find(|t| t.id == txn);
@@ -452,11 +455,20 @@ impl OnlineVerifier {
                 self.rewake(session);
             }
             Some(_) => {}
+            None if self.known.contains(write) => {}
             None => {
-                if !self.known.contains(write) {
-                    self.known.insert(write, Known::DiscoveredLate);
-                    self.now_known(write);
+                // Admitted since the last round: no round has verified it and no collection has decided
+                // anything with it in the history, so it takes the write as if it had been recorded with it.
+                let n = self.work.transactions.len();
+                let unverified = &mut self.work.transactions[n - self.new_in_round.min(n)..];
+                match unverified.iter_mut().rev().find(|t| t.id == txn) {
+                    Some(t) => {
+                        t.ops.push(op);
+                        self.known.insert_live(write);
+                    }
+                    None => self.known.insert(write, Known::DiscoveredLate),
                 }
+                self.now_known(write);
             }
         }
     }
@@ -559,11 +571,21 @@ impl OnlineVerifier {
         self.link_keys_made
     }
 
-    /// Reads dropped because they cannot be judged: of a quarantined transaction's write, of an unrecorded
-    /// writer's version, of a write discovered after its writer was admitted, or of a collected version by a
-    /// transaction before its session's first fence.
+    /// Transactions per round now (it moves when adaptive).
+    pub fn round_size(&self) -> usize {
+        self.round_size
+    }
+
+    /// How many reads were dropped because they cannot be judged: of a quarantined transaction's write, of
+    /// an unrecorded writer's version, of a write discovered after a round verified its writer, or of a
+    /// collected version by a transaction its session's fences do not cover.
     pub fn unverifiable_reads(&self) -> u64 {
-        self.unverifiable_reads
+        self.not_judged.total()
+    }
+
+    /// The reads dropped because they cannot be judged, by cause, with the first few listed.
+    pub fn not_judged(&self) -> &NotJudged {
+        &self.not_judged
     }
 
     /// The last reject reports, oldest first: every one offline, and at least the last

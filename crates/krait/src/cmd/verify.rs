@@ -162,7 +162,8 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let committed = history.transactions.iter().filter(|t| t.outcome == history::Outcome::Committed);
     let without_timestamps =
         committed.clone().filter(|t| t.start_ns.is_none() || t.commit_ns.is_none()).count();
-    check_timestamps(&args, committed.count(), without_timestamps)?;
+    let committed = committed.count();
+    check_timestamps(&args, committed, without_timestamps)?;
 
     let report = match args.rounds {
         None => verifier::verify(&history, &options)
@@ -171,10 +172,8 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             let round_options = round_options(&args, options, round_size)?;
             let outcome = verifier::verify_in_rounds(&history, &round_options)
                 .with_context(|| format!("cannot verify {} in rounds", args.path.display()))?;
-            match rounds_verdict(outcome, &round_options, without_timestamps) {
-                Some(report) => report,
-                None => return Ok(ExitCode::SUCCESS),
-            }
+            rounds_report(outcome, &round_options, committed as u64, without_timestamps as u64)
+                .with_context(|| format!("cannot report on {} in rounds", args.path.display()))?
         }
     };
     write_report(&args, &report)
@@ -241,12 +240,15 @@ fn verify_log_in_rounds(args: &VerifyArgs, options: Options, round_size: usize) 
     let read = verifier::online::verify_log_in_rounds(reader.log(), &round_options)
         .with_context(|| format!("cannot verify history log {} in rounds", path.display()))?;
     reader.close().with_context(|| format!("cannot close history log {}", path.display()))?;
-    let without_timestamps = usize::try_from(read.status.committed_without_timestamps).unwrap_or(usize::MAX);
-    check_timestamps(args, usize::try_from(read.status.committed).unwrap_or(usize::MAX), without_timestamps)?;
-    match rounds_verdict(read.outcome, &round_options, without_timestamps) {
-        Some(report) => write_report(args, &report),
-        None => Ok(ExitCode::SUCCESS),
-    }
+    let (committed, without_timestamps) = (read.status.committed, read.status.committed_without_timestamps);
+    check_timestamps(
+        args,
+        usize::try_from(committed).unwrap_or(usize::MAX),
+        usize::try_from(without_timestamps).unwrap_or(usize::MAX),
+    )?;
+    let report = rounds_report(read.outcome, &round_options, committed, without_timestamps)
+        .with_context(|| format!("cannot report on history log {} in rounds", path.display()))?;
+    write_report(args, &report)
 }
 
 /// The options for verifying in rounds of `round_size`.
@@ -274,12 +276,14 @@ fn round_options(
     })
 }
 
-/// Prints the rounds of `outcome`; returns the first reject report, or `None` after printing the accept.
-fn rounds_verdict(
+/// Prints the rounds of `outcome` to standard error; returns the first reject's report, or the accept's,
+/// over `committed` transactions of which `without_timestamps` had no timestamps.
+fn rounds_report(
     outcome: verifier::RoundsOutcome,
     round_options: &verifier::RoundOptions,
-    without_timestamps: usize,
-) -> Option<Report> {
+    committed: u64,
+    without_timestamps: u64,
+) -> Result<Report, verifier::RoundsError> {
     // One line per round, so that the live set after collection can be seen to stay bounded (or not).
     for r in &outcome.rounds {
         eprintln!(
@@ -322,27 +326,5 @@ fn rounds_verdict(
     if let Some(reason) = &outcome.gc_disabled {
         eprintln!("garbage collection was off: {reason}");
     }
-    match outcome.reports.into_iter().next() {
-        Some(report) => Some(report),
-        None => {
-            let verdict = match round_options.verify.level {
-                Level::Serializable => "serializable".to_owned(),
-                Level::StrictSerializable if without_timestamps > 0 => format!(
-                    "serializable, and respects real time among the transactions with timestamps; real-time \
-                     order was not checked for the {without_timestamps} without timestamps"
-                ),
-                Level::StrictSerializable => "strict serializable".to_owned(),
-                other => other.name().to_owned(),
-            };
-            println!("ACCEPT: the history is {verdict} (checked in rounds of {})", round_options.round_size);
-            if outcome.unverifiable_reads > 0 {
-                println!(
-                    "  {} reads were not judged: of a version no recorded transaction wrote, or of a collected \
-                     version by a transaction that its session's first fence did not cover yet",
-                    outcome.unverifiable_reads
-                );
-            }
-            None
-        }
-    }
+    outcome.into_report(round_options, committed, without_timestamps)
 }

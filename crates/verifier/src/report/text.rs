@@ -32,9 +32,18 @@ impl Report {
                      those with timestamps; real-time order was not checked for the {} without timestamps",
                     self.counts.vertices, rt.without_timestamps
                 ),
-                _ => {
-                    format!("ACCEPT: the history is {level} ({} transactions checked)", self.counts.vertices)
-                }
+                _ => match &self.rounds {
+                    Some(r) => format!(
+                        "ACCEPT: the history is {level} ({} transactions checked in {} rounds of {})",
+                        self.counts.vertices, r.rounds, r.round_size
+                    ),
+                    None => {
+                        format!(
+                            "ACCEPT: the history is {level} ({} transactions checked)",
+                            self.counts.vertices
+                        )
+                    }
+                },
             },
             (Verdict::Reject, Some(a)) => {
                 let mut line = format!("REJECT: not {level}: {}: {}", a.class.name(), a.summary);
@@ -205,13 +214,13 @@ impl fmt::Display for Report {
             }
             writeln!(f)?;
         }
-        if !self.unverifiable.is_empty() {
+        let unverifiable = self.unverifiable_total();
+        if unverifiable > 0 {
             let by_cause: Vec<String> =
                 self.unverifiable_by_cause().iter().map(|(c, n)| format!("{}: {n}", c.as_str())).collect();
             writeln!(
                 f,
-                "Unverifiable: {} read(s), never counted as evidence ({}):",
-                self.unverifiable.len(),
+                "Unverifiable: {unverifiable} read(s), never counted as evidence ({}):",
                 by_cause.join(", ")
             )?;
             for u in self.unverifiable.iter().take(20) {

@@ -17,7 +17,7 @@ use super::{Known, OnlineVerifier, RoundsError};
 use crate::certificate::txn_report;
 use crate::gc::{base_tag, is_initial};
 use crate::options::Level;
-use crate::report::OpRef;
+use crate::report::{OpRef, UnverifiableCause};
 use crate::si::Reader;
 use crate::{Anomaly, AnomalyClass, FastSet, Report, Verdict, verify};
 
@@ -223,15 +223,31 @@ impl OnlineVerifier {
                     let name = || crate::normalize::key_name(work, *key);
                     match *observed {
                         // An unknown owner is never evidence (DESIGN.md §3): counted, then dropped.
-                        Observed::Unrecorded(_) => {
-                            self.unverifiable_reads += 1;
+                        Observed::Unrecorded(tag) => {
+                            self.not_judged.read(
+                                OpRef::new(t.id, oi),
+                                UnverifiableCause::UnrecordedWriter,
+                                || {
+                                    format!(
+                                        "read of {}={}, a version no recorded transaction wrote",
+                                        name(),
+                                        crate::normalize::show(Observed::Unrecorded(tag))
+                                    )
+                                },
+                            );
                             drop_ops.push(oi);
                         }
                         Observed::Version(w) if own.contains(&w) => {}
                         Observed::Version(w) => match known.get(oi).copied().flatten() {
                             Some(Known::Base { .. }) => *observed = Observed::PreHistory(base_tag(w)),
-                            Some(Known::Tombstone { .. }) if judged && !covered => {
-                                self.unverifiable_reads += 1;
+                            Some(Known::Tombstone { writer }) if judged && !covered => {
+                                self.not_judged.read(OpRef::new(t.id, oi), UnverifiableCause::NotCovered, || {
+                                    format!(
+                                        "read of {}={w}, which {writer} wrote and collection had deleted, \
+                                         before a fence of its session covered it",
+                                        name()
+                                    )
+                                });
                                 drop_ops.push(oi);
                             }
                             Some(Known::Tombstone { writer }) if judged => {
@@ -258,8 +274,24 @@ impl OnlineVerifier {
                                 ));
                                 drop_ops.push(oi);
                             }
-                            Some(Known::Quarantined | Known::DiscoveredLate) => {
-                                self.unverifiable_reads += 1;
+                            Some(Known::Quarantined) => {
+                                self.not_judged.read(OpRef::new(t.id, oi), UnverifiableCause::WriterRejected, || {
+                                    format!(
+                                        "read of {}={w}, whose writer was taken out of verification after a \
+                                         reject named it",
+                                        name()
+                                    )
+                                });
+                                drop_ops.push(oi);
+                            }
+                            Some(Known::DiscoveredLate) => {
+                                self.not_judged.read(OpRef::new(t.id, oi), UnverifiableCause::DiscoveredLate, || {
+                                    format!(
+                                        "read of {}={w}, a write a later read revealed after a round had verified \
+                                         its writer without it",
+                                        name()
+                                    )
+                                });
                                 drop_ops.push(oi);
                             }
                             _ => {}
@@ -269,7 +301,13 @@ impl OnlineVerifier {
                             && !covered
                             && (self.base.contains(*key) || self.superseded_initials.by(*key).is_some()) =>
                         {
-                            self.unverifiable_reads += 1;
+                            self.not_judged.read(OpRef::new(t.id, oi), UnverifiableCause::NotCovered, || {
+                                format!(
+                                    "read of the initial version of {}, which collection had superseded, before \
+                                     a fence of its session covered it",
+                                    name()
+                                )
+                            });
                             drop_ops.push(oi);
                         }
                         o if is_initial(o) && judged => {
@@ -425,7 +463,7 @@ impl OnlineVerifier {
             let dropped = t.retain_ops(
                 |op| !matches!(op, Op::Read { observed: Observed::Version(w), .. } if gone.contains(w)),
             );
-            self.unverifiable_reads += dropped as u64;
+            self.not_judged.uncited(UnverifiableCause::WriterRejected, dropped as u64);
         }
         self.drop_retired_reads(retired);
         self.epochs.forget(ids);

@@ -116,7 +116,7 @@ mod tests {
 
         v.remove_quarantined(HashSet::from([TxnId(1)]));
 
-        assert_eq!(v.unverifiable_reads, 1, "only the client's read of x is unverifiable");
+        assert_eq!(v.unverifiable_reads(), 1, "only the client's read of x is unverifiable");
         assert!(matches!(v.known.get(WriteId(11)), Some(Known::Quarantined)));
         assert!(!v.known.contains(write), "the link's write is forgotten, not quarantined");
         assert!(v.links.is_empty());

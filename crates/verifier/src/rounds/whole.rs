@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use history::History;
 
-use super::{OnlineVerifier, RoundOptions, RoundStats, RoundsError};
+use super::{NotJudged, OnlineVerifier, RoundOptions, RoundStats, RoundsError};
+use crate::report::{Counts, InRounds, NotChecked, Timings};
 use crate::{Report, Verdict};
 
 /// What verifying in rounds found ([`verify_in_rounds`], [`crate::online::verify_log_in_rounds`]).
@@ -31,10 +32,18 @@ pub struct RoundsOutcome {
     pub gc_disabled: Option<String>,
     /// Link reads added to keep orderings across collection (`gc` rule 6).
     pub links_added: u64,
-    /// Reads admission could not judge and dropped: of a version no recorded transaction wrote, of a write
-    /// discovered after its writer was verified, or of a collected version by a transaction its session's
-    /// first fence does not cover yet (see the module documentation).
+    /// How many reads admission could not judge and dropped: of a version no recorded transaction wrote,
+    /// of a write discovered after a round verified its writer, or of a collected version by a transaction
+    /// its session's fences do not cover (see the module documentation).
     pub unverifiable_reads: u64,
+    /// Those reads by cause, with the first few listed.
+    pub not_judged: NotJudged,
+    /// Statements recorded without row operations, by kind.
+    pub not_checked: Vec<NotChecked>,
+    /// Rounds run (`rounds` may keep only the last ones online).
+    pub rounds_run: u64,
+    /// The round size at the end (it moves when adaptive).
+    pub round_size: usize,
     /// Wall-clock milliseconds for the whole run.
     pub elapsed_ms: f64,
 }
@@ -54,6 +63,10 @@ impl RoundsOutcome {
             gc_disabled: v.gc_disabled().map(str::to_owned),
             links_added: v.links_added(),
             unverifiable_reads: v.unverifiable_reads(),
+            not_judged: v.not_judged().clone(),
+            not_checked: v.not_checked(),
+            rounds_run: v.rounds_done(),
+            round_size: v.round_size(),
             elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
         }
     }
@@ -61,6 +74,44 @@ impl RoundsOutcome {
     /// Whether the history was accepted.
     pub fn is_accept(&self) -> bool {
         self.verdict == Verdict::Accept
+    }
+
+    /// What the rounds found, as one report: the first reject's report; or, on accept, a report of what was
+    /// checked, `committed` transactions of which `without_timestamps` had no timestamps, and of the reads
+    /// that were not. An accept in rounds has no serial order: collection deleted what each round settled.
+    pub fn into_report(
+        self,
+        options: &RoundOptions,
+        committed: u64,
+        without_timestamps: u64,
+    ) -> Result<Report, RoundsError> {
+        if let Some(reject) = self.reports.into_iter().next() {
+            return Ok(reject);
+        }
+        // An empty history's accept carries the options and the level's parts; what it says of its
+        // (empty) run goes.
+        let mut report = crate::verify(&History::default(), &options.verify)?;
+        report.serial_order = None;
+        report.timings = Timings::default();
+        report.counts = Counts {
+            transactions: self.transactions as u64,
+            committed,
+            vertices: committed,
+            ..Counts::default()
+        };
+        if let Some(rt) = &mut report.real_time {
+            rt.without_timestamps = without_timestamps;
+        }
+        report.unverifiable = self.not_judged.listed().to_vec();
+        report.unverifiable_unlisted = self.not_judged.unlisted().clone();
+        report.not_checked = self.not_checked;
+        report.rounds = Some(InRounds {
+            round_size: self.round_size as u64,
+            rounds: self.rounds_run,
+            collected: self.deleted,
+            max_live: self.max_live as u64,
+        });
+        Ok(report)
     }
 
     /// Transactions verified per second over the whole run.
