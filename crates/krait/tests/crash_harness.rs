@@ -1,6 +1,7 @@
 //! The crash harness (`scripts/crash-harness`, issue 14) in its short form: five kill -9s of `krait proxy`
 //! under a concurrent SERIALIZABLE load, then every acknowledged commit must be committed in the log, every
-//! database commit committed, indeterminate or counted as a crash-window loss, and `krait verify` must accept.
+//! database commit committed, indeterminate or counted as a crash-window loss, and `krait verify` must accept,
+//! one-shot and in rounds.
 //! The 50-kill run is the same script with its default `--kills`.
 
 use std::process::Command;
@@ -26,5 +27,6 @@ fn five_kills_of_the_proxy_lose_no_acknowledged_commit_and_accuse_no_one() {
         eprintln!("{stdout}");
         assert!(out.status.success(), "{durability}: the crash harness failed:\n{stdout}\n{stderr}");
         assert!(stdout.contains("verdict: accept"), "{durability}: {stdout}");
+        assert!(stdout.contains("in rounds of 100: accept"), "{durability}: {stdout}");
     }
 }
