@@ -256,6 +256,9 @@ fn serve_reports_the_verifier_lag_on_metrics_and_status() {
     assert!(status["verifier"]["known_versions"].as_u64().is_some_and(|n| n >= 2), "{status}");
     assert_eq!(sample("krait_verifier_reads_not_judged_total "), 1.0, "{metrics}");
     assert_eq!(status["verifier"]["reads_not_judged"].as_u64(), Some(1), "{status}");
+    let by_cause = &status["verifier"]["reads_not_judged_by_cause"];
+    assert_eq!(*by_cause, serde_json::json!({"unrecorded_writer": 1}), "{status}");
+    assert_eq!(sample("krait_verifier_reads_not_judged_by_cause_total{cause=\"unrecorded_writer\"} "), 1.0);
     let lines = serve.stop();
     assert!(lines.iter().any(|l| l.contains(", 1 reads not judged,")), "{}", lines.join("\n"));
 }

@@ -210,6 +210,11 @@ pub fn write_family<L: std::fmt::Display, V: std::fmt::Display>(
     }
 }
 
+/// The reads the verifier could not judge, by cause, as it last published them.
+fn not_judged_by_cause(v: &crate::metrics::VerifierMetrics) -> Vec<(&'static str, u64)> {
+    v.reads_not_judged_by_cause.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+}
+
 /// Renders the Prometheus text exposition format.
 pub(crate) fn render_metrics(state: &AdminState) -> String {
     use std::fmt::Write;
@@ -427,6 +432,16 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
         for (name, kind, help, value) in samples {
             write_family(&mut out, name, kind, help, &[("", value)]);
         }
+        let by_cause: Vec<(String, u64)> =
+            not_judged_by_cause(v).into_iter().map(|(c, n)| (format!("{{cause=\"{c}\"}}"), n)).collect();
+        write_family(
+            &mut out,
+            "krait_verifier_reads_not_judged_by_cause_total",
+            "counter",
+            "krait_verifier_reads_not_judged_total by cause: unrecorded_writer, not_covered, discovered_late, \
+             writer_rejected (crates/verifier/REPORT.md).",
+            &by_cause,
+        );
     }
     if let Some(c) = m.shipping.get() {
         let get = ship::Counters::get;
@@ -528,6 +543,10 @@ fn status_json(state: &AdminState) -> serde_json::Value {
             "live_transactions": g(&v.live),
             "known_versions": g(&v.known_versions),
             "reads_not_judged": g(&v.reads_not_judged),
+            "reads_not_judged_by_cause": not_judged_by_cause(v)
+                .into_iter()
+                .map(|(c, n)| (c.to_owned(), n.into()))
+                .collect::<serde_json::Map<_, _>>(),
             "checkpoint_covers": g(&v.checkpoint_covers),
             "level": v.level.get(),
             "garbage_collection": g(&v.collects_garbage) != 0,

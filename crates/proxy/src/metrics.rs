@@ -73,6 +73,8 @@ pub struct VerifierMetrics {
     pub known_versions: AtomicU64,
     /// Reads the verifier could not judge and left out (`verifier::online::Status::reads_not_judged`).
     pub reads_not_judged: AtomicU64,
+    /// The same by cause (`verifier::UnverifiableCause::as_str`), causes with none left out.
+    pub reads_not_judged_by_cause: std::sync::Mutex<Vec<(&'static str, u64)>>,
     /// The log records the verifier's last stored checkpoint covers (a restart reads on from there); 0
     /// before it stores one.
     pub checkpoint_covers: AtomicU64,

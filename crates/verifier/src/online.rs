@@ -127,6 +127,9 @@ pub struct Status {
     /// round verified its writer, or of a collected version before the reader's session first fenced. An
     /// accept says nothing of them.
     pub reads_not_judged: u64,
+    /// The same by cause, causes with none left out.
+    #[serde(skip)]
+    pub reads_not_judged_by_cause: std::collections::BTreeMap<crate::UnverifiableCause, u64>,
     /// Transactions held after the last garbage collection.
     pub live: u64,
     /// Versions the verifier knows by write id: those of live transactions, base versions, and the
@@ -406,6 +409,7 @@ impl Feeder {
         self.status.lag = self.pushed_at.front().map_or(Duration::ZERO, |&(_, at)| at.elapsed());
         self.status.live = self.verifier.live_transactions() as u64;
         self.status.reads_not_judged = self.verifier.unverifiable_reads();
+        self.status.reads_not_judged_by_cause = self.verifier.not_judged().by_cause();
         self.status.known_versions = self.verifier.known_versions() as u64;
         self.status.gc_stopped = self.verifier.gc_disabled().map(str::to_owned);
         let unread = self.status.log_records.saturating_sub(self.status.records_read);

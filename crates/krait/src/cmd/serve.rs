@@ -180,6 +180,9 @@ impl Publisher {
         V::set(&metrics.live, status.live);
         V::set(&metrics.known_versions, status.known_versions);
         V::set(&metrics.reads_not_judged, status.reads_not_judged);
+        let by_cause = status.reads_not_judged_by_cause.iter().map(|(c, n)| (c.as_str(), *n)).collect();
+        *metrics.reads_not_judged_by_cause.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            by_cause;
         V::set(&metrics.checkpoint_covers, status.checkpoint_covers.unwrap_or(0));
         V::set(&metrics.attached, 1);
     }
