@@ -38,10 +38,12 @@
 //! message (`[fence] at_open`, one more transaction per connection); with that off, its first fence comes
 //! after `[fence] every` commits or when it idles.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use history::{Key, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId};
 use serde::{Deserialize, Serialize};
+
+use crate::{FastMap, FastSet};
 
 /// Where one transaction stands in the epochs ([`Epochs::state`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,15 +83,15 @@ pub(crate) struct Epochs {
     fence_key: Option<Key>,
     /// The version each recent fence wrote, with the fence's epoch: those of the last
     /// [`FENCE_EPOCHS_KEPT`] epochs before `epoch_agree` and every one since.
-    fence_epoch: HashMap<WriteId, u64>,
+    fence_epoch: FastMap<WriteId, u64>,
     /// The largest fence epoch so far.
     max_epoch: u64,
-    sessions: HashMap<SessionId, SessionEpochs>,
+    sessions: FastMap<SessionId, SessionEpochs>,
     /// Sessions that ended with every transaction given an epoch or collected: nothing of them is left but
     /// the fact that they ended (an application that opens a connection per request ends one per request).
-    retired: HashSet<SessionId>,
+    retired: FastSet<SessionId>,
     /// Epochs assigned so far (transactions absent here are open).
-    txn_epoch: HashMap<TxnId, u64>,
+    txn_epoch: FastMap<TxnId, u64>,
     /// Why epochs cannot be trusted any more, if they cannot (garbage collection then stops).
     broken: Option<String>,
     /// Fences admitted without an outcome, by the version they wrote, until a later fence reads it (see
@@ -315,7 +317,7 @@ impl Epochs {
     /// transactions.) Collection deletes a transaction without an epoch only in an ended session
     /// ([`EpochState::Unfenced`]), whose list of open transactions no fence will ever empty.
     pub(crate) fn forget(&mut self, ids: impl IntoIterator<Item = TxnId>) {
-        let mut gone = HashSet::new();
+        let mut gone = FastSet::default();
         for id in ids {
             if self.txn_epoch.remove(&id).is_none() {
                 gone.insert(id);

@@ -316,9 +316,10 @@ impl OnlineVerifier {
                                 found.push((
                                     AnomalyClass::StaleRead,
                                     format!(
-                                        "{} read the initial version of {name}, but {writer} had written {name} in an \
-                                         epoch at least two older than the reader's and was collected (Cobra §4.2): a \
-                                         stale read",
+                                        "{} read the initial version of {name}, but {writer} had written {name} and \
+                                         was collected: it precedes the reader through the fences (at least two \
+                                         epochs older, or before one that is; Cobra §4.2), so the initial version \
+                                         had been superseded: a stale read",
                                         t.id
                                     ),
                                     oi,
@@ -329,8 +330,9 @@ impl OnlineVerifier {
                                 found.push((
                                     AnomalyClass::StaleRead,
                                     format!(
-                                        "{} read the initial version of {name}, but {b} had overwritten it in an \
-                                         epoch at least two older than the reader's (Cobra §4.2): a stale read",
+                                        "{} read the initial version of {name}, but {b} had overwritten it and \
+                                         precedes the reader through the fences (at least two epochs older, or \
+                                         before one that is; Cobra §4.2): a stale read",
                                         t.id
                                     ),
                                     oi,
