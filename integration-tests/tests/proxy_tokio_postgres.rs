@@ -55,22 +55,24 @@ async fn simple_protocol_transactions_are_recorded_with_their_outcomes() {
     // Under strict durability every commit reply waited for the fsync of its outcome; so did the first
     // session for the recording horizon, before it classified any read against it, and every fence (the
     // one the connection ran as it opened, and the one as it closed) for its intent's, before its COMMIT.
-    // The closing fence may still be between its intent and its wait: the count is read until it settles.
+    // The closing fence may not have started yet, or be between its intent and its COMMIT: the count is
+    // compared once both fences have their outcome (its intent's wait came before its COMMIT). Comparing as
+    // soon as the count matched raced with the closing fence's intent appearing in the log.
     let expected = || {
         let recorded = p.recorded();
+        let fences_ended = recorded.iter().filter(|r| r.txn.fence && r.outcome.is_some()).count();
         let committed =
             recorded.iter().filter(|r| r.outcome == Some(Outcome::Committed) && !r.txn.fence).count();
-        committed as u64 + 1 + recorded.iter().filter(|r| r.txn.fence).count() as u64
+        let fences = recorded.iter().filter(|r| r.txn.fence).count();
+        (fences_ended == 2, committed as u64 + 1 + fences as u64)
     };
-    let mut waits = p.handle.log().stats().durable_waits;
-    for _ in 0..100 {
-        if waits == expected() {
-            break;
-        }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !expected().0 && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        waits = p.handle.log().stats().durable_waits;
     }
-    assert_eq!(waits, expected(), "{:#?}", p.recorded());
+    let (settled, expected) = expected();
+    assert!(settled, "the opening and the closing fence both end: {:#?}", p.recorded());
+    assert_eq!(p.handle.log().stats().durable_waits, expected, "{:#?}", p.recorded());
     p.handle.shutdown().await.unwrap();
 }
 
