@@ -202,6 +202,12 @@ impl OnlineVerifier {
         }
         let weaker = held != Reader::Serializable;
         let covered = self.epochs.fenced(t.session) && !weaker;
+        // Why a read of a collected version is then not judged, for its reason.
+        let uncovered = if weaker {
+            "by a transaction held to less than serializability, for which the Guarantee says nothing"
+        } else {
+            "before a fence of its session covered it"
+        };
         self.epochs.admit(&t);
         let own = own_writes(&t);
         let judged = t.outcome == Outcome::Committed;
@@ -243,8 +249,7 @@ impl OnlineVerifier {
                             Some(Known::Tombstone { writer }) if judged && !covered => {
                                 self.not_judged.read(OpRef::new(t.id, oi), UnverifiableCause::NotCovered, || {
                                     format!(
-                                        "read of {}={w}, which {writer} wrote and collection had deleted, \
-                                         before a fence of its session covered it",
+                                        "read of {}={w}, which {writer} wrote and collection had deleted, {uncovered}",
                                         name()
                                     )
                                 });
@@ -303,8 +308,7 @@ impl OnlineVerifier {
                         {
                             self.not_judged.read(OpRef::new(t.id, oi), UnverifiableCause::NotCovered, || {
                                 format!(
-                                    "read of the initial version of {}, which collection had superseded, before \
-                                     a fence of its session covered it",
+                                    "read of the initial version of {}, which collection had superseded, {uncovered}",
                                     name()
                                 )
                             });
