@@ -38,8 +38,6 @@
 //! message (`[fence] at_open`, one more transaction per connection); with that off, its first fence comes
 //! after `[fence] every` commits or when it idles.
 
-use std::collections::HashMap;
-
 use history::{Key, Observed, Op, Outcome, SessionId, Transaction, TxnId, WriteId};
 use serde::{Deserialize, Serialize};
 
@@ -96,7 +94,7 @@ pub(crate) struct Epochs {
     broken: Option<String>,
     /// Fences admitted without an outcome, by the version they wrote, until a later fence reads it (see
     /// [`Epochs::note_unresolved_fence`]).
-    unresolved: HashMap<WriteId, (TxnId, SessionId)>,
+    unresolved: FastMap<WriteId, (TxnId, SessionId)>,
     /// The floor of the last [`Epochs::forget_old_fence_versions`] that forgot: while `epoch_agree` stands
     /// still, nothing more can go, and the fence versions are not looked through again.
     fences_forgotten_below: u64,

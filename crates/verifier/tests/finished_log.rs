@@ -35,7 +35,7 @@ fn a_finished_log_verified_in_rounds_gets_the_verdict_of_its_replayed_history() 
                     "case {case} at {level:?}, rounds of {}: streamed {:?} ({} reads not judged), one-shot {}",
                     options.round_size,
                     streamed.outcome.reports.first().map(|r| r.verdict_line()),
-                    streamed.outcome.unverifiable_reads,
+                    streamed.outcome.unverifiable_reads(),
                     one_shot.verdict_line()
                 )
             };
@@ -48,7 +48,7 @@ fn a_finished_log_verified_in_rounds_gets_the_verdict_of_its_replayed_history() 
                 initial_stale +=
                     usize::from(first.contains("read the initial version") && first.contains("collected"));
             } else if !one_shot.is_accept() {
-                assert!(streamed.outcome.unverifiable_reads > 0, "{}", why());
+                assert!(streamed.outcome.unverifiable_reads() > 0, "{}", why());
                 unjudged += 1;
             }
             if one_shot.is_accept() {
