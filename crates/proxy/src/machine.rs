@@ -52,14 +52,37 @@ const MAX_TRACKED_NAMES: usize = 10_000;
 #[derive(Debug, Clone)]
 struct Prepared {
     sql: Arc<str>,
+    /// The text as recorded, secrets redacted ([`redact_secrets`]; the same allocation as `sql` when it has
+    /// none): redacting at every Execute scanned the text once per transaction of a prepared workload.
+    recorded: Arc<str>,
     kind: StmtKind,
+    /// Whether it only touches session state ([`session_only`]): asked of every Execute outside a
+    /// transaction, where splitting the text into words allocated once per autocommit statement.
+    session_only: bool,
     plan: Option<Arc<StmtPlan>>,
     level: Option<LevelEffect>,
 }
 
 impl Prepared {
+    /// What a Parse of `query` prepares, with tagging's plan when it is on.
+    fn parsed(query: &[u8], plan: Option<Arc<StmtPlan>>) -> Self {
+        let sql: Arc<str> = Arc::from(wire::pg::text(query).as_ref());
+        let recorded = match redact_secrets(&sql) {
+            std::borrow::Cow::Borrowed(_) => sql.clone(),
+            std::borrow::Cow::Owned(redacted) => Arc::from(redacted),
+        };
+        Prepared {
+            recorded,
+            kind: classify_one(query),
+            session_only: session_only(query),
+            plan,
+            level: effect_of_one(query),
+            sql,
+        }
+    }
+
     fn unknown() -> Self {
-        Prepared { sql: Arc::from(""), kind: StmtKind::Plain, plan: None, level: None }
+        Prepared::parsed(b"", None)
     }
 }
 
@@ -475,8 +498,7 @@ impl SessionMachine {
                     }
                     None => (None, Reading::Nothing, None),
                 };
-                let sql = Arc::from(wire::pg::text(query).as_ref());
-                let prepared = Prepared { sql, kind: classify_one(query), plan, level: effect_of_one(query) };
+                let prepared = Prepared::parsed(query, plan);
                 self.statements.insert(owned(name), prepared);
                 self.replies.push(Expect::Parse, reading, false, false);
                 FrontendStep::Forward { intent: None, frame }
@@ -538,7 +560,7 @@ impl SessionMachine {
                     return FrontendStep::Wait;
                 }
                 let kinds = classify(sql);
-                let records_nothing = self.records_nothing(sql, &kinds);
+                let records_nothing = self.records_nothing(|| session_only(sql), &kinds);
                 let (status, may_commit) = self.query_effect(&kinds);
                 let before = std::mem::replace(&mut self.predicted, status);
                 if !records_nothing {
@@ -563,7 +585,7 @@ impl SessionMachine {
                 if self.replies.ends_in_flight() > 0 {
                     return FrontendStep::Wait;
                 }
-                let Portal { prepared: Prepared { sql, kind, level, .. }, tagging } = self
+                let Portal { prepared: Prepared { recorded, kind, session_only, level, .. }, tagging } = self
                     .portals
                     .get(portal)
                     .cloned()
@@ -589,9 +611,9 @@ impl SessionMachine {
                     }
                 };
                 // Re-executing a suspended portal fetches more rows of the same statement.
-                let records_nothing = self.records_nothing(sql.as_bytes(), &[kind]);
+                let records_nothing = self.records_nothing(|| session_only, &[kind]);
                 if (self.suspended.remove(portal).is_none() || self.txn.is_none()) && !records_nothing {
-                    self.add_statement(sql.as_bytes(), now_ns);
+                    self.add_recorded_at(recorded.to_string(), now_ns, self.replies.ticks());
                 }
                 let txn = self.txn.as_mut().map(|t| &mut t.level);
                 let level = self.levels.forwarded(&[kind], &[level], before, txn).first().copied().flatten();
@@ -661,11 +683,11 @@ impl SessionMachine {
     /// Whether a statement about to be forwarded outside any transaction opens none worth recording: a
     /// query that only touches session state (`SET`, `SHOW`, …; [`crate::sql::session_only`]) or a lone
     /// COMMIT or ROLLBACK, which PostgreSQL answers with "there is no transaction in progress".
-    fn records_nothing(&self, sql: &[u8], kinds: &[StmtKind]) -> bool {
+    fn records_nothing(&self, session_only: impl FnOnce() -> bool, kinds: &[StmtKind]) -> bool {
         let outside =
             self.txn.is_none() && self.predicted == TxnStatus::Idle && self.replies.ends_in_flight() == 0;
         outside
-            && (session_only(sql)
+            && (session_only()
                 || (!kinds.is_empty()
                     && kinds.iter().all(|k| matches!(k, StmtKind::Commit | StmtKind::Rollback))))
     }
@@ -676,9 +698,15 @@ impl SessionMachine {
 
     /// Adds a statement to the open transaction, or opens one as if `opened_tick` requests had been pushed.
     ///
-    /// This is the one way a statement's text enters what is recorded, so passwords are redacted here.
+    /// Every statement text enters what is recorded through here or [`SessionMachine::add_recorded_at`],
+    /// whose texts were redacted at Parse ([`Prepared::recorded`]), so passwords are redacted here.
     fn add_statement_at(&mut self, sql: &[u8], now_ns: u64, opened_tick: u64) {
-        let text = redact_secrets(&wire::pg::text(sql)).into_owned();
+        self.add_recorded_at(redact_secrets(&wire::pg::text(sql)).into_owned(), now_ns, opened_tick);
+    }
+
+    /// [`SessionMachine::add_statement_at`] with the text already redacted, as recorded: an Execute of a
+    /// prepared statement.
+    fn add_recorded_at(&mut self, text: String, now_ns: u64, opened_tick: u64) {
         match &mut self.txn {
             Some(t) => t.snap.statements.push(text),
             None => {

@@ -403,8 +403,7 @@ fn extended_explicit_block_like_pgbench_prepared() {
             result_formats: vec![],
         });
         // pgbench -M prepared parses each statement once, by name; emulate with a Parse first.
-        let kind = crate::sql::classify_one(sql.as_bytes());
-        let prepared = Prepared { sql: Arc::from(sql), kind, plan: None, level: None };
+        let prepared = Prepared::parsed(sql.as_bytes(), None);
         h.m.statements.insert(b(sql), prepared.clone());
         h.m.portals.insert(b(""), Portal { prepared, tagging: None });
         h.send(FrontendMessage::Execute { portal: b(""), max_rows: 0 });
