@@ -172,6 +172,10 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             let round_options = round_options(&args, options, round_size)?;
             let outcome = verifier::verify_in_rounds(&history, &round_options)
                 .with_context(|| format!("cannot verify {} in rounds", args.path.display()))?;
+            // The clients' committed transactions, fences left out, as a log read in rounds counts them.
+            let fences =
+                history.transactions.iter().filter(|t| t.fence && t.outcome == history::Outcome::Committed);
+            let committed = committed - fences.count();
             rounds_report(outcome, &round_options, committed as u64, without_timestamps as u64)
                 .with_context(|| format!("cannot report on {} in rounds", args.path.display()))?
         }
