@@ -543,3 +543,22 @@ fn a_fence_left_without_an_outcome_by_a_crash_continues_the_chain() {
     let out = verify_in_rounds(&h, &RoundOptions::offline(2)).unwrap();
     assert!(out.gc_disabled.is_some());
 }
+
+/// An aborted transaction's reads are never judged, so a read of a version no recorded transaction wrote
+/// counts as not judged only in a transaction that did not abort: one-shot verification leaves aborted
+/// transactions out before it counts such reads, and rounds must give the same count of one log.
+#[test]
+fn an_aborted_transactions_unrecorded_reads_are_not_counted_as_not_judged() {
+    let mut h = HistoryBuilder::new().txn(1, |t| t.read("x", 9)).aborted(2, |t| t.read("x", 9)).build();
+    for op in h.transactions.iter_mut().flat_map(|t| t.ops.iter_mut()) {
+        if let history::Op::Read { observed, .. } = op {
+            *observed = history::Observed::Unrecorded(9);
+        }
+    }
+    let one_shot = verify(&h, &Options::default()).unwrap();
+    assert!(one_shot.is_accept());
+    assert_eq!(one_shot.unverifiable.len(), 1, "one-shot counts the committed reader's read only");
+    let out = verify_in_rounds(&h, &RoundOptions::offline(1_000)).unwrap();
+    assert!(out.is_accept());
+    assert_eq!(out.unverifiable_reads(), 1, "rounds count as one-shot does: {:?}", out.not_judged);
+}

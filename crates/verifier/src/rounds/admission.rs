@@ -211,6 +211,9 @@ impl OnlineVerifier {
         self.epochs.admit(&t);
         let own = own_writes(&t);
         let judged = t.outcome == Outcome::Committed;
+        // An aborted transaction's reads are never judged, and one-shot verification leaves it out before it
+        // counts reads it cannot judge (`normalize`): counted here too, the two counts of one log disagreed.
+        let counted = t.outcome != Outcome::Aborted;
         let mut found: Vec<(AnomalyClass, String, usize)> = Vec::new();
         let mut drop_ops: Vec<usize> = Vec::new();
         for (oi, op) in t.ops.iter_mut().enumerate() {
@@ -228,19 +231,22 @@ impl OnlineVerifier {
                     let work = &self.work;
                     let name = || crate::normalize::key_name(work, *key);
                     match *observed {
-                        // An unknown owner is never evidence (DESIGN.md §3): counted, then dropped.
+                        // An unknown owner is never evidence (DESIGN.md §3): counted (where the reader did not abort),
+                        // then dropped.
                         Observed::Unrecorded(tag) => {
-                            self.not_judged.read(
-                                OpRef::new(t.id, oi),
-                                UnverifiableCause::UnrecordedWriter,
-                                || {
-                                    format!(
-                                        "read of {}={}, a version no recorded transaction wrote",
-                                        name(),
-                                        crate::normalize::show(Observed::Unrecorded(tag))
-                                    )
-                                },
-                            );
+                            if counted {
+                                self.not_judged.read(
+                                    OpRef::new(t.id, oi),
+                                    UnverifiableCause::UnrecordedWriter,
+                                    || {
+                                        format!(
+                                            "read of {}={}, a version no recorded transaction wrote",
+                                            name(),
+                                            crate::normalize::show(Observed::Unrecorded(tag))
+                                        )
+                                    },
+                                );
+                            }
                             drop_ops.push(oi);
                         }
                         Observed::Version(w) if own.contains(&w) => {}
@@ -280,23 +286,35 @@ impl OnlineVerifier {
                                 drop_ops.push(oi);
                             }
                             Some(Known::Quarantined) => {
-                                self.not_judged.read(OpRef::new(t.id, oi), UnverifiableCause::WriterRejected, || {
-                                    format!(
-                                        "read of {}={w}, whose writer was taken out of verification after a \
-                                         reject named it",
-                                        name()
-                                    )
-                                });
+                                if counted {
+                                    self.not_judged.read(
+                                        OpRef::new(t.id, oi),
+                                        UnverifiableCause::WriterRejected,
+                                        || {
+                                            format!(
+                                                "read of {}={w}, whose writer was taken out of verification after a \
+                                                 reject named it",
+                                                name()
+                                            )
+                                        },
+                                    );
+                                }
                                 drop_ops.push(oi);
                             }
                             Some(Known::DiscoveredLate) => {
-                                self.not_judged.read(OpRef::new(t.id, oi), UnverifiableCause::DiscoveredLate, || {
-                                    format!(
-                                        "read of {}={w}, a write a later read revealed after a round had verified \
-                                         its writer without it",
-                                        name()
-                                    )
-                                });
+                                if counted {
+                                    self.not_judged.read(
+                                        OpRef::new(t.id, oi),
+                                        UnverifiableCause::DiscoveredLate,
+                                        || {
+                                            format!(
+                                                "read of {}={w}, a write a later read revealed after a round had verified \
+                                                 its writer without it",
+                                                name()
+                                            )
+                                        },
+                                    );
+                                }
                                 drop_ops.push(oi);
                             }
                             _ => {}
