@@ -139,6 +139,23 @@ pub struct ListenConfig {
     /// How long a client may take to send its startup packet and finish authentication.
     #[serde(default = "default_startup_timeout_ms")]
     pub startup_timeout_ms: u64,
+    /// How many threads run client sessions; 0 (the default) is one per CPU core. A session's two sockets
+    /// are served by one task, but with several threads its wake-ups can move it between them; where the
+    /// database and its clients share the proxy's cores, fewer threads cost less CPU per transaction
+    /// (`docs/proxy-cost.md`).
+    #[serde(default)]
+    pub workers: usize,
+}
+
+impl ListenConfig {
+    /// Builds the runtime that serves clients with `workers` threads (see [`ListenConfig::workers`]).
+    pub fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        if self.workers > 0 {
+            builder.worker_threads(self.workers);
+        }
+        builder.enable_all().build()
+    }
 }
 
 /// Whether clients must, may or cannot use TLS.
@@ -324,6 +341,9 @@ fn default_admin_max_connections() -> usize {
 fn yes() -> bool {
     true
 }
+/// The most session threads `[listen] workers` may ask for.
+const MAX_WORKERS: usize = 1024;
+
 fn default_max_message_bytes() -> usize {
     wire::pg::DEFAULT_MAX_MESSAGE_LEN
 }
@@ -382,6 +402,9 @@ impl Config {
                     "must be below 256 when shipping: the verifier qualifies transaction ids with it",
                 ));
             }
+        }
+        if self.listen.workers > MAX_WORKERS {
+            return Err(invalid("listen.workers", "must be at most 1024 (0 is one per CPU core)"));
         }
         if self.listen.startup_timeout_ms == 0 {
             return Err(invalid("listen.startup_timeout_ms", "must be positive"));
@@ -491,6 +514,16 @@ mod tests {
         assert!(c.admin.enabled);
         assert!(c.admin.address.ip().is_loopback(), "the admin server is loopback-only by default");
         assert_eq!(c.upstream_server_name(), "127.0.0.1");
+        assert_eq!(c.listen.workers, 0, "one session thread per core unless asked");
+    }
+
+    #[test]
+    fn the_session_runtime_has_the_threads_asked_for() {
+        let two = parse(&MINIMAL.replace("[upstream]", "workers = 2\n[upstream]")).unwrap();
+        let runtime = two.listen.runtime().unwrap();
+        assert_eq!(runtime.metrics().num_workers(), 2);
+        let one = parse(&MINIMAL.replace("[upstream]", "workers = 1\n[upstream]")).unwrap();
+        assert_eq!(one.listen.runtime().unwrap().metrics().num_workers(), 1);
     }
 
     #[test]
@@ -502,6 +535,7 @@ mod tests {
             (format!("{MINIMAL}\n[tls]\nmode = \"require\""), "tls.mode"),
             (format!("{MINIMAL}\n[tls]\nmode = \"always\""), "disable"),
             (MINIMAL.replace("[log]", "[log]\ncolour = 1"), "unknown field"),
+            (MINIMAL.replace("[upstream]", "workers = 5000\n[upstream]"), "listen.workers"),
             (
                 MINIMAL.replace("address = \"127.0.0.1:5432\"", "address = \"h:1\"\ntls = \"verify-full\""),
                 "upstream.ca",

@@ -45,7 +45,7 @@ pub enum ConfigCommand {
 /// Runs `krait proxy` until Ctrl-C or SIGTERM.
 pub fn run(args: ProxyArgs) -> anyhow::Result<ExitCode> {
     let config = load_config(&args.config)?;
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let runtime = config.listen.runtime().context("cannot start the async runtime")?;
     runtime.block_on(async {
         eprintln!(
             "krait proxy: clients connect to {}, database at {}, history log in {} (durability {})",

@@ -216,7 +216,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let store = ReportStore::open(&data_dir)
         .with_context(|| format!("cannot open the reports directory in {}", data_dir.display()))?;
     let reports_dir = store.dir().to_path_buf();
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let runtime = config.listen.runtime().context("cannot start the async runtime")?;
     let options_interval = Duration::from_millis(args.round_interval_ms.max(1));
     let level = chosen_level(&args, Some(&config))?;
     let mut options = RoundOptions::online(args.round_size.max(1), options_interval);
