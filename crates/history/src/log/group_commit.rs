@@ -35,8 +35,13 @@ use super::LogError;
 pub const FSYNC_BUCKETS_US: [u64; 12] =
     [50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 1_000_000];
 
-/// How soon a record asked for with [`DurabilityTicket::request`] is made durable, at the latest.
-pub const SOON: Duration = Duration::from_millis(10);
+/// How soon a record asked for with [`DurabilityTicket::request`] is made durable, at the latest. No one
+/// waits on such a record, only a tailing verifier, whose rounds come at most a second apart (`krait serve
+/// --round-interval-ms`), so a tenth of a second adds little lag. It is what a read-only load pays in
+/// fsyncs: at 10 ms, the hundred fsyncs a second the flusher then ran were a fifth of the proxy's CPU under
+/// pgbench select-only and cost it 10-20% of its throughput against `durability = "none"`
+/// (`docs/proxy-cost.md`).
+pub const SOON: Duration = Duration::from_millis(100);
 
 /// What the flusher does without being asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
