@@ -14,7 +14,7 @@
 //! the ratios of tps and p99 to direct, the proxy's CPU per transaction (Krait's or PgBouncer's, from
 //! `/proc`), and Krait's log fsyncs per committed transaction (issue 16 asks for at most one per four).
 //! The paths: direct; through Krait with tagging off and `log.durability = none`, `group` and `strict`;
-//! through Krait recording everything (xmin tagging, a fence every 20 commits but at most one per 20 ms per
+//! through Krait recording everything (xmin tagging, a fence every 20 commits but at most one per 100 ms per
 //! connection, `strict`; and the same under `group` and `none`, to show what strict's fsyncs cost), with
 //! and without parameters and row values (`[record] values`), with a fence every
 //! 20 commits whatever the rate (`[fence] min_interval_ms = 0`), and the same shipping its log to a NATS
