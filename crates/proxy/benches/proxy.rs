@@ -15,11 +15,12 @@
 //! `/proc`), and Krait's log fsyncs per committed transaction (issue 16 asks for at most one per four).
 //! The paths: direct; through Krait with tagging off and `log.durability = none`, `group` and `strict`;
 //! through Krait recording everything (xmin tagging, a fence every 20 commits but at most one per 100 ms per
-//! connection, `strict`; and the same under `group` and `none`, to show what strict's fsyncs cost), with
-//! and without parameters and row values (`[record] values`), with a fence every
-//! 20 commits whatever the rate (`[fence] min_interval_ms = 0`), and the same shipping its log to a NATS
-//! server started here (`[ship]`, when `nats-server` is installed); and through pgbouncer in session pooling. Nothing is
-//! asserted: the figures depend on the machine, and only the ratios of one run compare.
+//! connection, `strict`; and the same under `group` and `none`, to show what strict's fsyncs cost, and
+//! without fences, to show what they cost), with and without parameters and row values (`[record]
+//! values`), with a fence every 20 commits whatever the rate (`[fence] min_interval_ms = 0`), and the same
+//! shipping its log to a NATS server started here (`[ship]`, when `nats-server` is installed); and through
+//! pgbouncer in session pooling. Nothing is asserted: the figures depend on the machine, and only the
+//! ratios of one run compare.
 //!
 //! The cost of xmin tagging and fences on the tokio-postgres workloads of `krait workload run`, and the
 //! network and history bytes per 1k transactions, are `krait bench fig12` and `fig13` (Cobra Fig. 12 and 13;
@@ -40,6 +41,8 @@ const CLIENTS: &str = "8";
 const OFF: &str = "[tagging]\nstrategy = \"off\"\n";
 /// Full recording's tagging and fences; the variant rows append to its `[fence]` section or add their own.
 const XMIN_FENCES: &str = "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 20\n";
+/// Full recording without fences, to show what they cost.
+const XMIN_NO_FENCES: &str = "[tagging]\nstrategy = \"xmin\"\n[fence]\nevery = 0\n";
 
 fn run(cmd: &mut Command) -> Result<String, String> {
     let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
@@ -243,7 +246,7 @@ fn main() {
         Ok(nats) => format!("{XMIN_FENCES}[ship]\nnats = \"{}\"\n", nats.url()),
         Err(_) => String::new(),
     };
-    let krait_paths: [(&str, &str, &str); 9] = [
+    let krait_paths: [(&str, &str, &str); 10] = [
         ("krait, tagging off, none", "none", OFF),
         ("krait, tagging off, group", "group", OFF),
         ("krait, tagging off, strict", "strict", OFF),
@@ -251,6 +254,8 @@ fn main() {
         // What strict's fsync wait costs, beside it: the same recording with group commit, and with none.
         ("krait, xmin + fences + group", "group", XMIN_FENCES),
         ("krait, xmin + fences + none", "none", XMIN_FENCES),
+        // What fences cost, beside it: the client's next transaction waits for each one.
+        ("krait, xmin + strict, no fences", "strict", XMIN_NO_FENCES),
         // Every 20 commits whatever the rate, as before the time floor (`[fence] min_interval_ms`).
         (
             "krait, xmin + fences + strict, no fence floor",
