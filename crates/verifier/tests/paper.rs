@@ -299,6 +299,21 @@ fn reads_after_a_log_gap_of_unknown_writes_are_unverifiable_not_rejects() {
     h.gaps.push(history::LogGap { after_txns: 1 });
     let report = accepts(&h, &Options::default());
     assert_eq!(report.unverifiable.len(), 1);
+    // In rounds too, whatever the round size (the reader waits for a writer that never comes).
+    for round_size in [1, 2] {
+        let rounds = verifier::verify_in_rounds(&h, &verifier::RoundOptions::offline(round_size)).unwrap();
+        assert!(
+            rounds.is_accept(),
+            "rounds of {round_size}: {:?}",
+            rounds.reports.first().map(|r| r.verdict_line())
+        );
+        let causes = rounds.not_judged.by_cause();
+        assert_eq!(causes.get(&verifier::UnverifiableCause::LogGap), Some(&1), "rounds of {round_size}");
+    }
+    // Without the gap, the same read is a garbage read in rounds as one-shot.
+    h.gaps.clear();
+    let rounds = verifier::verify_in_rounds(&h, &verifier::RoundOptions::offline(1)).unwrap();
+    assert!(!rounds.is_accept());
 }
 
 #[test]

@@ -44,7 +44,7 @@ pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(10);
 /// The layout of the stored state. Bump it whenever a type the checkpoint serializes changes shape
 /// (the feeder, the log reader, the online verifier and what they hold): an older checkpoint is then read
 /// as not serving, never misread.
-const FORMAT: u32 = 9;
+const FORMAT: u32 = 10;
 
 /// Ends every checkpoint, so that a state decoded with the wrong layout is caught even where every field
 /// happened to decode.

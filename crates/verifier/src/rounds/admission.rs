@@ -210,6 +210,8 @@ impl OnlineVerifier {
         };
         self.epochs.admit(&t);
         let own = own_writes(&t);
+        // Its reads of versions no transaction is known to have written may be of a write the gap lost.
+        let after_gap = self.after_log_gap.remove(&t.id);
         let judged = t.outcome == Outcome::Committed;
         // An aborted transaction's reads are never judged, and one-shot verification leaves it out before it
         // counts reads it cannot judge (`normalize`): counted here too, the two counts of one log disagreed.
@@ -250,6 +252,22 @@ impl OnlineVerifier {
                             drop_ops.push(oi);
                         }
                         Observed::Version(w) if own.contains(&w) => {}
+                        // Still not known (admission was forced): a garbage read, unless a gap may have lost
+                        // its writer. Likewise a foreign version whose tag no known transaction wrote.
+                        Observed::Version(_) | Observed::Foreign(_)
+                            if after_gap && known.get(oi).copied().flatten().is_none() =>
+                        {
+                            if counted {
+                                self.not_judged.read(OpRef::new(t.id, oi), UnverifiableCause::LogGap, || {
+                                    format!(
+                                        "read of {}={} after a log gap: its writer may have been lost",
+                                        name(),
+                                        crate::normalize::show(*observed)
+                                    )
+                                });
+                            }
+                            drop_ops.push(oi);
+                        }
                         Observed::Version(w) => match known.get(oi).copied().flatten() {
                             Some(Known::Base { .. }) => *observed = Observed::PreHistory(base_tag(w)),
                             Some(Known::Tombstone { writer }) if judged && !covered => {

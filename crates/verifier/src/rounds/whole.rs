@@ -1,9 +1,10 @@
 //! A whole recorded history verified in rounds (`krait verify --rounds` on a file, `krait bench rounds`, the
 //! differential tests), and what such a run found: the algorithm the online verifier runs, fed from memory.
 
+use std::collections::HashSet;
 use std::time::Instant;
 
-use history::History;
+use history::{History, TxnId};
 
 use super::{NotJudged, OnlineVerifier, RoundOptions, RoundStats, RoundsError};
 use crate::report::{Counts, InRounds, NotChecked, Timings};
@@ -125,13 +126,16 @@ impl RoundsOutcome {
 /// Verifies a recorded history with the same round-by-round algorithm the online verifier uses, so that it
 /// can be compared with one-shot verification and benchmarked (Cobra §6.2). Sessions are fed round-robin
 /// (the i-th transaction of every session, then the (i+1)-th), as collectors would deliver them; a session
-/// ends when its last transaction is admitted.
+/// ends when its last transaction is admitted. The transactions after the history's first log gap are
+/// pushed as recorded after it ([`OnlineVerifier::push_after_log_gap`]).
 pub fn verify_in_rounds(history: &History, options: &RoundOptions) -> Result<RoundsOutcome, RoundsError> {
-    if !history.gaps.is_empty() {
-        return Err(RoundsError::NotImplemented(
-            "round-by-round verification of a history with log gaps (use one-shot verification)".into(),
-        ));
-    }
+    let past_gap: HashSet<TxnId> = match history.gaps.iter().map(|g| g.after_txns).min() {
+        Some(first) => {
+            let first = usize::try_from(first).unwrap_or(usize::MAX);
+            history.transactions.iter().skip(first).map(|t| t.id).collect()
+        }
+        None => HashSet::new(),
+    };
     let mut v = OnlineVerifier::new(history.keys.clone(), history.statements.clone(), options.clone());
     // Timed from here: copying the key table is this function's set-up (`krait serve` hands the verifier
     // the keys it reads instead), and on TPC-C's 700k keys it was a twentieth of the run.
@@ -145,7 +149,10 @@ pub fn verify_in_rounds(history: &History, options: &RoundOptions) -> Result<Rou
     'feed: for i in 0..longest {
         for (&s, txns) in &sessions {
             if let Some(t) = txns.get(i) {
-                v.push((*t).clone())?;
+                match past_gap.contains(&t.id) {
+                    true => v.push_after_log_gap((*t).clone())?,
+                    false => v.push((*t).clone())?,
+                }
                 if i + 1 == txns.len() {
                     v.session_ended(s);
                 }

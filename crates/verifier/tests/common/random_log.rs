@@ -33,9 +33,21 @@ pub fn random_log(rng: &mut StdRng, path: &Path) -> DiskLog {
     random_log_of(rng, path, 0)
 }
 
+/// [`random_log`] as a proxy under `group` durability appends it: each crash may lose what the proxy
+/// acknowledged last, here a committed writer whose record never reached the log (its writes are in the
+/// store, and later transactions read them), and the next run's Recovery record marks a gap.
+pub fn random_log_losing_writers(rng: &mut StdRng, path: &Path) -> DiskLog {
+    appended(rng, path, 0, Durability::Group)
+}
+
 /// [`random_log`] as collector `collector` records it: a collector other than 0 writes versions and keys
 /// of its own (and fences a row of its own, as proxies do), so that merged logs of several can be accepted.
 pub fn random_log_of(rng: &mut StdRng, path: &Path, collector: u32) -> DiskLog {
+    appended(rng, path, collector, Durability::Strict)
+}
+
+/// [`random_log_of`] under `durability`; under any but `strict`, crashes lose writers.
+fn appended(rng: &mut StdRng, path: &Path, collector: u32, durability: Durability) -> DiskLog {
     let own = |name: KeyName| match collector {
         0 => name,
         c => KeyName { bytes: [format!("c{c}/").into_bytes(), name.bytes].concat(), ..name },
@@ -43,7 +55,7 @@ pub fn random_log_of(rng: &mut StdRng, path: &Path, collector: u32) -> DiskLog {
     let key = |k| own(key(k));
     let fence_key = || own(fence_key());
     let first_write = u64::from(collector) << 32 | 1;
-    let mut log = DiskLog::open(path, Durability::Strict).expect("the log opens");
+    let mut log = DiskLog::open(path, durability).expect("the log opens");
     let keys = rng.gen_range(3..=8u32);
     let steps = rng.gen_range(30..=160);
     let stale_p = [0.0, 0.0, 0.02, 0.08][rng.gen_range(0..4)];
@@ -64,8 +76,16 @@ pub fn random_log_of(rng: &mut StdRng, path: &Path, collector: u32) -> DiskLog {
         let roll = rng.gen_range(0..100);
         if roll < 2 {
             // A crash: intents in flight stay without an outcome, and the next run's sessions are new.
+            if durability != Durability::Strict && rng.gen_bool(0.7) {
+                // The writer acknowledged last was lost with the records the crash cut off.
+                for _ in 0..rng.gen_range(1..=2) {
+                    store.insert(key(rng.gen_range(0..keys)), Observed::Version(WriteId(next_write)));
+                    next_write += 1;
+                }
+                history.push(store.clone());
+            }
             log.drop_as_if_crashed();
-            log = DiskLog::open(path, Durability::Strict).expect("the log reopens after a crash");
+            log = DiskLog::open(path, durability).expect("the log reopens after a crash");
             sessions.clear();
             continue;
         }
