@@ -703,3 +703,30 @@ fn the_commit_delay_is_bounded_and_taken_only_with_commits_in_flight() {
     assert!(waited >= Duration::from_millis(250), "T2 in flight, the fsync waited for it: {waited:?}");
     assert!(waited < Duration::from_secs(10), "but not for ever: {waited:?}");
 }
+
+/// Under `group`, a record's ticket does not wait (the flusher fsyncs within its interval), but the ticket
+/// `fsynced` gives waits until an fsync covers the record: what a fence's intent needs, since a crash that
+/// lost a committed fence would stop garbage collection for good. Under `none` it does not wait.
+#[test]
+fn an_fsynced_ticket_waits_for_an_fsync_under_group_durability() {
+    let dir = tempfile::tempdir().unwrap();
+    let options =
+        LogOptions { group_interval: Duration::from_secs(3600), ..LogOptions::new(Durability::Group) };
+    let log = DiskLog::open_with(dir.path(), options).unwrap();
+    let txn = |i| LoggedTxn::new(TxnId(i), SessionId(0), i);
+    let ticket = log.append_intent(txn(0)).unwrap();
+    let seq = ticket.seq();
+    ticket.wait().unwrap();
+    assert!(log.durable_below() <= seq, "a group ticket resolves before any fsync (the interval is an hour)");
+    let ticket = log.append_intent(txn(1)).unwrap();
+    let seq = ticket.seq();
+    log.fsynced(ticket).wait().unwrap();
+    assert!(log.durable_below() > seq, "the fsynced ticket resolved before an fsync covered its record");
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = DiskLog::open(dir.path(), Durability::None).unwrap();
+    let ticket = log.append_intent(txn(0)).unwrap();
+    let seq = ticket.seq();
+    log.fsynced(ticket).wait().unwrap();
+    assert!(log.durable_below() <= seq, "under none nothing is fsynced on its own");
+}

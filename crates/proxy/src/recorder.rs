@@ -161,7 +161,7 @@ impl SessionRecorder {
         }
         let _ticket = result?;
         // Its ids, for a restart: to own them again, and to resolve it if the run ends before its outcome.
-        self.xids(id, top, &xids)?;
+        let _ticket = self.xids(id, top, &xids)?;
         self.intents.insert(seq, LoggedIntent { id, may_have_written, xids_logged: (top, xids.len()) });
         self.saw(seq);
         Ok(id)
@@ -189,15 +189,20 @@ impl SessionRecorder {
     }
 
     /// Logs the database ids of a recorded transaction, if it has any.
-    fn xids(&mut self, id: TxnId, top: Option<u32>, xids: &[u32]) -> Result<(), LogError> {
+    fn xids(
+        &mut self,
+        id: TxnId,
+        top: Option<u32>,
+        xids: &[u32],
+    ) -> Result<Option<DurabilityTicket>, LogError> {
         if xids.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let result = self.rec.log.append_xids(id, top, xids.to_vec());
         if result.is_err() {
             Metrics::inc(&self.rec.metrics.log_errors);
         }
-        result.map(drop)
+        result.map(Some)
     }
 
     /// Logs a write of another transaction that a read of this session discovered. Call before logging
@@ -217,6 +222,10 @@ impl SessionRecorder {
     /// the COMMIT: once it resolves, a crash leaves the fence without an outcome rather than without a
     /// record, and the next fence's read of its version continues the chain of epochs (the verifier
     /// resolves it). [`SessionRecorder::fence_outcome`] logs how it ended.
+    ///
+    /// The ticket waits for an fsync under `group` durability too ([`HistoryLog::fsynced`]): a crash
+    /// there may lose client transactions, which costs only their reads, but a lost fence breaks the chain
+    /// and stops garbage collection for good (seen in the crash harness under `group`).
     pub fn fence_intent(
         &mut self,
         seq: u64,
@@ -239,10 +248,12 @@ impl SessionRecorder {
         if result.is_err() {
             Metrics::inc(&self.rec.metrics.log_errors);
         }
-        let ticket = result?;
+        let mut ticket = result?;
         if let Some(xid) = xid {
-            self.xids(id, Some(xid), &[xid])?;
+            // Its transaction id comes after the intent, and waiting for it covers both.
+            ticket = self.xids(id, Some(xid), &[xid])?.unwrap_or(ticket);
         }
+        let ticket = self.rec.log.fsynced(ticket);
         self.fence_pending = Some(id);
         self.saw(seq);
         Ok(ticket)
@@ -340,7 +351,7 @@ impl SessionRecorder {
             }
         };
         if outcome != Outcome::Aborted && logged_before != Some((top, xids.len())) {
-            self.xids(id, top, &xids)?;
+            let _ticket = self.xids(id, top, &xids)?;
         }
         self.saw(seq);
         let m = &self.rec.metrics;

@@ -465,6 +465,13 @@ impl HistoryLog for DiskLog {
         self.gc.sync()
     }
 
+    fn fsynced(&self, ticket: DurabilityTicket) -> DurabilityTicket {
+        match self.durability {
+            Durability::Group => self.gc.fsynced(ticket.seq()),
+            Durability::Strict | Durability::None => ticket,
+        }
+    }
+
     fn next_seq(&self) -> u64 {
         self.store.next_seq()
     }

@@ -255,6 +255,11 @@ impl GroupCommit {
         }
     }
 
+    /// A ticket for `seq` that waits until an fsync covers it, whatever the log's durability.
+    pub(crate) fn fsynced(&self, seq: u64) -> DurabilityTicket {
+        DurabilityTicket { seq, shared: Some(Arc::clone(&self.shared)) }
+    }
+
     /// Notes that `seq` was handed to the engine. Callers serialise appends, so seqs arrive in order.
     pub(crate) fn appended(&self, seq: u64) -> DurabilityTicket {
         self.shared.counters.appends.fetch_add(1, Ordering::Relaxed);

@@ -408,6 +408,12 @@ pub trait HistoryLog: Send + Sync {
     /// Blocks until everything appended so far is fsynced, whatever the durability setting.
     fn sync(&self) -> Result<(), LogError>;
 
+    /// A ticket for the record of `ticket` that waits until an fsync covers it under `group` too: for a
+    /// record whose loss costs more than its transaction, a fence's intent (the next fence would read a
+    /// version no fence recorded, and garbage collection would stop for good). Under `strict` tickets
+    /// already wait; under `none` the log fsyncs nothing on its own, and the ticket is returned as it is.
+    fn fsynced(&self, ticket: DurabilityTicket) -> DurabilityTicket;
+
     /// The sequence number the next append will get.
     fn next_seq(&self) -> u64;
 
