@@ -352,11 +352,9 @@ impl Feeder {
         self.status.ops_read += txn.ops.len() as u64;
         self.status.unchecked += unchecked.len() as u64;
         self.verifier.note_unchecked(&unchecked);
-        match self.past_gap {
-            true => self.verifier.push_after_log_gap(txn),
-            false => self.verifier.push(txn),
-        }
-        .map_err(OnlineError::Rounds)?;
+        let pushed =
+            if self.past_gap { self.verifier.push_after_log_gap(txn) } else { self.verifier.push(txn) };
+        pushed.map_err(OnlineError::Rounds)?;
         self.after_push();
         Ok(())
     }

@@ -149,9 +149,10 @@ pub fn verify_in_rounds(history: &History, options: &RoundOptions) -> Result<Rou
     'feed: for i in 0..longest {
         for (&s, txns) in &sessions {
             if let Some(t) = txns.get(i) {
-                match past_gap.contains(&t.id) {
-                    true => v.push_after_log_gap((*t).clone())?,
-                    false => v.push((*t).clone())?,
+                if past_gap.contains(&t.id) {
+                    v.push_after_log_gap((*t).clone())?;
+                } else {
+                    v.push((*t).clone())?;
                 }
                 if i + 1 == txns.len() {
                     v.session_ended(s);
