@@ -146,13 +146,13 @@
 use std::collections::HashSet;
 
 use history::{History, Key, Observed, Op, Outcome, WriteId};
-use kernels::{Graph, reachability};
+use kernels::reachability;
 
 use crate::epochs::EpochState;
 use crate::error::VerifyError;
 use crate::normalize::Label;
 use crate::options::Options;
-use crate::pipeline::Polygraph;
+use crate::pipeline::{Accepted, Polygraph};
 
 mod entangled;
 mod exits;
@@ -245,18 +245,19 @@ enum Refusal {
     NotBase,
 }
 
-/// Plans a collection. `epoch[i]` is where `h.transactions[i]` stands in the epochs. `pinned` lists write
-/// ids that live transactions outside the polygraph (indeterminate ones nobody read from yet) read: their
-/// writers stay.
+/// Plans a collection after an accepted round. `epoch[i]` is where `h.transactions[i]` stands in the epochs.
+/// `pinned` lists write ids that live transactions outside the polygraph (indeterminate ones nobody read from
+/// yet) read: their writers stay.
 pub(crate) fn plan(
     h: &History,
-    p: &Polygraph,
+    accepted: &Accepted,
     epoch: &[EpochState],
     epoch_agree: u64,
     pinned: &HashSet<WriteId>,
     options: &Options,
     legacy: bool,
 ) -> Result<Plan, VerifyError> {
+    let (p, graph) = (&accepted.poly, &accepted.known);
     let mut out = Plan::default();
     if epoch_agree < 2 {
         return Ok(out);
@@ -303,10 +304,9 @@ pub(crate) fn plan(
     if !candidate.iter().any(|&c| c) {
         return Ok(out);
     }
-    // Rules 2 and 3 read reachability in the known graph.
-    let pairs: Vec<(u32, u32)> = p.g.edges.iter().map(|e| (e.from, e.to)).collect();
-    let graph = Graph::from_edges(n as u32, &pairs).map_err(VerifyError::Reachability)?;
-    let reach = reachability(&graph, Some(&p.g.sessions), options.reachability)?;
+    // Rules 2 and 3 read reachability in the known graph (`graph`, its adjacency, which solving built).
+    debug_assert_eq!(graph.nodes() as usize, n);
+    let reach = reachability(graph, Some(&p.g.sessions), options.reachability)?;
     // Rule 3: frontier, by reachability in the known graph.
     let keys = frontier::KeyVersions::new(&p.chains, norm.versions.len());
     let writer = |x: u32| norm.versions[x as usize].writer;

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
 use history::{ClockBounds, History, Outcome, TxnId};
-use kernels::Backend;
+use kernels::{Backend, Graph};
 
 use crate::certificate::Certifier;
 use crate::chains::Chains;
@@ -48,6 +48,15 @@ pub(crate) struct Polygraph {
     pub live: Vec<bool>,
     /// Pruning's decisions, which the known graph's decided edges cite.
     pub decisions: Vec<Decision>,
+}
+
+/// A round's polygraph that solving accepted, with its known graph's adjacency (each edge once), which
+/// solving built and garbage collection reads.
+pub(crate) struct Accepted {
+    /// The polygraph after pruning.
+    pub poly: Polygraph,
+    /// The adjacency of `poly`'s known graph ([`solve::known_adjacency`]).
+    pub known: Graph,
 }
 
 /// Where stages 1–5 stopped.
@@ -189,17 +198,24 @@ fn held_to_read_committed(h: &History) -> Result<Vec<bool>, VerifyError> {
 
 /// Stage 6: solves the constraints pruning left (Cobra §3.4).
 pub(crate) fn solve(poly: &Polygraph) -> Result<Solved, VerifyError> {
-    solve::solve(&poly.g, &poly.constraints, &poly.norm, &poly.chains, &poly.live)
+    solve_with(&solve::known_adjacency(&poly.g)?, poly)
 }
 
-/// Runs stages 1–6 for one round of verification in rounds and keeps the polygraph, which garbage collection
-/// reads (Cobra §4.3). `None` means the history is rejected (the caller runs [`verify`] for the report).
-pub(crate) fn accepted_polygraph(h: &History, options: &Options) -> Result<Option<Polygraph>, VerifyError> {
+/// [`solve`], with the known graph's adjacency ([`solve::known_adjacency`]) built already.
+fn solve_with(known: &Graph, poly: &Polygraph) -> Result<Solved, VerifyError> {
+    solve::solve(known, &poly.g, &poly.constraints, &poly.norm, &poly.chains, &poly.live)
+}
+
+/// Runs stages 1–6 for one round of verification in rounds and keeps the polygraph and its known graph's
+/// adjacency, which garbage collection reads (Cobra §4.3). `None` means the history is rejected (the caller
+/// runs [`verify`] for the report).
+pub(crate) fn accepted_polygraph(h: &History, options: &Options) -> Result<Option<Accepted>, VerifyError> {
     let (Built::Pruned { poly, outcome: prune::Outcome::Done }, _) = build_polygraph(h, options)? else {
         return Ok(None);
     };
-    match solve(&poly)? {
-        Solved::Acyclic { .. } => Ok(Some(*poly)),
+    let known = solve::known_adjacency(&poly.g)?;
+    match solve_with(&known, &poly)? {
+        Solved::Acyclic { .. } => Ok(Some(Accepted { poly: *poly, known })),
         Solved::Cyclic { .. } => Ok(None),
     }
 }

@@ -84,7 +84,7 @@ use crate::epochs::{EpochState, Epochs};
 use crate::error::VerifyError;
 use crate::gc::{self, KeptReasons, base_tag};
 use crate::options::Options;
-use crate::pipeline::{self, Polygraph};
+use crate::pipeline::{self, Accepted};
 use crate::report::NotChecked;
 use crate::report_store::{ReportStore, ReportStoreError};
 use crate::{FastMap, FastSet};
@@ -717,11 +717,11 @@ impl OnlineVerifier {
         let mut deleted = 0;
         let mut kept = KeptReasons::default();
         let mut constraints_collected = 0;
-        if let Some(p) = poly
+        if let Some(accepted) = poly
             && self.options.gc
             && self.epochs.broken().is_none()
         {
-            (deleted, kept, constraints_collected) = self.collect(&p)?;
+            (deleted, kept, constraints_collected) = self.collect(&accepted)?;
         }
         if deleted > 0 {
             self.forget_collected_statements();
@@ -768,7 +768,8 @@ impl OnlineVerifier {
 
     /// Collects garbage after an accepted round; returns how many transactions it deleted, why it kept the
     /// others, and how many live constraints went with the deleted ones.
-    fn collect(&mut self, p: &Polygraph) -> Result<(usize, KeptReasons, usize), RoundsError> {
+    fn collect(&mut self, accepted: &Accepted) -> Result<(usize, KeptReasons, usize), RoundsError> {
+        let p = &accepted.poly;
         let epoch: Vec<EpochState> = self.work.transactions.iter().map(|t| self.epochs.state(t)).collect();
         let mut pinned = HashSet::new();
         for (i, t) in self.work.transactions.iter().enumerate() {
@@ -782,7 +783,7 @@ impl OnlineVerifier {
         }
         let plan = gc::plan(
             &self.work,
-            p,
+            accepted,
             &epoch,
             self.epochs.epoch_agree(),
             &pinned,
