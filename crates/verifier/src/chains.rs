@@ -66,13 +66,15 @@ pub(crate) fn combine_writes(norm: &Normalized, g: &mut KnownGraph, combine: boo
         }
     }
     // Sorted with each chain's key beside it: sorting indices by a key looked up per comparison was most of
-    // this stage on TPC-C (a cache miss per comparison).
-    let mut order: Vec<(Key, u32)> =
-        list.iter().enumerate().map(|(c, chain)| (chain.key, c as u32)).collect();
+    // this stage on TPC-C (a cache miss per comparison). Key and index packed in one u64, which sorts in
+    // about half the instructions of the pair.
+    let mut order: Vec<u64> =
+        list.iter().enumerate().map(|(c, chain)| (u64::from(chain.key.0) << 32) | c as u64).collect();
     order.sort_unstable();
     let mut by_key: Vec<Few> = Vec::new();
     let mut last_key = None;
-    for (key, c) in order {
+    for packed in order {
+        let (key, c) = (Key((packed >> 32) as u32), packed as u32);
         if last_key != Some(key) {
             by_key.push(Few::new());
             last_key = Some(key);
