@@ -191,6 +191,31 @@ fn lost_update_is_reported_with_both_read_modify_writes() {
     rejects(&h, &Options { combine: false, ..Options::default() });
 }
 
+/// The same lost update in transactions that write many other keys: a read-modify-write is found among a
+/// transaction's writes however many it has (past a few, they are searched by key, not one by one).
+#[test]
+fn lost_update_among_many_writes_is_reported_with_both_read_modify_writes() {
+    let others = |t: &mut history::TxnBuilder<'_>, first: u64| {
+        for i in 0..12 {
+            t.write(&format!("k{i}"), first + i);
+        }
+    };
+    let h = HistoryBuilder::new()
+        .txn(1, |t| t.write("x", 1))
+        .txn(2, |t| {
+            others(t, 100);
+            t.read("x", 1).write("x", 2)
+        })
+        .txn(3, |t| {
+            others(t, 200);
+            t.read("x", 1).write("x", 3)
+        })
+        .build();
+    let report = rejects(&h, &Options::default());
+    assert_eq!(report.anomalies[0].class, AnomalyClass::LostUpdate);
+    assert_eq!(report.anomalies[0].ops.len(), 4, "found by the read-modify-write check:\n{report}");
+}
+
 #[test]
 fn long_fork_is_rejected() {
     let h = HistoryBuilder::new()
