@@ -118,24 +118,17 @@ pub(crate) fn create_known_graph_with(
     // ww pairs from read-modify-writes.
     g.next = vec![None; norm.versions.len()];
     let mut rmw_of: Vec<Option<u32>> = vec![None; norm.versions.len()];
-    // A transaction's writes by key (one per key), sorted when it has many: finding each read's key among
-    // the writes one by one was quadratic per transaction, a twentieth of a TPC-C round (a new order reads
-    // about thirty keys and writes about twenty).
+    // A transaction's writes sorted by key (one per key): finding each read's key among the writes one by
+    // one was quadratic per transaction, a twentieth of a TPC-C round (a new order reads about thirty keys
+    // and writes about twenty).
     let mut writes_by_key: Vec<(Key, u32)> = Vec::new();
     for (v, nt) in norm.txns.iter().enumerate().filter(|&(v, _)| orders_rmw(v as u32)) {
-        let sorted = nt.writes.len() > 8;
-        if sorted {
-            writes_by_key.clear();
-            writes_by_key.extend_from_slice(&nt.writes);
-            writes_by_key.sort_unstable_by_key(|&(k, _)| k);
-        }
+        writes_by_key.clear();
+        writes_by_key.extend_from_slice(&nt.writes);
+        writes_by_key.sort_unstable_by_key(|&(k, _)| k);
         for &(key, read) in &nt.reads {
-            let wrote = if sorted {
-                writes_by_key.binary_search_by_key(&key, |&(k, _)| k).ok().map(|i| writes_by_key[i].1)
-            } else {
-                nt.writes.iter().find(|(k, _)| *k == key).map(|&(_, w)| w)
-            };
-            let Some(wrote) = wrote else { continue };
+            let Ok(i) = writes_by_key.binary_search_by_key(&key, |&(k, _)| k) else { continue };
+            let wrote = writes_by_key[i].1;
             match rmw_of[read as usize] {
                 Some(other) if detect_lost_updates => {
                     let (a, b) = (&h.transactions[norm.txns[other as usize].hist], &h.transactions[nt.hist]);

@@ -192,7 +192,7 @@ fn lost_update_is_reported_with_both_read_modify_writes() {
 }
 
 /// The same lost update in transactions that write many other keys: a read-modify-write is found among a
-/// transaction's writes however many it has (past a few, they are searched by key, not one by one).
+/// transaction's writes, searched by key, however many it has.
 #[test]
 fn lost_update_among_many_writes_is_reported_with_both_read_modify_writes() {
     let others = |t: &mut history::TxnBuilder<'_>, first: u64| {

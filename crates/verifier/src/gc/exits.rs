@@ -78,26 +78,11 @@ pub(super) fn exit_links(
         touched.drain(..).filter_map(|si| best[si].take().map(|(pos, w)| (si, pos, w))).collect()
     };
     // Only deleted vertices that some kept vertex reaches through deleted ones need their exits, and a
-    // needed vertex's deleted successors are needed too. Online, a round deletes mostly old transactions
-    // that no kept one reaches (kept ones are mostly newer), so most merges were for nothing.
-    let mut needed = vec![false; n];
-    let mut stack: Vec<u32> = Vec::new();
-    for u in (0..n).filter(|&u| !del[u]) {
-        for &w in &adj[u] {
-            if del[w as usize] && !needed[w as usize] {
-                needed[w as usize] = true;
-                stack.push(w);
-            }
-        }
-    }
-    while let Some(d) = stack.pop() {
-        for &w in &adj[d as usize] {
-            if del[w as usize] && !needed[w as usize] {
-                needed[w as usize] = true;
-                stack.push(w);
-            }
-        }
-    }
+    // needed vertex's deleted successors are needed too. Those are the deleted vertices any kept vertex
+    // reaches at all: a path from a kept vertex goes on from its last kept vertex through deleted ones only.
+    // Online, a round deletes mostly old transactions that no kept one reaches (kept ones are mostly newer),
+    // so most merges were for nothing.
+    let needed = super::reached_from(adj, del.iter().map(|&d| !d).collect());
     let mut exits: Vec<Vec<(usize, usize, u32)>> = vec![Vec::new(); n];
     for &d in order.iter().rev().filter(|&&d| needed[d as usize]) {
         exits[d as usize] = merge(&adj[d as usize], &exits);
