@@ -306,13 +306,20 @@ pub(crate) fn plan(
     }
     // Rules 2 and 3 read reachability in the known graph (`graph`, its adjacency, which solving built).
     debug_assert_eq!(graph.nodes() as usize, n);
-    let reach = reachability(graph, Some(&p.g.sessions), options.reachability)?;
+    let computed;
+    let reach = match &accepted.reach {
+        Some(reach) => reach.as_ref(),
+        None => {
+            computed = reachability(graph, Some(&p.g.sessions), options.reachability)?;
+            computed.as_ref()
+        }
+    };
     // Rule 3: frontier, by reachability in the known graph.
     let keys = frontier::KeyVersions::new(&p.chains, norm.versions.len());
     let writer = |x: u32| norm.versions[x as usize].writer;
-    let frontier = frontier::frontier(norm, &keys, &old, reach.as_ref());
+    let frontier = frontier::frontier(norm, &keys, &old, reach);
     // Rule 2 runs to a fixpoint with rules 3 and 4 below.
-    let mut live = entangled::LiveConstraints::new(p, &known_adj, reach.as_ref(), &frontier, &candidate);
+    let mut live = entangled::LiveConstraints::new(p, &known_adj, reach, &frontier, &candidate);
     let mut del: Vec<bool> = candidate.clone();
     let mut refused: Vec<Option<Refusal>> = vec![None; n];
     let write_id = |x: u32| match norm.versions[x as usize].label {

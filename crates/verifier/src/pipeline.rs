@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
 use history::{ClockBounds, History, Outcome, TxnId};
-use kernels::{Backend, Graph};
+use kernels::{Backend, Graph, Reachability};
 
 use crate::certificate::Certifier;
 use crate::chains::Chains;
@@ -51,12 +51,14 @@ pub(crate) struct Polygraph {
 }
 
 /// A round's polygraph that solving accepted, with its known graph's adjacency (each edge once), which
-/// solving built and garbage collection reads.
+/// solving read and garbage collection reads.
 pub(crate) struct Accepted {
     /// The polygraph after pruning.
     pub poly: Polygraph,
     /// The adjacency of `poly`'s known graph ([`solve::known_adjacency`]).
     pub known: Graph,
+    /// Reachability in that graph, when pruning computed it already (its last pass); else `None`.
+    pub reach: Option<Box<dyn Reachability>>,
 }
 
 /// Where stages 1–5 stopped.
@@ -64,8 +66,9 @@ pub(crate) enum Built {
     /// Stage 1 or 2 found anomalies that need no cycle (G1a, G1b, lost updates, …); the later stages did not
     /// run.
     NonCycle { norm: Normalized, found: Vec<Found> },
-    /// Stages 2–5 ran: the polygraph after pruning, and how pruning ended.
-    Pruned { poly: Box<Polygraph>, outcome: prune::Outcome },
+    /// Stages 2–5 ran: the polygraph after pruning, how pruning ended, and its known graph as pruning's last
+    /// pass computed it (when that pass added nothing).
+    Pruned { poly: Box<Polygraph>, outcome: prune::Outcome, settled: Option<prune::SettledGraph> },
 }
 
 impl Built {
@@ -177,7 +180,7 @@ pub(crate) fn build_polygraph(h: &History, options: &Options) -> Result<(Built, 
     tally.counts.known_edges_at_solve = g.edges.len() as u64;
     tally.backend = pruned.backend;
     let poly = Polygraph { norm, g, chains, constraints, live: pruned.live, decisions: pruned.decisions };
-    Ok((Built::Pruned { poly: Box::new(poly), outcome }, tally))
+    Ok((Built::Pruned { poly: Box::new(poly), outcome, settled: pruned.settled }, tally))
 }
 
 /// Under `declared`, whether each transaction (by history index) is held to read committed; an error for one
@@ -210,12 +213,16 @@ fn solve_with(known: &Graph, poly: &Polygraph) -> Result<Solved, VerifyError> {
 /// adjacency, which garbage collection reads (Cobra §4.3). `None` means the history is rejected (the caller
 /// runs [`verify`] for the report).
 pub(crate) fn accepted_polygraph(h: &History, options: &Options) -> Result<Option<Accepted>, VerifyError> {
-    let (Built::Pruned { poly, outcome: prune::Outcome::Done }, _) = build_polygraph(h, options)? else {
+    let (Built::Pruned { poly, outcome: prune::Outcome::Done, settled }, _) = build_polygraph(h, options)?
+    else {
         return Ok(None);
     };
-    let known = solve::known_adjacency(&poly.g)?;
+    let (known, reach) = match settled {
+        Some(prune::SettledGraph { graph, reach }) => (graph, Some(reach)),
+        None => (solve::known_adjacency(&poly.g)?, None),
+    };
     match solve_with(&known, &poly)? {
-        Solved::Acyclic { .. } => Ok(Some(Accepted { poly: *poly, known })),
+        Solved::Acyclic { .. } => Ok(Some(Accepted { poly: *poly, known, reach })),
         Solved::Cyclic { .. } => Ok(None),
     }
 }
@@ -280,9 +287,9 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
     let norm = built.norm();
     note_normalized(h, norm, &mut report);
     report.real_time = tally.real_time;
-    let (poly, outcome) = match built {
+    let (poly, outcome, settled) = match built {
         Built::NonCycle { found, .. } => return Ok(non_cycle_reject(h, report, found, start)),
-        Built::Pruned { poly, outcome } => (poly, outcome),
+        Built::Pruned { poly, outcome, settled } => (poly, outcome, settled),
     };
     report.timings.construct_ms = tally.construct_ms;
     report.timings.prune_ms = tally.prune_ms;
@@ -307,7 +314,10 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
         prune::Outcome::Done => {
             // Stage 6.
             let solve_start = Instant::now();
-            let solved = solve(&poly)?;
+            let solved = match settled {
+                Some(settled) => solve_with(&settled.graph, &poly)?,
+                None => solve(&poly)?,
+            };
             report.timings.solve_ms = ms(solve_start);
             match solved {
                 Solved::Acyclic { order } => {

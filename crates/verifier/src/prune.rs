@@ -7,7 +7,7 @@
 //! certificate can cite only edges that existed when the decision was made) and the constraint is dropped.
 //! If both sides would close a cycle, the history is rejected. Passes repeat until nothing changes.
 
-use kernels::{Backend, Graph, KernelError, reachability};
+use kernels::{Backend, Graph, KernelError, Reachability, reachability};
 use solver::Side;
 
 use crate::chains::Chains;
@@ -39,13 +39,24 @@ pub(crate) enum Outcome {
 }
 
 /// What pruning did.
-#[derive(Clone, Debug, Default)]
+#[derive(Default)]
 pub(crate) struct PruneResult {
     pub decisions: Vec<Decision>,
     pub live: Vec<bool>,
     pub passes: u64,
     pub edges_added: u64,
     pub backend: Option<Backend>,
+    /// The known graph as pruning left it, when its last pass added no edge; `None` otherwise.
+    pub settled: Option<SettledGraph>,
+}
+
+/// The known graph's adjacency (each edge once) and reachability, as the last pass of pruning computed
+/// them. A pass that adds no edge leaves the graph it read, so these are the final graph's: solving and
+/// garbage collection read them instead of building both again (on TPC-C's rounds, where pruning decides
+/// nothing, building them a second time was a sixteenth of verification).
+pub(crate) struct SettledGraph {
+    pub graph: Graph,
+    pub reach: Box<dyn Reachability>,
 }
 
 /// The most passes; Cobra bounds them too (§5). The last pass's leftovers go to the solver.
@@ -117,17 +128,50 @@ pub(crate) fn prune(
             added = true;
         }
         round += 1;
-        if !added || round >= MAX_PASSES {
-            // One more acyclicity check is needed only if edges were added in the last allowed pass.
-            if added {
-                let pairs: Vec<(u32, u32)> = g.edges.iter().map(|e| (e.from, e.to)).collect();
-                let graph = Graph::from_edges(g.vertices, &pairs)
-                    .map_err(|e| VerifyError::Internal(e.to_string()))?;
-                if let Err(KernelError::Cyclic { cycle }) = graph.topo_order() {
-                    return Ok((Outcome::Cyclic { round, cycle }, result));
-                }
+        if !added {
+            result.settled = Some(SettledGraph { graph, reach });
+            return Ok((Outcome::Done, result));
+        }
+        if round >= MAX_PASSES {
+            // Edges were added in the last allowed pass: one more acyclicity check.
+            let pairs: Vec<(u32, u32)> = g.edges.iter().map(|e| (e.from, e.to)).collect();
+            let graph =
+                Graph::from_edges(g.vertices, &pairs).map_err(|e| VerifyError::Internal(e.to_string()))?;
+            if let Err(KernelError::Cyclic { cycle }) = graph.topo_order() {
+                return Ok((Outcome::Cyclic { round, cycle }, result));
             }
             return Ok((Outcome::Done, result));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use history::HistoryBuilder;
+
+    use crate::options::Options;
+    use crate::pipeline::{Built, build_polygraph};
+    use crate::solve::known_adjacency;
+
+    /// Solving and collection read the graph and reachability of pruning's last pass in place of building
+    /// them again, so that pass must have decided nothing: here the first pass decides a constraint, and
+    /// what pruning keeps is the second pass's, with the decided edge.
+    #[test]
+    fn the_settled_graph_is_the_known_graph_pruning_ends_with() {
+        // Cobra §3.3's example: T3 reads x from T1, so T2's write of x must precede T1's.
+        let h = HistoryBuilder::new()
+            .txn(1, |t| t.write("x", 1))
+            .txn(2, |t| t.write("x", 2).write("y", 3))
+            .txn(3, |t| t.read("x", 1).read("y", 3))
+            .build();
+        let (Built::Pruned { poly, settled: Some(settled), .. }, _) =
+            build_polygraph(&h, &Options::default()).unwrap()
+        else {
+            panic!("pruning ends with a pass that decides nothing");
+        };
+        assert_eq!(poly.decisions.len(), 1);
+        assert_eq!(settled.graph, known_adjacency(&poly.g).unwrap());
+        let vertex = |i: usize| poly.norm.vertex_of[i].unwrap();
+        assert!(settled.reach.reaches(vertex(1), vertex(0)), "T2 reaches T1 by the decided edge");
     }
 }
