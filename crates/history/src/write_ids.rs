@@ -136,7 +136,7 @@ impl<V: Copy> WriteIdMap<V> {
     ///
     /// In place, from the back, into room grown by at least a quarter at a time: merging into a fresh array
     /// each time touched as many fresh pages as the array has, which the kernel zeroed first (6% of the
-    /// online verifier's wall time on TPC-C's rounds, under `perf`), and held both arrays at once.
+    /// online verifier's samples in one `perf` run of TPC-C's rounds), and held both arrays at once.
     fn merge(&mut self) {
         let mut newest: Vec<(WriteId, V)> = self.recent.drain().collect();
         newest.sort_unstable_by_key(|e| e.0);

@@ -21,9 +21,9 @@ use crate::report::{OpRef, UnverifiableCause};
 use crate::si::Reader;
 use crate::{Anomaly, AnomalyClass, Report, Verdict, verify};
 
-/// The write ids a transaction writes, sorted, for lookups by id. A transaction writes a few dozen at most;
-/// a hash set of them, built for every transaction admitted (twice, when a read waited), was a quarter of
-/// admission on TPC-C's rounds, where sorting them costs a fraction of that.
+/// The write ids a transaction writes, sorted, for lookups by id. A hash set of them, built for every
+/// transaction admitted (twice, when a read waited), was a quarter of admission's instructions on TPC-C's
+/// rounds; sorting them costs two fifths of that.
 struct OwnWrites(Vec<WriteId>);
 
 impl OwnWrites {
