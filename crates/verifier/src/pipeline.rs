@@ -199,13 +199,22 @@ fn held_to_read_committed(h: &History) -> Result<Vec<bool>, VerifyError> {
         .collect()
 }
 
-/// Stage 6: solves the constraints pruning left (Cobra §3.4).
-pub(crate) fn solve(poly: &Polygraph) -> Result<Solved, VerifyError> {
-    solve_with(&solve::known_adjacency(&poly.g)?, poly)
+/// The adjacency of `poly`'s known graph after pruning, and its reachability when pruning computed one: the
+/// graph pruning handed on when it settled, else built here ([`solve::known_adjacency`]; pruning was off, or
+/// stopped at its pass limit with edges just added).
+fn known_after_pruning(
+    poly: &Polygraph,
+    settled: Option<prune::SettledGraph>,
+) -> Result<(Graph, Option<Box<dyn Reachability>>), VerifyError> {
+    match settled {
+        Some(prune::SettledGraph { graph, reach }) => Ok((graph, Some(reach))),
+        None => Ok((solve::known_adjacency(&poly.g)?, None)),
+    }
 }
 
-/// [`solve`], with the known graph's adjacency ([`solve::known_adjacency`]) built already.
-fn solve_with(known: &Graph, poly: &Polygraph) -> Result<Solved, VerifyError> {
+/// Stage 6: solves the constraints pruning left (Cobra §3.4), on `known`, the adjacency of `poly`'s known
+/// graph ([`known_after_pruning`]).
+fn solve(known: &Graph, poly: &Polygraph) -> Result<Solved, VerifyError> {
     solve::solve(known, &poly.g, &poly.constraints, &poly.norm, &poly.chains, &poly.live)
 }
 
@@ -217,11 +226,8 @@ pub(crate) fn accepted_polygraph(h: &History, options: &Options) -> Result<Optio
     else {
         return Ok(None);
     };
-    let (known, reach) = match settled {
-        Some(prune::SettledGraph { graph, reach }) => (graph, Some(reach)),
-        None => (solve::known_adjacency(&poly.g)?, None),
-    };
-    match solve_with(&known, &poly)? {
+    let (known, reach) = known_after_pruning(&poly, settled)?;
+    match solve(&known, &poly)? {
         Solved::Acyclic { .. } => Ok(Some(Accepted { poly: *poly, known, reach })),
         Solved::Cyclic { .. } => Ok(None),
     }
@@ -314,10 +320,8 @@ pub fn verify(history: &History, options: &Options) -> Result<Report, VerifyErro
         prune::Outcome::Done => {
             // Stage 6.
             let solve_start = Instant::now();
-            let solved = match settled {
-                Some(settled) => solve_with(&settled.graph, &poly)?,
-                None => solve(&poly)?,
-            };
+            let (known, _) = known_after_pruning(&poly, settled)?;
+            let solved = solve(&known, &poly)?;
             report.timings.solve_ms = ms(solve_start);
             match solved {
                 Solved::Acyclic { order } => {
