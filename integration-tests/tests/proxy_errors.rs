@@ -10,8 +10,8 @@ use history::Outcome;
 use proxy_support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use wire::pg::StartupPacket;
 use wire::pg::backend::BackendMessage;
+use wire::pg::{FrontendMessage, StartupPacket};
 
 /// Reads until EOF and returns the FATAL error's message, if one came.
 async fn fatal_then_eof(s: &mut TcpStream, buf: &mut BytesMut) -> String {
@@ -260,10 +260,17 @@ async fn sessions_until_closed(p: &TestProxy, sessions: usize) {
         }
         .encode(&mut buf);
         s.write_all(&buf).await.unwrap();
-        // The session ends when the proxy's first query of its own (the catalog, or the default isolation
-        // level) finds the database gone.
+        // Logged in, the client sends a request (until one does, no database is chosen to record, and the
+        // proxy asks the database nothing). The session ends when the proxy's first query of its own (the
+        // catalog, or the default isolation level) finds the database gone.
         let mut rbuf = BytesMut::new();
-        while read_backend(&mut s, &mut rbuf).await.is_some() {}
+        while let Some(m) = read_backend(&mut s, &mut rbuf).await {
+            if matches!(m, BackendMessage::ReadyForQuery(_)) {
+                let mut query = BytesMut::new();
+                FrontendMessage::Query { sql: Bytes::from_static(b"SELECT 1") }.encode(&mut query);
+                s.write_all(&query).await.unwrap();
+            }
+        }
     }
 }
 

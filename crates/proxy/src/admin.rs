@@ -282,6 +282,12 @@ pub(crate) fn render_metrics(state: &AdminState) -> String {
         "Sessions relayed unrecorded after reply matching lost track.",
         &[("", g(&m.desyncs))],
     );
+    metric(
+        "krait_sessions_other_database_total",
+        "counter",
+        "Sessions to a database other than the recorded one, relayed unrecorded.",
+        &[("", g(&m.sessions_other_database))],
+    );
     metric("krait_log_errors_total", "counter", "Failed history-log appends.", &[("", g(&m.log_errors))]);
     metric(
         "krait_isolation_unknown_total",
@@ -573,6 +579,7 @@ fn status_json(state: &AdminState) -> serde_json::Value {
             "active": g(&m.connections_active),
             "total": g(&m.connections_total),
             "buffer_bytes": g(&m.session_buffer_bytes),
+            "other_database": g(&m.sessions_other_database),
         },
         "transactions": {
             "committed": g(&m.txns_committed),

@@ -220,6 +220,11 @@ pub struct UpstreamConfig {
     /// How long to wait for the database to accept a connection.
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
+    /// The one database whose transactions are recorded. Rows of two databases are different rows under the
+    /// same names, so one history holds one database; sessions to any other are relayed unrecorded. Unset,
+    /// it is the database of the first session that sends a request (not merely logs in: a health check that
+    /// only connects does not choose it).
+    pub database: Option<String>,
 }
 
 impl UpstreamConfig {

@@ -308,7 +308,12 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
         metrics: metrics.clone(),
         cancel_keys: Default::default(),
         tagging,
+        recorded_database: Default::default(),
+        other_databases: Default::default(),
     });
+    if let Some(database) = &shared.config.upstream.database {
+        let _ = shared.recorded_database.set(database.clone());
+    }
     info!(%listen_addr, upstream = %shared.config.upstream.address, durability = %shared.config.log.durability, "krait proxy listening");
     let shipper = shared.config.ship.clone().map(|ship_config| {
         let shipper =

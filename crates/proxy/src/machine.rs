@@ -243,6 +243,12 @@ impl SessionMachine {
         }
     }
 
+    /// A machine that records nothing and relays everything: a session to a database other than the
+    /// recorded one.
+    pub fn unrecorded() -> Self {
+        SessionMachine { passthrough: true, ..Self::new() }
+    }
+
     /// Sets the default isolation level the database reported at the session's start (`None` if it could
     /// not tell: then no transaction of the session has a known level until the client sets one).
     pub fn learnt_default_isolation(&mut self, level: Option<history::IsolationLevel>) {

@@ -27,6 +27,8 @@ pub struct Metrics {
     pub tls_handshake_errors: AtomicU64,
     /// Sessions whose reply matching lost track (they keep running, unrecorded).
     pub desyncs: AtomicU64,
+    /// Sessions to a database other than the recorded one (`[upstream] database`), relayed unrecorded.
+    pub sessions_other_database: AtomicU64,
     /// Failed appends to the history log.
     pub log_errors: AtomicU64,
     /// Transactions recorded without a known isolation level (the session's default could not be learnt,

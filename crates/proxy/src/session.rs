@@ -58,6 +58,33 @@ pub(crate) struct Shared {
     pub(crate) cancel_keys: Mutex<std::collections::HashMap<(i32, Bytes), (i32, Bytes)>>,
     /// Version tagging, when `[tagging] strategy` is not `off`.
     pub(crate) tagging: Option<Arc<TaggingShared>>,
+    /// The database whose sessions are recorded: `[upstream] database`, else the first that a session sent
+    /// a request to ([`Shared::records`]).
+    pub(crate) recorded_database: std::sync::OnceLock<String>,
+    /// The other databases sessions used, each warned about once.
+    pub(crate) other_databases: Mutex<std::collections::HashSet<String>>,
+}
+
+impl Shared {
+    /// Whether sessions to `database` are recorded, choosing it as the recorded one if none is yet. A
+    /// session to another database is counted, and its database named in a warning the first time.
+    fn records(&self, database: &str) -> bool {
+        let recorded = self.recorded_database.get_or_init(|| database.to_owned());
+        if recorded == database {
+            return true;
+        }
+        Metrics::inc(&self.metrics.sessions_other_database);
+        let mut warned = self.other_databases.lock().unwrap_or_else(|p| p.into_inner());
+        if warned.insert(database.to_owned()) {
+            warn!(
+                database,
+                recorded = %recorded,
+                "sessions to this database are relayed unrecorded: one history holds one database \
+                 (set [upstream] database to choose which)"
+            );
+        }
+        false
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -169,12 +196,36 @@ async fn run_session(
     // `cancel_key`, once the database sent its key, is a guard: from here on every way out of this
     // function, a panic included, removes the client's key from the shared map.
     //
-    // With tagging on, the first session (and any after a table the cache did not know) loads the primary
-    // keys before the client's first message; a failure leaves the cache stale, to be retried between
-    // transactions.
+    // One history holds one database ([`Shared::records`]). With tagging on, the first recorded session (and
+    // any after a table the cache did not know) loads the primary keys before the client's first message is
+    // planned; a failure leaves the cache stale, to be retried between transactions.
     async {
-        let authenticated = authenticated?;
-        if let (true, Some(t)) = (authenticated, &shared.tagging) {
+        if !authenticated? {
+            return Ok(());
+        }
+        let mut startup = Startup::of(&packet);
+        // Until a database is chosen, this session's first request chooses it, not its login: a health
+        // check (`pg_isready`) logs in to whatever database and leaves, and must not decide what is recorded.
+        if shared.recorded_database.get().is_none() {
+            if cbuf.is_empty() {
+                let read = tokio::select! {
+                    r = client.read_buf(&mut cbuf) => r.map_err(SessionError::ClientIo)?,
+                    _ = stopping.changed() => return Ok(()),
+                };
+                if read == 0 {
+                    return Ok(());
+                }
+            }
+            if cbuf.first() == Some(&wire::pg::frontend::tag::TERMINATE) {
+                let _ = upstream.write_all(&cbuf).await;
+                return Ok(());
+            }
+        }
+        startup.recorded = shared.records(&startup.database);
+        if !startup.recorded {
+            return message_loop(shared, client, cbuf, upstream, sbuf, recorder, &startup, shutdown).await;
+        }
+        if let Some(t) = &shared.tagging {
             let reload = Injection::Catalog { as_of: t.catalog_reload_begins() };
             if t.catalog_stale()
                 && let Err(e) = run_at_startup(&mut upstream, &mut sbuf, t, reload).await
@@ -186,13 +237,8 @@ async fn run_session(
             // records is then classified against it (DESIGN.md §3).
             learn_horizon(shared, t, &mut upstream, &mut sbuf).await?;
         }
-        if authenticated {
-            let mut startup = Startup::of(&packet);
-            startup.isolation = learn_default_isolation(&mut upstream, &mut sbuf).await?;
-            message_loop(shared, client, cbuf, upstream, sbuf, recorder, &startup, shutdown).await
-        } else {
-            Ok(())
-        }
+        startup.isolation = learn_default_isolation(&mut upstream, &mut sbuf).await?;
+        message_loop(shared, client, cbuf, upstream, sbuf, recorder, &startup, shutdown).await
     }
     .await
 }
@@ -212,8 +258,12 @@ struct Core {
 /// isolation level, which the database reports after startup.
 struct Startup {
     user: String,
+    /// The database the session logged in to (PostgreSQL's default: the user's name).
+    database: String,
     search_path: SearchPath,
     isolation: Option<history::IsolationLevel>,
+    /// Whether the session's transactions are recorded: it is to the recorded database.
+    recorded: bool,
 }
 
 impl Startup {
@@ -221,7 +271,9 @@ impl Startup {
         let text = |name: &str| packet.param(name).map(|v| wire::pg::text(v).into_owned());
         let search_path =
             SearchPath::from_startup(text("search_path").as_deref(), text("options").as_deref());
-        Startup { user: text("user").unwrap_or_default(), search_path, isolation: None }
+        let user = text("user").unwrap_or_default();
+        let database = text("database").filter(|d| !d.is_empty()).unwrap_or_else(|| user.clone());
+        Startup { user, database, search_path, isolation: None, recorded: false }
     }
 }
 
@@ -239,13 +291,15 @@ async fn message_loop(
     startup: &Startup,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), SessionError> {
-    let tagger = shared.tagging.as_ref().map(|t| {
+    let tagging = shared.tagging.as_ref().filter(|_| startup.recorded);
+    let tagger = tagging.map(|t| {
         let mut tagger = Tagger::new(t.clone());
         tagger.set_startup(&startup.user, startup.search_path.clone());
         tagger
     });
-    let injector = shared.tagging.as_ref().map(|t| Injector::new(t.clone(), &shared.config.fence));
-    let mut machine = SessionMachine::with_tagging(tagger);
+    let injector = tagging.map(|t| Injector::new(t.clone(), &shared.config.fence));
+    let mut machine =
+        if startup.recorded { SessionMachine::with_tagging(tagger) } else { SessionMachine::unrecorded() };
     machine.learnt_default_isolation(startup.isolation);
     let core = Mutex::new(Core { machine, recorder, injector, inject_send: None });
     let replied = Notify::new();

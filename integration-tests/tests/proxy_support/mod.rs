@@ -55,6 +55,8 @@ pub struct Opts {
     pub admin_limits: Option<(u64, usize)>,
     /// `ship.nats`: the proxy ships its log there (or keeps trying to).
     pub ship: Option<String>,
+    /// `upstream.database`: the one database recorded.
+    pub database: Option<&'static str>,
 }
 
 pub async fn start_proxy() -> TestProxy {
@@ -73,11 +75,12 @@ pub async fn start_proxy_with(opts: Opts) -> TestProxy {
 pub fn test_config(opts: &Opts, dir: &Path) -> Config {
     let mut toml = format!(
         "[listen]\naddress = \"127.0.0.1:0\"\nmax_message_bytes = {}\nstartup_timeout_ms = 5000\n\
-         [upstream]\naddress = \"{}\"\nconnect_timeout_ms = 2000\n\
+         [upstream]\naddress = \"{}\"\nconnect_timeout_ms = 2000\n{}\
          [log]\npath = \"{}\"\ndurability = \"{}\"\n\
          [admin]\naddress = \"127.0.0.1:0\"\n{}",
         opts.max_message_bytes.unwrap_or(1 << 20),
         opts.upstream.as_deref().unwrap_or(PG_ADDR),
+        opts.database.map_or(String::new(), |d| format!("database = \"{d}\"\n")),
         opts.log_path.clone().unwrap_or_else(|| dir.join("log")).display(),
         opts.durability.unwrap_or("strict"),
         opts.admin_limits

@@ -67,6 +67,11 @@ impl TaggingMetrics {
     }
 }
 
+/// The least time between two catalog reloads asked for by names the catalog did not know
+/// ([`TaggingShared::mark_catalog_stale_for_unknown`]). DDL sent through the proxy marks the catalog stale
+/// at once, whatever this says.
+pub const UNKNOWN_RELOAD_INTERVAL_MS: u64 = 1000;
+
 /// What all sessions share: the catalog cache, the version book and the counters.
 #[derive(Debug, Default)]
 pub struct TaggingShared {
@@ -80,6 +85,9 @@ pub struct TaggingShared {
     catalog_changes: AtomicU64,
     /// Mirrors the first half of `catalog`, read without the lock.
     catalog_loaded_at: AtomicU64,
+    /// When a name the catalog did not know last marked it stale, in milliseconds since the Unix epoch
+    /// ([`Self::mark_catalog_stale_for_unknown`]); 0 before the first time.
+    unknown_marked_ms: AtomicU64,
     /// Write ids recorded by this proxy.
     pub book: VersionBook,
     /// Whether a fence committed, so the fence table and row exist (later fences skip the setup).
@@ -156,6 +164,26 @@ impl TaggingShared {
     /// Notes that the catalog may have changed.
     pub fn mark_catalog_stale(&self) {
         self.catalog_changes.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Notes that a statement named a table the catalog does not know, at most once per
+    /// [`UNKNOWN_RELOAD_INTERVAL_MS`]. A table created behind the proxy's back is then found by the next
+    /// reload; but a name no reload can find (a view, a temporary table) must not cost a reload of the whole
+    /// catalog, a query to the database, at every statement that names it, and neither must a prepared
+    /// statement planned before its table was known, which keeps that plan for as long as it lives.
+    pub fn mark_catalog_stale_for_unknown(&self) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+            .max(1);
+        let last = self.unknown_marked_ms.load(Ordering::Acquire);
+        // A clock set back does not hold reloads off until it catches up.
+        if last != 0 && now >= last && now - last < UNKNOWN_RELOAD_INTERVAL_MS {
+            return;
+        }
+        if self.unknown_marked_ms.compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.mark_catalog_stale();
+        }
     }
 
     /// What a reload beginning now passes to [`Self::install_catalog`] when it is done.

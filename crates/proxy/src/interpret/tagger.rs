@@ -300,9 +300,12 @@ impl Tagger {
                 self.opaque(o.kind, stmt, ops);
                 // DDL that creates or changes a table may make the next statement name it: without a reload
                 // its writes would be unmappable, and every version they make an unrecorded writer's
-                // (DESIGN.md §3). Other DDL (GRANT, indexes, VACUUM, …) leaves the catalog as it was.
-                if o.kind == OpaqueKind::UnknownTable || o.changes_catalog {
+                // (DESIGN.md §3). Other DDL (GRANT, indexes, VACUUM, …) leaves the catalog as it was. A name
+                // the catalog does not know asks for a reload too, rate-limited: no reload may find it.
+                if o.changes_catalog {
                     self.shared.mark_catalog_stale();
+                } else if o.kind == OpaqueKind::UnknownTable {
+                    self.shared.mark_catalog_stale_for_unknown();
                 }
                 self.changed_catalog |= o.changes_catalog;
             }

@@ -7,6 +7,7 @@ use wire::pg::backend::{BackendMessage, FieldDescription};
 use wire::pg::{Target, TxnStatus};
 
 use super::*;
+use crate::interpret::shared::UNKNOWN_RELOAD_INTERVAL_MS;
 use crate::machine::{FrontendStep, SessionMachine, TxnSnapshot};
 
 fn shared() -> Arc<TaggingShared> {
@@ -276,6 +277,30 @@ fn an_error_skips_to_sync_and_unknown_tables_mark_the_catalog_stale() {
     assert!(s.catalog_stale());
     assert_eq!(s.metrics.opaque_count(OpaqueKind::UnknownTable), 1);
     assert!(s.metrics.render().contains("krait_tagging_opaque_total{kind=\"unknown_table\"} 1"));
+}
+
+#[test]
+fn a_name_no_reload_finds_asks_for_one_reload_not_one_per_statement() {
+    let s = shared();
+    let mut t = Tagged::new(s.clone());
+    let unknown_select = |t: &mut Tagged| {
+        t.send(FrontendMessage::Query { sql: text("SELECT * FROM a_view") });
+        t.feed(&BackendMessage::CommandComplete { tag: text("SELECT 0") });
+        t.feed(&BackendMessage::ReadyForQuery(TxnStatus::Idle));
+    };
+    unknown_select(&mut t);
+    assert!(s.catalog_stale(), "the first statement naming it asks for a reload");
+    // The reload: the name is not a table (a view), so the catalog still does not know it.
+    s.set_catalog(s.catalog().as_ref().clone());
+    unknown_select(&mut t);
+    unknown_select(&mut t);
+    assert!(!s.catalog_stale(), "no second reload within {UNKNOWN_RELOAD_INTERVAL_MS} ms");
+    assert_eq!(s.metrics.opaque_count(OpaqueKind::UnknownTable), 3, "each is still counted as not checked");
+    // DDL through the proxy is not rate-limited.
+    t.send(FrontendMessage::Query { sql: text("CREATE TABLE a_view2 (id int primary key)") });
+    t.feed(&BackendMessage::CommandComplete { tag: text("CREATE TABLE") });
+    t.feed(&BackendMessage::ReadyForQuery(TxnStatus::Idle));
+    assert!(s.catalog_stale());
 }
 
 #[test]
