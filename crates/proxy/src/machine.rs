@@ -595,7 +595,8 @@ impl SessionMachine {
                     .portals
                     .get(portal)
                     .cloned()
-                    .unwrap_or(Portal { prepared: Prepared::unknown(), tagging: None });
+                    // Built only for a portal it does not know: classifying even an empty text allocates.
+                    .unwrap_or_else(|| Portal { prepared: Prepared::unknown(), tagging: None });
                 let (idle, before) = (self.predicted == TxnStatus::Idle, self.predicted);
                 let (may_end, may_commit) = match kind {
                     StmtKind::Begin => {
