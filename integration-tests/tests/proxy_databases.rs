@@ -97,3 +97,35 @@ async fn sessions_to_another_database_are_relayed_unrecorded() {
     assert!(p.txns_mentioning(&marker).is_empty(), "the other database's statements are not in the history");
     p.assert_accepted_with_writes("another database beside").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_records_the_database_its_log_records() {
+    let table = unique_table("databases_restart");
+    create_directly(&table).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log_path = dir.path().join("log");
+    let on_the_log = |database| Opts { log_path: Some(log_path.clone()), database, ..Opts::default() };
+
+    // The first run: a session to the test database chooses it.
+    let p = start_proxy_with(on_the_log(None)).await;
+    let mut client = p.connect().await;
+    prepared_transaction(&mut client, &table).await;
+    drop(client);
+    assert_eq!(row_ops(&p, &table).await, 3);
+    p.handle.shutdown().await.expect("first run stops");
+
+    // The second run: a session to the other database sends requests first, and is still not recorded.
+    let p = start_proxy_with(on_the_log(None)).await;
+    let marker = unique("databases_restart_marker");
+    let other = connect(&other_db_conn(&p)).await;
+    other.batch_execute(&format!("SELECT 1 AS {marker}")).await.expect("relayed");
+    drop(other);
+    p.wait_metric("krait_sessions_other_database_total 1").await;
+    assert!(p.txns_mentioning(&marker).is_empty(), "the other database is not in the log's history");
+    p.handle.shutdown().await.expect("second run stops");
+
+    // A configuration naming the other database is refused this log, with the reason.
+    let refused = proxy::start(test_config(&on_the_log(Some(OTHER_DB)), dir.path())).await.err();
+    let message = refused.expect("the log records another database").to_string();
+    assert!(message.contains(&format!("records database \"{PG_DB}\"")), "{message}");
+}

@@ -223,7 +223,7 @@ pub struct UpstreamConfig {
     /// The one database whose transactions are recorded. Rows of two databases are different rows under the
     /// same names, so one history holds one database; sessions to any other are relayed unrecorded. Unset,
     /// it is the database of the first session that sends a request (not merely logs in: a health check that
-    /// only connects does not choose it).
+    /// only connects does not choose it). The log keeps the choice: a restart records the same database.
     pub database: Option<String>,
 }
 

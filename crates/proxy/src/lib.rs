@@ -76,6 +76,17 @@ pub enum ProxyError {
         /// What failed.
         reason: String,
     },
+    /// `[upstream] database` names another database than the one the log records.
+    #[error(
+        "the history log records database {recorded:?}, and [upstream] database says {configured:?}: one \
+         history holds one database. Give this database a log of its own ([log] path)"
+    )]
+    OtherDatabase {
+        /// The database the log records.
+        recorded: String,
+        /// The database the configuration names.
+        configured: String,
+    },
     /// A listening socket could not be bound.
     #[error("cannot listen on {address}: {source}")]
     Bind {
@@ -211,6 +222,7 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
             .map_err(|e| ProxyError::Task(e.to_string()))?;
         Arc::new(opened.map_err(|source| ProxyError::Log { path: log_path.display().to_string(), source })?)
     };
+    let recorded_database = recorded_database(&log, config.upstream.database.as_deref()).await?;
     if config.log.durability == history::log::Durability::None {
         warn!("log.durability = none: for benchmarks only; a crash can lose acknowledged transactions");
     }
@@ -308,12 +320,9 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
         metrics: metrics.clone(),
         cancel_keys: Default::default(),
         tagging,
-        recorded_database: Default::default(),
+        recorded_database,
         other_databases: Default::default(),
     });
-    if let Some(database) = &shared.config.upstream.database {
-        let _ = shared.recorded_database.set(database.clone());
-    }
     info!(%listen_addr, upstream = %shared.config.upstream.address, durability = %shared.config.log.durability, "krait proxy listening");
     let shipper = shared.config.ship.clone().map(|ship_config| {
         let shipper =
@@ -426,4 +435,42 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
     info!("shutting down");
     handle.shutdown().await
+}
+
+/// The log's checkpoint that names the database it records ([`session::Shared::records`]).
+pub const RECORDED_DATABASE_CHECKPOINT: &str = "recorded-database";
+
+/// The database this run records: the one the log already records, which `configured` (`[upstream]
+/// database`) must agree with; else `configured`, kept in the log; else none yet, and the first session's
+/// request chooses it. A restart must not choose another: the log would hold two databases' rows.
+async fn recorded_database(
+    log: &Arc<dyn HistoryLog>,
+    configured: Option<&str>,
+) -> Result<std::sync::OnceLock<String>, ProxyError> {
+    let read = log.clone();
+    let stored = tokio::task::spawn_blocking(move || read.checkpoint(RECORDED_DATABASE_CHECKPOINT))
+        .await
+        .map_err(|e| ProxyError::Task(e.to_string()))?;
+    let stored = match stored {
+        Ok(bytes) => bytes.map(|b| String::from_utf8_lossy(&b).into_owned()),
+        Err(e) => {
+            warn!("cannot read which database the log records ({e}): the first session chooses it again");
+            None
+        }
+    };
+    let chosen = std::sync::OnceLock::new();
+    match (stored, configured) {
+        (Some(recorded), Some(configured)) if recorded != configured => {
+            return Err(ProxyError::OtherDatabase { recorded, configured: configured.to_owned() });
+        }
+        (Some(recorded), _) => {
+            let _ = chosen.set(recorded);
+        }
+        (None, Some(configured)) => {
+            session::keep_recorded_database(log, configured).await;
+            let _ = chosen.set(configured.to_owned());
+        }
+        (None, None) => {}
+    }
+    Ok(chosen)
 }

@@ -65,11 +65,35 @@ pub(crate) struct Shared {
     pub(crate) other_databases: Mutex<std::collections::HashSet<String>>,
 }
 
+/// Keeps in the log which database it records, so that a restart records the same one
+/// ([`crate::RECORDED_DATABASE_CHECKPOINT`]).
+pub(crate) async fn keep_recorded_database(log: &Arc<dyn history::log::HistoryLog>, database: &str) {
+    let (log, bytes) = (log.clone(), database.as_bytes().to_vec());
+    let kept = tokio::task::spawn_blocking(move || {
+        log.store_checkpoint(crate::RECORDED_DATABASE_CHECKPOINT, &bytes)
+    })
+    .await;
+    if !matches!(kept, Ok(Ok(()))) {
+        warn!(
+            database,
+            "cannot keep in the log which database it records: after a restart, the first session chooses again"
+        );
+    }
+}
+
 impl Shared {
-    /// Whether sessions to `database` are recorded, choosing it as the recorded one if none is yet. A
-    /// session to another database is counted, and its database named in a warning the first time.
-    fn records(&self, database: &str) -> bool {
-        let recorded = self.recorded_database.get_or_init(|| database.to_owned());
+    /// Whether sessions to `database` are recorded, choosing it as the recorded one (and keeping the choice
+    /// in the log) if none is yet. A session to another database is counted, and its database named in a
+    /// warning the first time.
+    async fn records(&self, database: &str) -> bool {
+        let mut chose = false;
+        let recorded = self.recorded_database.get_or_init(|| {
+            chose = true;
+            database.to_owned()
+        });
+        if chose {
+            keep_recorded_database(self.recorder.log(), database).await;
+        }
         if recorded == database {
             return true;
         }
@@ -221,7 +245,7 @@ async fn run_session(
                 return Ok(());
             }
         }
-        startup.recorded = shared.records(&startup.database);
+        startup.recorded = shared.records(&startup.database).await;
         if !startup.recorded {
             return message_loop(shared, client, cbuf, upstream, sbuf, recorder, &startup, shutdown).await;
         }
