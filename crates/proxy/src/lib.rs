@@ -10,6 +10,7 @@
 //!   asked for.
 //! - [`interpret`]: SQL to row reads and writes with version tags (`[tagging] strategy = "xmin"`, the
 //!   default), reply stripping, and fence injection.
+//! - `recorded_database`: which database the history records; sessions to others pass unrecorded.
 //! - [`recorder`]: intents and outcomes to the history log, with the durability wait.
 //! - `admin`: `/healthz`, `/metrics`, `/api/status`, and [`status_page`]'s `/` and `/reports/ID`.
 //!
@@ -21,6 +22,7 @@ pub mod interpret;
 pub mod isolation;
 pub mod machine;
 pub mod metrics;
+mod recorded_database;
 pub mod recorder;
 pub mod replies;
 pub mod retention;
@@ -44,7 +46,9 @@ use tracing::{info, warn};
 
 pub use config::{Config, ConfigError, check_config};
 pub use metrics::Metrics;
+pub use recorded_database::RECORDED_DATABASE_CHECKPOINT;
 
+use crate::recorded_database::RecordedDatabase;
 use crate::session::Shared;
 
 /// Why the proxy could not start or stopped with an error.
@@ -222,7 +226,7 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
             .map_err(|e| ProxyError::Task(e.to_string()))?;
         Arc::new(opened.map_err(|source| ProxyError::Log { path: log_path.display().to_string(), source })?)
     };
-    let recorded_database = recorded_database(&log, config.upstream.database.as_deref()).await?;
+    let recorded_database = RecordedDatabase::open(log.clone(), config.upstream.database.as_deref()).await?;
     if config.log.durability == history::log::Durability::None {
         warn!("log.durability = none: for benchmarks only; a crash can lose acknowledged transactions");
     }
@@ -321,7 +325,6 @@ pub async fn start_with(config: Config, extras: StartOptions) -> Result<ProxyHan
         cancel_keys: Default::default(),
         tagging,
         recorded_database,
-        other_databases: Default::default(),
     });
     info!(%listen_addr, upstream = %shared.config.upstream.address, durability = %shared.config.log.durability, "krait proxy listening");
     let shipper = shared.config.ship.clone().map(|ship_config| {
@@ -435,42 +438,4 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
     info!("shutting down");
     handle.shutdown().await
-}
-
-/// The log's checkpoint that names the database it records ([`session::Shared::records`]).
-pub const RECORDED_DATABASE_CHECKPOINT: &str = "recorded-database";
-
-/// The database this run records: the one the log already records, which `configured` (`[upstream]
-/// database`) must agree with; else `configured`, kept in the log; else none yet, and the first session's
-/// request chooses it. A restart must not choose another: the log would hold two databases' rows.
-async fn recorded_database(
-    log: &Arc<dyn HistoryLog>,
-    configured: Option<&str>,
-) -> Result<std::sync::OnceLock<String>, ProxyError> {
-    let read = log.clone();
-    let stored = tokio::task::spawn_blocking(move || read.checkpoint(RECORDED_DATABASE_CHECKPOINT))
-        .await
-        .map_err(|e| ProxyError::Task(e.to_string()))?;
-    let stored = match stored {
-        Ok(bytes) => bytes.map(|b| String::from_utf8_lossy(&b).into_owned()),
-        Err(e) => {
-            warn!("cannot read which database the log records ({e}): the first session chooses it again");
-            None
-        }
-    };
-    let chosen = std::sync::OnceLock::new();
-    match (stored, configured) {
-        (Some(recorded), Some(configured)) if recorded != configured => {
-            return Err(ProxyError::OtherDatabase { recorded, configured: configured.to_owned() });
-        }
-        (Some(recorded), _) => {
-            let _ = chosen.set(recorded);
-        }
-        (None, Some(configured)) => {
-            session::keep_recorded_database(log, configured).await;
-            let _ = chosen.set(configured.to_owned());
-        }
-        (None, None) => {}
-    }
-    Ok(chosen)
 }

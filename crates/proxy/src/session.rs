@@ -29,6 +29,7 @@ use crate::interpret::shared::TaggingShared;
 use crate::interpret::tagger::{Outgoing, Tagger};
 use crate::machine::{FrontendStep, Reply, SessionMachine};
 use crate::metrics::{ActiveConnection, Metrics};
+use crate::recorded_database::RecordedDatabase;
 use crate::recorder::{Recorder, SessionRecorder};
 use crate::tls::{ReloadableTls, UpstreamTls};
 use history::now_ns;
@@ -58,57 +59,8 @@ pub(crate) struct Shared {
     pub(crate) cancel_keys: Mutex<std::collections::HashMap<(i32, Bytes), (i32, Bytes)>>,
     /// Version tagging, when `[tagging] strategy` is not `off`.
     pub(crate) tagging: Option<Arc<TaggingShared>>,
-    /// The database whose sessions are recorded: `[upstream] database`, else the first that a session sent
-    /// a request to ([`Shared::records`]).
-    pub(crate) recorded_database: std::sync::OnceLock<String>,
-    /// The other databases sessions used, each warned about once.
-    pub(crate) other_databases: Mutex<std::collections::HashSet<String>>,
-}
-
-/// Keeps in the log which database it records, so that a restart records the same one
-/// ([`crate::RECORDED_DATABASE_CHECKPOINT`]).
-pub(crate) async fn keep_recorded_database(log: &Arc<dyn history::log::HistoryLog>, database: &str) {
-    let (log, bytes) = (log.clone(), database.as_bytes().to_vec());
-    let kept = tokio::task::spawn_blocking(move || {
-        log.store_checkpoint(crate::RECORDED_DATABASE_CHECKPOINT, &bytes)
-    })
-    .await;
-    if !matches!(kept, Ok(Ok(()))) {
-        warn!(
-            database,
-            "cannot keep in the log which database it records: after a restart, the first session chooses again"
-        );
-    }
-}
-
-impl Shared {
-    /// Whether sessions to `database` are recorded, choosing it as the recorded one (and keeping the choice
-    /// in the log) if none is yet. A session to another database is counted, and its database named in a
-    /// warning the first time.
-    async fn records(&self, database: &str) -> bool {
-        let mut chose = false;
-        let recorded = self.recorded_database.get_or_init(|| {
-            chose = true;
-            database.to_owned()
-        });
-        if chose {
-            keep_recorded_database(self.recorder.log(), database).await;
-        }
-        if recorded == database {
-            return true;
-        }
-        Metrics::inc(&self.metrics.sessions_other_database);
-        let mut warned = self.other_databases.lock().unwrap_or_else(|p| p.into_inner());
-        if warned.insert(database.to_owned()) {
-            warn!(
-                database,
-                recorded = %recorded,
-                "sessions to this database are relayed unrecorded: one history holds one database \
-                 (set [upstream] database to choose which)"
-            );
-        }
-        false
-    }
+    /// The database whose sessions are recorded; sessions to others are relayed unrecorded.
+    pub(crate) recorded_database: RecordedDatabase,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -220,7 +172,7 @@ async fn run_session(
     // `cancel_key`, once the database sent its key, is a guard: from here on every way out of this
     // function, a panic included, removes the client's key from the shared map.
     //
-    // One history holds one database ([`Shared::records`]). With tagging on, the first recorded session (and
+    // One history holds one database ([`RecordedDatabase`]). With tagging on, the first recorded session (and
     // any after a table the cache did not know) loads the primary keys before the client's first message is
     // planned; a failure leaves the cache stale, to be retried between transactions.
     async {
@@ -230,7 +182,7 @@ async fn run_session(
         let mut startup = Startup::of(&packet);
         // Until a database is chosen, this session's first request chooses it, not its login: a health
         // check (`pg_isready`) logs in to whatever database and leaves, and must not decide what is recorded.
-        if shared.recorded_database.get().is_none() {
+        if !shared.recorded_database.is_chosen() {
             if cbuf.is_empty() {
                 let read = tokio::select! {
                     r = client.read_buf(&mut cbuf) => r.map_err(SessionError::ClientIo)?,
@@ -245,7 +197,7 @@ async fn run_session(
                 return Ok(());
             }
         }
-        startup.recorded = shared.records(&startup.database).await;
+        startup.recorded = shared.recorded_database.records(&startup.database, &shared.metrics).await;
         if !startup.recorded {
             return message_loop(shared, client, cbuf, upstream, sbuf, recorder, &startup, shutdown).await;
         }
