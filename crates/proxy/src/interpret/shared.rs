@@ -72,6 +72,16 @@ impl TaggingMetrics {
 /// at once, whatever this says.
 pub const UNKNOWN_RELOAD_INTERVAL_MS: u64 = 1000;
 
+/// A monotonic instant, defaulting to now.
+#[derive(Debug)]
+struct CreatedAt(std::time::Instant);
+
+impl Default for CreatedAt {
+    fn default() -> Self {
+        Self(std::time::Instant::now())
+    }
+}
+
 /// What all sessions share: the catalog cache, the version book and the counters.
 #[derive(Debug, Default)]
 pub struct TaggingShared {
@@ -85,9 +95,11 @@ pub struct TaggingShared {
     catalog_changes: AtomicU64,
     /// Mirrors the first half of `catalog`, read without the lock.
     catalog_loaded_at: AtomicU64,
-    /// When a name the catalog did not know last marked it stale, in milliseconds since the Unix epoch
+    /// When a name the catalog did not know last marked it stale, in milliseconds after `created`, plus 1
     /// ([`Self::mark_catalog_stale_for_unknown`]); 0 before the first time.
     unknown_marked_ms: AtomicU64,
+    /// When this state was made: the monotonic base of `unknown_marked_ms`.
+    created: CreatedAt,
     /// Write ids recorded by this proxy.
     pub book: VersionBook,
     /// Whether a fence committed, so the fence table and row exist (later fences skip the setup).
@@ -172,13 +184,10 @@ impl TaggingShared {
     /// catalog, a query to the database, at every statement that names it, and neither must a prepared
     /// statement planned before its table was known, which keeps that plan for as long as it lives.
     pub fn mark_catalog_stale_for_unknown(&self) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64)
-            .max(1);
+        let now = self.created.0.elapsed().as_millis() as u64 + 1;
         let last = self.unknown_marked_ms.load(Ordering::Acquire);
-        // A clock set back does not hold reloads off until it catches up.
-        if last != 0 && now >= last && now - last < UNKNOWN_RELOAD_INTERVAL_MS {
+        // Another session may have stored a later time between `now` and the load: saturate.
+        if last != 0 && now.saturating_sub(last) < UNKNOWN_RELOAD_INTERVAL_MS {
             return;
         }
         if self.unknown_marked_ms.compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire).is_ok() {
