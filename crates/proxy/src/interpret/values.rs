@@ -168,6 +168,9 @@ pub struct QueryRun {
 #[derive(Debug, Default)]
 struct Description {
     columns: Option<Arc<[Column]>>,
+    /// The RowDescription body `columns` were read from: a client that describes its portal at every
+    /// execution (libpq does) gets the same body each time, and its columns are not read again.
+    columns_from: Bytes,
     params: Vec<u32>,
 }
 
@@ -195,9 +198,13 @@ impl Described {
     }
 
     /// Notes the columns a Describe of `plan` showed the client (`description`: its RowDescription body).
-    pub fn remember_columns(&mut self, plan: &Arc<StmtPlan>, description: &[u8]) {
+    pub fn remember_columns(&mut self, plan: &Arc<StmtPlan>, description: &Bytes) {
         if matches!(plan.as_ref(), StmtPlan::Rows(_)) {
-            self.entry(plan).columns = columns_of(description);
+            let entry = self.entry(plan);
+            if entry.columns_from != *description {
+                entry.columns = columns_of(description);
+                entry.columns_from = description.clone();
+            }
         }
     }
 
@@ -354,6 +361,44 @@ mod tests {
 
     fn cols(names: &[&str]) -> Vec<Column> {
         names.iter().map(|n| Column { name: (*n).to_owned(), type_oid: 25 }).collect()
+    }
+
+    /// A RowDescription body with text columns of these names.
+    fn description(names: &[&str]) -> Bytes {
+        let mut body = (names.len() as i16).to_be_bytes().to_vec();
+        for name in names {
+            body.extend_from_slice(name.as_bytes());
+            body.push(0);
+            body.extend_from_slice(&[0; 6]); // table OID, column number
+            body.extend_from_slice(&25u32.to_be_bytes()); // text
+            body.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0]); // size, modifier, format
+        }
+        Bytes::from(body)
+    }
+
+    #[test]
+    fn a_statement_described_again_keeps_its_columns_until_its_description_changes() {
+        use crate::interpret::catalog::Catalog;
+        use crate::interpret::shared::TaggingShared;
+        let shared = TaggingShared::new();
+        shared.set_catalog(Catalog::from_rows(vec![("public".into(), "acc".into(), Some("id".into()))]));
+        let mut tagger = crate::interpret::tagger::Tagger::new(Arc::new(shared));
+        let (plan, _, _) = tagger.parse(
+            &Bytes::from_static(b"s"),
+            &Bytes::from_static(b"SELECT bal FROM acc WHERE id = $1"),
+            &[],
+        );
+        let mut described = Described::default();
+        described.remember_columns(&plan, &description(&["bal"]));
+        let first = described.columns(&plan).expect("read");
+        assert_eq!(&first[..], &cols(&["bal"])[..]);
+        // The same body again (libpq describes its portal at every execution): the columns are kept as
+        // they were read, not read again.
+        described.remember_columns(&plan, &description(&["bal"]));
+        assert!(Arc::ptr_eq(&first, &described.columns(&plan).expect("kept")));
+        // A table altered behind the statement changes its description, and the columns follow.
+        described.remember_columns(&plan, &description(&["balance", "id"]));
+        assert_eq!(&described.columns(&plan).expect("read again")[..], &cols(&["balance", "id"])[..]);
     }
 
     #[test]
