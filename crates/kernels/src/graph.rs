@@ -13,29 +13,47 @@ pub struct Graph {
 impl Graph {
     /// Builds the graph from an edge list. Duplicate edges are kept once.
     pub fn from_edges(nodes: u32, edges: &[(u32, u32)]) -> Result<Self, KernelError> {
-        let mut degree = vec![0usize; nodes as usize + 1];
+        let n = nodes as usize;
         for &(from, to) in edges {
             if from >= nodes || to >= nodes {
                 return Err(KernelError::NodeOutOfRange { from, to, nodes });
             }
-            degree[from as usize + 1] += 1;
         }
-        for i in 1..degree.len() {
-            degree[i] += degree[i - 1];
+        // Two counting sorts, by target and then (stably) by source, leave every row sorted without a
+        // comparison: sorting each row after one counting sort was most of this function's cost on the
+        // known graphs of TPC-C's rounds, whose hot rows (a warehouse's) hold thousands of edges.
+        let starts = |key: &dyn Fn(&(u32, u32)) -> u32| {
+            let mut start = vec![0usize; n + 1];
+            for e in edges {
+                start[key(e) as usize + 1] += 1;
+            }
+            for i in 1..start.len() {
+                start[i] += start[i - 1];
+            }
+            start
+        };
+        let mut sources_by_target = vec![0u32; edges.len()];
+        let mut next = starts(&|e| e.1);
+        let by_target = next.clone();
+        for &(from, to) in edges {
+            sources_by_target[next[to as usize]] = from;
+            next[to as usize] += 1;
         }
+        let degree = starts(&|e| e.0);
         let mut targets = vec![0u32; edges.len()];
         let mut next = degree.clone();
-        for &(from, to) in edges {
-            targets[next[from as usize]] = to;
-            next[from as usize] += 1;
+        for to in 0..n {
+            for &from in &sources_by_target[by_target[to]..by_target[to + 1]] {
+                targets[next[from as usize]] = to as u32;
+                next[from as usize] += 1;
+            }
         }
-        // Sort and deduplicate each row, compacting in place.
-        let mut offsets = Vec::with_capacity(nodes as usize + 1);
+        drop(sources_by_target);
+        // Deduplicate each sorted row, compacting in place.
+        let mut offsets = Vec::with_capacity(n + 1);
         offsets.push(0);
         let mut write = 0;
-        for v in 0..nodes as usize {
-            let row = &mut targets[degree[v]..degree[v + 1]];
-            row.sort_unstable();
+        for v in 0..n {
             let mut last = None;
             for i in degree[v]..degree[v + 1] {
                 let t = targets[i];
@@ -131,5 +149,37 @@ impl Graph {
         }
         cycle.reverse();
         cycle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn rows_are_each_source_s_distinct_targets_in_order_whatever_the_edge_order() {
+        let mut rng = StdRng::seed_from_u64(11);
+        for _ in 0..500 {
+            let nodes = rng.gen_range(1..30u32);
+            let edges: Vec<(u32, u32)> = (0..rng.gen_range(0..120))
+                .map(|_| (rng.gen_range(0..nodes), rng.gen_range(0..nodes)))
+                .collect();
+            let g = Graph::from_edges(nodes, &edges).expect("in range");
+            let mut want: Vec<std::collections::BTreeSet<u32>> = vec![Default::default(); nodes as usize];
+            for &(from, to) in &edges {
+                want[from as usize].insert(to);
+            }
+            for v in 0..nodes {
+                assert_eq!(
+                    g.successors(v),
+                    want[v as usize].iter().copied().collect::<Vec<_>>(),
+                    "{edges:?}"
+                );
+            }
+            assert_eq!(g.edges(), want.iter().map(|row| row.len()).sum::<usize>());
+        }
+        assert!(Graph::from_edges(3, &[(0, 1), (1, 3)]).is_err());
     }
 }
