@@ -163,9 +163,10 @@ impl ParamValue {
     }
 }
 
-/// A table of rows, hashed with foldhash as the verifier's hot maps are: the writer hashes every row it
-/// appends. Seeded per process, so rows cannot be chosen to collide.
-type RowTable<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+/// A table of texts or rows, hashed with foldhash as the verifier's hot maps are: the writer hashes every
+/// statement text, table name and row it appends (SipHash, the default, cost it about 400 instructions a
+/// text). Seeded per process, so texts and rows cannot be chosen to collide.
+type Table<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Whether the writer remembers an inline row with `values` (and so the reader does too).
 fn worth_citing(values: &[Value]) -> bool {
@@ -441,12 +442,12 @@ fn cite(known: Option<u64>, text: NewText, new: &mut Vec<NewText>, next_seq: u64
 /// rows it can cite, and where they are.
 #[derive(Debug, Default)]
 pub struct TextTable {
-    statements: HashMap<String, u64>,
-    namespaces: HashMap<String, u64>,
-    columns: HashMap<Vec<String>, u64>,
+    statements: Table<String, u64>,
+    namespaces: Table<String, u64>,
+    columns: Table<Vec<String>, u64>,
     bytes: usize,
     /// Rows written inline since the last [`LogRecord::RowsForgotten`]: the record and the place in it.
-    rows: RowTable<Vec<Value>, (u64, u32)>,
+    rows: Table<Vec<Value>, (u64, u32)>,
     /// What `rows` holds, by [`row_bytes`].
     row_bytes: usize,
     /// Whether the table started over ([`TextTable::start_over`]) and has not yet marked that in the log
@@ -600,11 +601,11 @@ impl TextTable {
 /// definitions read so far. Feed it every record from the first, in sequence order.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Resolver {
-    statements: HashMap<u64, String>,
-    namespaces: HashMap<u64, String>,
-    columns: HashMap<u64, Vec<String>>,
+    statements: Table<u64, String>,
+    namespaces: Table<u64, String>,
+    columns: Table<u64, Vec<String>>,
     /// The rows the writer can cite: by record and place among its inline rows.
-    rows: RowTable<(u64, u32), Vec<Value>>,
+    rows: Table<(u64, u32), Vec<Value>>,
     /// Whether records were skipped ([`Resolver::after_hole`]).
     after_hole: bool,
     /// Rows, and runs' parameters, whose values were in skipped records, left out.
@@ -656,9 +657,9 @@ impl Resolver {
             }
             LogRecord::TextsForgotten => {
                 // Nothing after the mark cites a definition before it: the writer's table started over.
-                self.statements = HashMap::new();
-                self.namespaces = HashMap::new();
-                self.columns = HashMap::new();
+                self.statements = Table::default();
+                self.namespaces = Table::default();
+                self.columns = Table::default();
                 return Ok(None);
             }
             LogRecord::Columns { names } => {
@@ -828,7 +829,7 @@ impl Resolver {
 
 /// The definition (a statement text, a namespace, a column list) that record `seq` cites as record `cited`,
 /// from the reader's `table` of that kind: a citation of anything else is an inconsistency.
-fn defined<T: Clone>(table: &HashMap<u64, T>, seq: u64, cited: u64, what: &str) -> Result<T, LogError> {
+fn defined<T: Clone>(table: &Table<u64, T>, seq: u64, cited: u64, what: &str) -> Result<T, LogError> {
     table.get(&cited).cloned().ok_or_else(|| LogError::Inconsistent {
         seq,
         reason: format!(
