@@ -181,6 +181,11 @@ pub struct Desync {
     pub ends: Vec<TxnEnd>,
 }
 
+/// A session's prepared statements or portals by name, hashed with foldhash: a client that prepares its
+/// statements names one at every Bind and binds a portal at every execution, and SipHash was about 180
+/// instructions a lookup. Seeded per process, and each session's names only cost that session.
+type NameMap<V> = HashMap<Bytes, V, foldhash::fast::RandomState>;
+
 /// One session's protocol and transaction state. See the module docs.
 #[derive(Debug)]
 pub struct SessionMachine {
@@ -201,9 +206,9 @@ pub struct SessionMachine {
     /// The open transaction's ops, collected beside its statements (with tagging on).
     ops: TxnOps,
     next_seq: u64,
-    statements: HashMap<Bytes, Prepared>,
-    portals: HashMap<Bytes, Portal>,
-    suspended: HashMap<Bytes, ()>,
+    statements: NameMap<Prepared>,
+    portals: NameMap<Portal>,
+    suspended: NameMap<()>,
     /// Version tagging, when on: it rewrites requests and reads replies by the queue's readings.
     tagger: Option<Tagger>,
     /// The session's isolation levels.
@@ -235,9 +240,9 @@ impl SessionMachine {
             txn: None,
             ops: TxnOps::default(),
             next_seq: 0,
-            statements: HashMap::new(),
-            portals: HashMap::new(),
-            suspended: HashMap::new(),
+            statements: NameMap::default(),
+            portals: NameMap::default(),
+            suspended: NameMap::default(),
             tagger,
             levels: Levels::default(),
         }
