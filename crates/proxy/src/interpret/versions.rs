@@ -152,11 +152,11 @@ pub struct VersionBook {
     written: [Mutex<WriteIdMap<()>>; WRITTEN_SHARDS],
     /// The last tombstone recorded per key, cleared when a live version of the key is recorded. A point
     /// lookup that finds no row after a recorded DELETE read that tombstone, not the initial "no row".
-    tombstones: Mutex<HashMap<KeyName, WriteId>>,
+    tombstones: Mutex<FastMap<KeyName, WriteId>>,
     /// Keys (hashed) of which a version was seen, read or written: a later "no row" without a recorded
     /// DELETE is an unrecorded writer's delete, not the initial absence. A hash collision only makes a
     /// read unverifiable, never a verdict wrong.
-    seen: Mutex<HashSet<u64>>,
+    seen: Mutex<FastSet<u64>>,
     /// The recording horizon, once known.
     horizon: std::sync::OnceLock<RecordingHorizon>,
     /// Which recorded transaction owns which database transaction id (32 bits, as `xmin` shows it).
@@ -167,6 +167,11 @@ pub struct VersionBook {
     exclusive: std::sync::atomic::AtomicBool,
     exclusive_suspended: std::sync::OnceLock<String>,
 }
+
+/// The book's maps, hashed with foldhash: every row op a session records looks one up under a lock all
+/// sessions share. Seeded per process.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type FastSet<K> = HashSet<K, foldhash::fast::RandomState>;
 
 /// How many shards the book's recorded write ids are split into (a power of two).
 const WRITTEN_SHARDS: usize = 16;
@@ -184,7 +189,7 @@ pub const MAX_OWNED_XIDS: usize = 1 << 18;
 /// A bounded map from database transaction id to the recorded transaction that owns it.
 #[derive(Debug, Default)]
 struct OwnedXids {
-    owner: HashMap<u32, TxnId>,
+    owner: FastMap<u32, TxnId>,
     /// Insertion order, oldest first, for eviction.
     order: VecDeque<u32>,
     /// The newest id evicted so far (in PostgreSQL's circular order): an unowned id up to it may have
