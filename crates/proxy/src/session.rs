@@ -414,14 +414,15 @@ async fn client_to_server(
                 let (step, copy_in) = {
                     let mut guard = core.lock().unwrap_or_else(|p| p.into_inner());
                     let Core { machine, recorder, .. } = &mut *guard;
-                    let step = machine.on_frontend(&msg, now_ns());
-                    if let FrontendStep::Forward { intent, frame } = &step {
-                        if let Some(snap) = intent {
-                            let id = recorder
-                                .intent(snap.clone())
-                                .map_err(|e| Failure::Other(SessionError::Log(e)))?;
+                    let mut step = machine.on_frontend(&msg, now_ns());
+                    if let FrontendStep::Forward { intent, frame } = &mut step {
+                        // Moved into the log, not copied: it holds every op of the transaction so far.
+                        if let Some(snap) = intent.take() {
+                            let xids = snap.xids.clone();
+                            let id =
+                                recorder.intent(snap).map_err(|e| Failure::Other(SessionError::Log(e)))?;
                             // Only now that the intent is in the log may a reader name it as a writer.
-                            machine.own_xids(&snap.xids, id);
+                            machine.own_xids(&xids, id);
                         }
                         if let Some(rewritten) = frame {
                             forward = rewritten.clone();
