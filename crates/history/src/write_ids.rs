@@ -14,9 +14,7 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::WriteId;
-
-type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+use crate::{FastMap, WriteId};
 
 /// The newest entries are merged into the sorted array once there are this many and they are an eighth of
 /// it.

@@ -28,7 +28,6 @@
 //!   message waits ([`FrontendStep::Wait`]), so each statement is attributed to the transaction it really
 //!   ran in. Clients that do not pipeline across transaction boundaries never wait.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -181,10 +180,9 @@ pub struct Desync {
     pub ends: Vec<TxnEnd>,
 }
 
-/// A session's prepared statements or portals by name, hashed with foldhash: a client that prepares its
-/// statements names one at every Bind and binds a portal at every execution, and SipHash was about 180
-/// instructions a lookup. Seeded per process, and each session's names only cost that session.
-type NameMap<V> = HashMap<Bytes, V, foldhash::fast::RandomState>;
+/// A session's prepared statements or portals by name: a client that prepares its statements names one
+/// at every Bind and binds a portal at every execution. Each session's names only cost that session.
+type NameMap<V> = history::FastMap<Bytes, V>;
 
 /// One session's protocol and transaction state. See the module docs.
 #[derive(Debug)]

@@ -54,12 +54,8 @@ mod solve;
 
 use history::History;
 
-/// The hash maps and sets of the verifier's per-round work: keyed by write ids, keys and indices, looked up
-/// millions of times a round, where SipHash cost about 7% of `verify --rounds` on chengRW. foldhash is
-/// seeded per map, so ids a client can influence (write ids hash its keys) cannot be chosen to collide.
-pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-/// See [`FastMap`].
-pub(crate) type FastSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
+/// The hash maps and sets of the verifier's per-round work, looked up millions of times a round.
+pub(crate) use history::{FastMap, FastSet};
 /// A list of vertex or version indices that is nearly always one or two long, held inline up to two: a
 /// version's readers, a chain's versions, a key's chains. Rounds build hundreds of thousands of them, and a
 /// heap allocation for each showed in TPC-C's profile.

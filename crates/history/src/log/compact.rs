@@ -74,8 +74,6 @@
 //! ([`Resolver::resolve`]): the same ops, the same statement list in the same order. So everything after
 //! the resolver (replay, tests reading records) sees the records as before.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
 use super::LogError;
@@ -163,10 +161,8 @@ impl ParamValue {
     }
 }
 
-/// A table of texts or rows, hashed with foldhash as the verifier's hot maps are: the writer hashes every
-/// statement text, table name and row it appends (SipHash, the default, cost it about 400 instructions a
-/// text). Seeded per process, so texts and rows cannot be chosen to collide.
-type Table<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+/// A table of texts or rows: the writer hashes every statement text, table name and row it appends.
+type Table<K, V> = crate::FastMap<K, V>;
 
 /// Whether the writer remembers an inline row with `values` (and so the reader does too).
 fn worth_citing(values: &[Value]) -> bool {

@@ -77,12 +77,12 @@
 //!   snapshot still shows the older one. So there the subquery returns the snapshot's version only when its
 //!   `xmax` is the new version's `xmin` (this UPDATE replaced it), and [`READ_COMMITTED_MARK`] otherwise.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use bytes::Bytes;
 use history::log::LoggedOp;
-use history::{KeyName, Observed, RecordingHorizon, TxnId, WriteId, WriteIdMap};
+use history::{FastMap, FastSet, KeyName, Observed, RecordingHorizon, TxnId, WriteId, WriteIdMap};
 
 use super::plan::{PkValue, RowKind, RowPlan};
 
@@ -167,11 +167,6 @@ pub struct VersionBook {
     exclusive: std::sync::atomic::AtomicBool,
     exclusive_suspended: std::sync::OnceLock<String>,
 }
-
-/// The book's maps, hashed with foldhash: every row op a session records looks one up under a lock all
-/// sessions share. Seeded per process.
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-type FastSet<K> = HashSet<K, foldhash::fast::RandomState>;
 
 /// How many shards the book's recorded write ids are split into (a power of two).
 const WRITTEN_SHARDS: usize = 16;
