@@ -552,13 +552,19 @@ fn frame_after(prefix: &[u8], version: u8, payload: &[u8]) -> Vec<u8> {
 /// The payload as a record stores it, with its format version: compressed from [`COMPRESS_FROM`] bytes on
 /// when that makes it smaller, as it is otherwise. The uncompressed encoding is let go of once compressed.
 fn stored_payload(payload: Vec<u8>) -> Result<(u8, Vec<u8>), RecordError> {
-    if payload.len() >= COMPRESS_FROM {
-        let compressed = compress(&payload)?;
-        if compressed.len() < payload.len() {
-            return Ok((ZSTD_FORMAT_VERSION, compressed));
-        }
+    Ok(match compressed_if_smaller(&payload)? {
+        Some(compressed) => (ZSTD_FORMAT_VERSION, compressed),
+        None => (FORMAT_VERSION, payload),
+    })
+}
+
+/// `payload` as a [`ZSTD_FORMAT_VERSION`] record stores it, where it is at least [`COMPRESS_FROM`] bytes
+/// and compression makes it smaller; `None` where it is to be stored as it is.
+fn compressed_if_smaller(payload: &[u8]) -> Result<Option<Vec<u8>>, RecordError> {
+    if payload.len() < COMPRESS_FROM {
+        return Ok(None);
     }
-    Ok((FORMAT_VERSION, payload))
+    Ok(Some(compress(payload)?).filter(|c| c.len() < payload.len()))
 }
 
 /// `prefix`, then `value` as [`encode_framed`] frames it, in one buffer, for a large value (a checkpoint
@@ -576,13 +582,34 @@ pub fn encode_framed_large<T: Serialize>(prefix: &[u8], value: &T) -> Result<Vec
 
 /// Serializes `value` as a record is, with the header: for what the log stores beside its records
 /// ([`super::HistoryLog::store_checkpoint`]).
+///
+/// The payload is serialized into a buffer this thread keeps (a record is framed into a buffer of its own
+/// size anyway): grown from empty for every record, a one-row transaction's payload reallocated five or six
+/// times on the proxy's path.
 pub fn encode_framed<T: Serialize>(value: &T) -> Result<Vec<u8>, RecordError> {
-    let payload = postcard::to_allocvec(value).map_err(|e| RecordError::Encode { reason: e.to_string() })?;
-    let (version, body) = stored_payload(payload)?;
-    Ok(frame(version, &body))
+    PAYLOAD.with_borrow_mut(|kept| {
+        let mut scratch = std::mem::take(kept);
+        scratch.clear();
+        let payload =
+            postcard::to_extend(value, scratch).map_err(|e| RecordError::Encode { reason: e.to_string() })?;
+        let framed = match &compressed_if_smaller(&payload)? {
+            Some(body) => frame(ZSTD_FORMAT_VERSION, body),
+            None => frame(FORMAT_VERSION, &payload),
+        };
+        if payload.capacity() <= KEPT_PAYLOAD_BYTES {
+            *kept = payload;
+        }
+        Ok(framed)
+    })
 }
 
+/// The largest payload buffer a thread keeps for its next record ([`encode_framed`]): a rare large record
+/// (a transaction of thousands of rows) is not held on to.
+const KEPT_PAYLOAD_BYTES: usize = 64 << 10;
+
 thread_local! {
+    /// The buffer [`encode_framed`] serializes into, kept between records.
+    static PAYLOAD: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// One zstd context per thread, reused: making one per record would cost more than compressing it.
     static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
