@@ -37,6 +37,7 @@ use wire::pg::{FrontendMessage, Target, TxnStatus};
 use crate::interpret::StmtPlan;
 use crate::interpret::ops::{TxnOps, reads_only};
 use crate::interpret::tagger::{Outgoing, PortalPlan, Reading, Tagger};
+use crate::interpret::values::Secrecy;
 use crate::isolation::{LevelEffect, Levels, TxnLevel, effect_of_one, effects};
 pub use crate::replies::Expect;
 use crate::replies::ReplyQueue;
@@ -59,6 +60,8 @@ struct Prepared {
     /// transaction, where splitting the text into words allocated once per autocommit statement.
     session_only: bool,
     plan: Option<Arc<StmtPlan>>,
+    /// What its text says about the secrecy of its values, with tagging on ([`Tagger::secrecy`]).
+    secrecy: Secrecy,
     level: Option<LevelEffect>,
 }
 
@@ -75,6 +78,7 @@ impl Prepared {
             kind: classify_one(query),
             session_only: session_only(query),
             plan,
+            secrecy: Secrecy::default(),
             level: effect_of_one(query),
             sql,
         }
@@ -507,7 +511,10 @@ impl SessionMachine {
                     }
                     None => (None, Reading::Nothing, None),
                 };
-                let prepared = Prepared::parsed(query, plan);
+                let mut prepared = Prepared::parsed(query, plan);
+                if let Some(t) = &self.tagger {
+                    prepared.secrecy = t.secrecy(&prepared.sql);
+                }
                 self.statements.insert(owned(name), prepared);
                 self.replies.push(Expect::Parse, reading, false, false);
                 FrontendStep::Forward { intent: None, frame }
@@ -524,8 +531,8 @@ impl SessionMachine {
                             }
                             None => None,
                         };
-                        let sql = known.as_ref().map_or("", |p| &*p.sql);
-                        let bound = t.bind(msg, plan, sql, &mut self.ops);
+                        let secrecy = known.as_ref().map(|p| p.secrecy).unwrap_or_default();
+                        let bound = t.bind(msg, plan, secrecy, &mut self.ops);
                         (Some(bound.portal), bound.reading, bound.frame)
                     }
                     None => (None, Reading::Nothing, None),

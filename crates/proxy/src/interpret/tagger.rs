@@ -31,7 +31,7 @@ use super::strip::{
     ClientReply, ResultRow, data_row_values, extend_result_formats, recorded_row_description,
     row_description_for_client, split_result_row,
 };
-use super::values::{Described, PortalValues, QueryRun, RowValues, ValueRecording, columns_of};
+use super::values::{Described, PortalValues, QueryRun, RowValues, Secrecy, ValueRecording, columns_of};
 use super::versions::absent_read;
 use super::{PlanOptions, VersionStrategy, XminStrategy};
 use crate::interpret::catalog::Catalog;
@@ -405,14 +405,20 @@ impl Tagger {
         (plan.clone(), Reading::Parse(splice_of(&plan)), frame)
     }
 
+    /// What a statement's text says about the secrecy of its values, where values are recorded: a session
+    /// asks once per Parse and hands it to every [`Tagger::bind`] of the statement.
+    pub fn secrecy(&self, sql: &str) -> Secrecy {
+        self.shared.values.as_ref().map(|rec| rec.secrecy(sql)).unwrap_or_default()
+    }
+
     /// A Bind about to be forwarded, of a statement whose plan is `plan` (`None`: a name the session does
-    /// not know). Returns the portal's plan, the Bind's reading, and the frame to send instead if its result
-    /// formats were widened.
+    /// not know), and whose text says `secrecy` of its values ([`Tagger::secrecy`]). Returns the portal's plan,
+    /// the Bind's reading, and the frame to send instead if its result formats were widened.
     pub fn bind(
         &mut self,
         msg: &FrontendMessage,
         plan: Option<Arc<StmtPlan>>,
-        sql: &str,
+        secrecy: Secrecy,
         ops: &mut TxnOps,
     ) -> BoundPortal {
         let FrontendMessage::Bind { portal, statement, param_formats, params, result_formats } = msg else {
@@ -461,9 +467,9 @@ impl Tagger {
         let values =
             self.shared.values.as_ref().filter(|_| matches!(plan.as_ref(), StmtPlan::Rows(_))).map(|rec| {
                 Arc::new(PortalValues {
-                    params: rec.params(sql, params, param_formats, self.described.param_types(&plan)),
+                    params: rec.params(secrecy, params, param_formats, self.described.param_types(&plan)),
                     result_formats: result_formats.clone(),
-                    secret: ValueRecording::is_secret_statement(sql),
+                    secret: secrecy.statement,
                 })
             });
         let portal = PortalPlan { plan, params: kept, param_formats: param_formats.clone(), values };

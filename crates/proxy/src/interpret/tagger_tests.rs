@@ -422,7 +422,7 @@ fn a_portal_keeps_only_the_parameters_its_point_lookup_names_in_their_own_memory
     let query = text("SELECT bal FROM acc WHERE id = $2");
     let (plan, _, _) = tagger.parse(&text("s"), &query, &[]);
     let msg = bind("s", &["large value", "5"], vec![]);
-    let bound = tagger.bind(&msg, Some(plan), "", &mut ops);
+    let bound = tagger.bind(&msg, Some(plan), Secrecy::default(), &mut ops);
     let FrontendMessage::Bind { params, .. } = &msg else { unreachable!() };
     assert_eq!(bound.portal.params, vec![None, Some(text("5"))]);
     let (kept, sent) =
@@ -434,7 +434,7 @@ fn a_portal_keeps_only_the_parameters_its_point_lookup_names_in_their_own_memory
     assert!(matches!(absent, Some(LoggedOp::Read { observed: Observed::Absent, .. })), "{absent:?}");
 
     let (plan, _, _) = tagger.parse(&text("t"), &text("SELECT 1"), &[]);
-    let bound = tagger.bind(&bind("t", &["unused"], vec![]), Some(plan), "", &mut ops);
+    let bound = tagger.bind(&bind("t", &["unused"], vec![]), Some(plan), Secrecy::default(), &mut ops);
     assert!(bound.portal.params.is_empty());
 }
 

@@ -32,6 +32,18 @@ use super::strip::{parameter_types, row_description_columns};
 /// How many prepared statements' column names a session keeps (a row of one it forgot has unnamed columns).
 const DESCRIBED_STATEMENTS: usize = 64;
 
+/// What a statement's text says about the secrecy of its values ([`ValueRecording::secrecy`]). A session
+/// judges it once, when the statement is prepared, not at every Bind: lower-casing the text to search it
+/// was a few per cent of the proxy's instructions on a prepared read-only load.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Secrecy {
+    /// It is about passwords or the role catalog ([`ValueRecording::is_secret_statement`]): nothing it binds
+    /// or returns is kept in clear.
+    pub statement: bool,
+    /// It names a column of `[record] redact`: its parameters are hashed.
+    pub names_redacted: bool,
+}
+
 /// How values are recorded: `[record]`'s `values`, `row_bytes` and `redact`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValueRecording {
@@ -53,6 +65,12 @@ impl ValueRecording {
         lower.contains("pg_authid") || lower.contains("pg_shadow") || lower.contains("password")
     }
 
+    /// What `sql`'s text says about the secrecy of the values it binds and returns: judged once per
+    /// prepared statement ([`Secrecy`]).
+    pub fn secrecy(&self, sql: &str) -> Secrecy {
+        Secrecy { statement: Self::is_secret_statement(sql), names_redacted: self.names_secret(sql) }
+    }
+
     /// Whether a statement's text names a secret column.
     fn names_secret(&self, sql: &str) -> bool {
         if self.redact.is_empty() {
@@ -64,9 +82,15 @@ impl ValueRecording {
     }
 
     /// A statement's parameters, as bound with `formats` (Bind's parameter format codes), of the types
-    /// `types` (OIDs, where known).
-    pub fn params(&self, sql: &str, params: &[Option<Bytes>], formats: &[i16], types: &[u32]) -> Vec<Value> {
-        let secret = Self::is_secret_statement(sql) || self.names_secret(sql);
+    /// `types` (OIDs, where known); `secrecy` is the statement's ([`ValueRecording::secrecy`]).
+    pub fn params(
+        &self,
+        secrecy: Secrecy,
+        params: &[Option<Bytes>],
+        formats: &[i16],
+        types: &[u32],
+    ) -> Vec<Value> {
+        let secret = secrecy.statement || secrecy.names_redacted;
         let mut budget = self.row_bytes;
         params
             .iter()
@@ -95,9 +119,12 @@ impl ValueRecording {
             .enumerate()
             .map(|(i, v)| {
                 let column = columns.get(i);
+                // Without a redact list no column name is looked at (lower-casing each allocated, per
+                // column of every row).
                 let secret = statement_secret
                     || unnamed_secret
-                    || column.is_some_and(|c| self.redact.contains(&c.name.to_lowercase()));
+                    || (!self.redact.is_empty()
+                        && column.is_some_and(|c| self.redact.contains(&c.name.to_lowercase())));
                 let binary = format_of(formats, i).then(|| column.map_or(0, |c| c.type_oid));
                 self.value(v.as_deref(), binary, secret, &mut budget)
             })
@@ -418,7 +445,7 @@ mod tests {
         assert_eq!(row[0], Value::Text("7".into()));
         assert!(matches!(&row[1], Value::Redacted(h) if h.starts_with("sha256:") && !h.contains("s3cret")));
         let params = rec.params(
-            "UPDATE users SET PASSWORD_HASH = $1 WHERE id = $2",
+            rec.secrecy("UPDATE users SET PASSWORD_HASH = $1 WHERE id = $2"),
             &[some("s3cret"), some("7")],
             &[],
             &[],
@@ -427,19 +454,19 @@ mod tests {
         // Equal secrets hash alike; a column merely containing the name is not a secret.
         assert_eq!(row[1], Value::Redacted(digest(b"s3cret")));
         let rec = ValueRecording::new(256, &["ssn".into()]);
-        let plain = rec.params("UPDATE t SET ssn_len = $1", &[some("6")], &[], &[]);
+        let plain = rec.params(rec.secrecy("UPDATE t SET ssn_len = $1"), &[some("6")], &[], &[]);
         assert_eq!(plain, vec![Value::Text("6".into())]);
-        let hidden = rec.params("UPDATE t SET SSN = $1", &[some("6")], &[], &[]);
+        let hidden = rec.params(rec.secrecy("UPDATE t SET SSN = $1"), &[some("6")], &[], &[]);
         assert!(matches!(&hidden[0], Value::Redacted(_)));
         // Any statement that mentions passwords keeps its parameters hidden, whatever the list says.
-        let careful = rec.params("UPDATE t SET password_hint = $1", &[some("6")], &[], &[]);
+        let careful = rec.params(rec.secrecy("UPDATE t SET password_hint = $1"), &[some("6")], &[], &[]);
         assert!(matches!(&careful[0], Value::Redacted(_)));
     }
 
     #[test]
     fn password_statements_keep_nothing_in_clear() {
         let rec = ValueRecording::new(256, &[]);
-        let p = rec.params("ALTER ROLE alice PASSWORD $1", &[some("hunter2")], &[], &[]);
+        let p = rec.params(rec.secrecy("ALTER ROLE alice PASSWORD $1"), &[some("hunter2")], &[], &[]);
         assert!(matches!(&p[0], Value::Redacted(_)));
         let r = rec.row(
             ValueRecording::is_secret_statement("SELECT rolname FROM pg_authid"),
@@ -463,7 +490,12 @@ mod tests {
     fn binary_values_of_common_types_are_decoded_and_others_are_hex() {
         let rec = ValueRecording::new(256, &[]);
         let seven = || Some(Bytes::from_static(&[0, 0, 0, 7]));
-        let p = rec.params("SELECT $1, $2, $3", &[seven(), some("x"), seven()], &[1, 0, 1], &[23, 25]);
+        let p = rec.params(
+            rec.secrecy("SELECT $1, $2, $3"),
+            &[seven(), some("x"), seven()],
+            &[1, 0, 1],
+            &[23, 25],
+        );
         assert_eq!(
             p,
             vec![Value::Text("7".into()), Value::Text("x".into()), Value::Text("\\x00000007".into())]
