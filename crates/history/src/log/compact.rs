@@ -126,10 +126,18 @@ impl RowValue {
 /// The integer `v` holds, when its text is one exactly as PostgreSQL prints it (no sign for positives, no
 /// leading zeros), so that the integer reads back as the same text.
 fn int_form(v: &Value) -> Option<i64> {
-    match v {
-        Value::Text(t) => t.parse::<i64>().ok().filter(|n| n.to_string() == *t),
-        _ => None,
-    }
+    let Value::Text(t) = v else { return None };
+    // Printed as PostgreSQL prints: digits, a minus for negatives only, no leading zero but in "0" itself.
+    // Checked on the text rather than by printing the integer again, which allocated for every integer
+    // value of every row the proxy records.
+    let digits = t.strip_prefix('-').unwrap_or(t);
+    let canonical = match digits.as_bytes() {
+        [] => false,
+        [b'0'] => digits.len() == t.len(),
+        [b'0', ..] => false,
+        bytes => bytes.iter().all(u8::is_ascii_digit),
+    };
+    canonical.then(|| t.parse::<i64>().ok()).flatten()
 }
 
 /// Where `v` is among `values`, when it is long enough that an index (a byte or two) saves bytes over

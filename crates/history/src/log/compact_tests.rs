@@ -531,3 +531,51 @@ proptest::proptest! {
         proptest::prop_assert_eq!(back, records);
     }
 }
+
+/// `int_form` takes exactly the texts an integer prints as: checked against printing the integer again.
+#[test]
+fn an_integer_form_is_exactly_a_text_an_i64_prints_as() {
+    let oracle = |t: &str| t.parse::<i64>().ok().filter(|n| n.to_string() == t);
+    let mut texts: Vec<String> = [
+        "",
+        "0",
+        "-0",
+        "00",
+        "01",
+        "-01",
+        "+1",
+        "1",
+        "-1",
+        "10",
+        " 1",
+        "1 ",
+        "1.0",
+        "1e3",
+        "x",
+        "-",
+        "9223372036854775807",
+        "9223372036854775808",
+        "-9223372036854775808",
+        "-9223372036854775809",
+        "09223372036854775807",
+        "٣",
+    ]
+    .iter()
+    .map(|t| t.to_string())
+    .collect();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..20_000 {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let len = (state >> 60) as usize;
+        let alphabet = b"0123456789-+ 0";
+        texts.push(
+            (0..len)
+                .map(|i| alphabet[((state >> (i * 4)) & 0xf) as usize % alphabet.len()] as char)
+                .collect(),
+        );
+    }
+    for t in texts {
+        assert_eq!(int_form(&Value::Text(t.clone())), oracle(&t), "{t:?}");
+    }
+    assert_eq!(int_form(&Value::Null), None);
+}
