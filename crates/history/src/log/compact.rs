@@ -177,18 +177,40 @@ fn worth_citing(values: &[Value]) -> bool {
     row_bytes(values) >= MIN_CITED_ROW_BYTES
 }
 
-/// An inline row: [`CompactOp::RowOfParams`] when it is `params`, [`CompactOp::PackedRow`] when some of
-/// its values pack (see [`RowValue::packed`]), [`CompactOp::Row`] otherwise.
-fn packed_row(ops: u32, values: Vec<Value>, params: &[Value]) -> CompactOp {
-    if !values.is_empty() && values == params {
-        return CompactOp::RowOfParams { ops };
+/// How an inline row is written ([`packed_row`]), decided against its run's parameters.
+enum RowForm {
+    /// The table holds it: [`CompactOp::CitedRow`].
+    Cited { record: u64, row: u32 },
+    /// It is its run's parameters: [`CompactOp::RowOfParams`].
+    OfParams,
+    /// Some of its values pack ([`RowValue::packed`]): [`CompactOp::PackedRow`].
+    Packed(Vec<Option<RowValue>>),
+    /// [`CompactOp::Row`].
+    Plain,
+}
+
+impl RowForm {
+    /// The form of an inline row of `values`, given the parameters of its run.
+    fn of(values: &[Value], params: &[Value]) -> RowForm {
+        if !values.is_empty() && values == params {
+            return RowForm::OfParams;
+        }
+        let packed: Vec<Option<RowValue>> = values.iter().map(|v| RowValue::packed(v, params)).collect();
+        if packed.iter().all(Option::is_none) { RowForm::Plain } else { RowForm::Packed(packed) }
     }
-    let packed: Vec<Option<RowValue>> = values.iter().map(|v| RowValue::packed(v, params)).collect();
-    if packed.iter().all(Option::is_none) {
-        return CompactOp::Row { ops, values };
+}
+
+/// A row op of `values`, written in `form`.
+fn packed_row(ops: u32, values: Vec<Value>, form: RowForm) -> CompactOp {
+    match form {
+        RowForm::Cited { record, row } => CompactOp::CitedRow { ops, record, row },
+        RowForm::OfParams => CompactOp::RowOfParams { ops },
+        RowForm::Plain => CompactOp::Row { ops, values },
+        RowForm::Packed(packed) => {
+            let values = values.into_iter().zip(packed).map(|(v, p)| p.unwrap_or(RowValue::Own(v))).collect();
+            CompactOp::PackedRow { ops, values }
+        }
     }
-    let values = values.into_iter().zip(packed).map(|(v, p)| p.unwrap_or(RowValue::Own(v))).collect();
-    CompactOp::PackedRow { ops, values }
 }
 
 /// The separator between a key's column values in [`KeyName::bytes`], as the proxy joins them.
@@ -230,19 +252,65 @@ fn params_key(params: &[Value], count: u32) -> Option<Vec<u8>> {
     Some(key)
 }
 
-/// A run: [`CompactOp::PackedRun`] when some of its parameters pack against `last_row` (see
-/// [`ParamValue::packed`]), [`CompactOp::Run`] or [`CompactOp::RunCitingColumns`] otherwise.
-fn packed_run(stmt: Option<u32>, params: Vec<Value>, columns: Option<u64>, last_row: &[Value]) -> CompactOp {
+/// How a run's parameters pack against the row before it ([`ParamValue::packed`]); `None` where none does.
+fn run_packing(params: &[Value], last_row: &[Value]) -> Option<Vec<Option<ParamValue>>> {
     let packed: Vec<Option<ParamValue>> = params.iter().map(|v| ParamValue::packed(v, last_row)).collect();
-    if packed.iter().all(Option::is_none) {
-        return match columns {
-            Some(columns) => CompactOp::RunCitingColumns { stmt, params, columns },
-            None => CompactOp::Run { stmt, params, columns: Vec::new() },
-        };
-    }
-    let params = params.into_iter().zip(packed).map(|(v, p)| p.unwrap_or(ParamValue::Own(v))).collect();
-    CompactOp::PackedRun { stmt, params, columns }
+    packed.iter().any(Option::is_some).then_some(packed)
 }
+
+/// A run: [`CompactOp::PackedRun`] with a packing ([`run_packing`]), [`CompactOp::Run`] or
+/// [`CompactOp::RunCitingColumns`] without.
+fn packed_run(
+    stmt: Option<u32>,
+    params: Vec<Value>,
+    columns: Option<u64>,
+    packing: Option<Vec<Option<ParamValue>>>,
+) -> CompactOp {
+    match (packing, columns) {
+        (None, Some(columns)) => CompactOp::RunCitingColumns { stmt, params, columns },
+        (None, None) => CompactOp::Run { stmt, params, columns: Vec::new() },
+        (Some(packed), columns) => {
+            let params =
+                params.into_iter().zip(packed).map(|(v, p)| p.unwrap_or(ParamValue::Own(v))).collect();
+            CompactOp::PackedRun { stmt, params, columns }
+        }
+    }
+}
+
+/// The values of a record's last run or last row, which the ops after it pack against: held out of its op
+/// until the next run or row (or the record's end) replaces them, and then moved into the op. Copying every
+/// run's parameters and every row's values to keep them beside their op was 3% of the proxy's
+/// instructions on a read-only load.
+struct Held<F> {
+    /// Where its op goes among the record's ops.
+    at: usize,
+    values: Vec<Value>,
+    /// How the op is written, decided when it came.
+    form: F,
+}
+
+/// How a held run is written: its statement, its column list's citation, and its packing.
+type RunForm = (Option<u32>, Option<u64>, Option<Vec<Option<ParamValue>>>);
+
+impl<F> Held<F> {
+    /// Writes the op in its place, made by `op` from the values and the form.
+    fn put(self, out: &mut [CompactOp], op: fn(Vec<Value>, F) -> CompactOp) {
+        out[self.at] = op(self.values, self.form);
+    }
+}
+
+/// A held run's op.
+fn run_op(params: Vec<Value>, (stmt, columns, packing): RunForm) -> CompactOp {
+    packed_run(stmt, params, columns, packing)
+}
+
+/// A held row's op.
+fn row_op(values: Vec<Value>, (ops, form): (u32, RowForm)) -> CompactOp {
+    packed_row(ops, values, form)
+}
+
+/// Where a held op waits for its values; overwritten before the record is written.
+const HELD_PLACE: CompactOp = CompactOp::RowOfParams { ops: 0 };
 
 /// One op in the compact encoding: a [`LoggedOp`] whose key names its namespace by an index into
 /// [`CompactOps::namespaces`]. Statement indices are as in [`LoggedOp`], into [`CompactOps::statements`].
@@ -520,54 +588,74 @@ impl TextTable {
             cite(known, NewText::Columns(columns), new, next_seq, self.forget_texts)
         };
         let mut inline_rows = 0u32;
-        let mut last_params: Vec<Value> = Vec::new();
-        let mut last_row: Vec<Value> = Vec::new();
-        // Whether `last_params` are all in this record (see `key_of_params`).
+        // The last run's parameters (see `key_of_params`) and the last row's values.
+        let mut run: Option<Held<RunForm>> = None;
+        let mut row: Option<Held<(u32, RowForm)>> = None;
+        // Whether the last run's parameters are all in this record (see `key_of_params`).
         let mut params_inline = false;
-        let ops = ops
-            .into_iter()
-            .map(|op| match op {
+        let mut out: Vec<CompactOp> = Vec::with_capacity(ops.len());
+        for op in ops {
+            let last_params = run.as_ref().map_or(&[][..], |r| &r.values[..]);
+            let compact = match op {
                 LoggedOp::Read { key, observed, stmt } => {
                     let ns = ns_index(key.namespace, new);
-                    match key_of_params(&key.bytes, &last_params).filter(|_| params_inline) {
+                    match key_of_params(&key.bytes, last_params).filter(|_| params_inline) {
                         Some(params) => CompactOp::ReadOfParams { ns, params, observed, stmt },
                         None => CompactOp::Read { ns, key: key.bytes, observed, stmt },
                     }
                 }
                 LoggedOp::Write { key, write, stmt } => {
                     let ns = ns_index(key.namespace, new);
-                    match key_of_params(&key.bytes, &last_params).filter(|_| params_inline) {
+                    match key_of_params(&key.bytes, last_params).filter(|_| params_inline) {
                         Some(params) => CompactOp::WriteOfParams { ns, params, write, stmt },
                         None => CompactOp::Write { ns, key: key.bytes, write, stmt },
                     }
                 }
                 LoggedOp::Opaque { kind, stmt } => CompactOp::Opaque { kind, stmt },
                 LoggedOp::Run { stmt, params, columns } => {
-                    last_params.clone_from(&params);
                     let columns = (!columns.is_empty()).then(|| columns_seq(columns, new));
-                    let run = packed_run(stmt, params, columns, &last_row);
-                    params_inline = !matches!(&run, CompactOp::PackedRun { params, .. }
-                        if params.iter().any(|p| matches!(p, ParamValue::LastRow(_))));
-                    run
+                    let last_row = row.as_ref().map_or(&[][..], |r| &r.values[..]);
+                    let packing = run_packing(&params, last_row);
+                    params_inline = !packing
+                        .as_deref()
+                        .is_some_and(|p| p.iter().any(|p| matches!(p, Some(ParamValue::LastRow(_)))));
+                    let held = Held { at: out.len(), values: params, form: (stmt, columns, packing) };
+                    if let Some(done) = run.replace(held) {
+                        done.put(&mut out, run_op);
+                    }
+                    HELD_PLACE
                 }
                 LoggedOp::Row { ops, values } => {
-                    last_row.clone_from(&values);
                     // A row too small to be worth citing is never in the table.
                     let worth = worth_citing(&values);
-                    if let Some(&(record, row)) = self.rows.get(&values).filter(|_| worth) {
-                        return CompactOp::CitedRow { ops, record, row };
-                    }
-                    if worth {
-                        if !self.rows_started && !new.contains(&NewText::ForgetRows) {
-                            new.push(NewText::ForgetRows);
+                    let form = match self.rows.get(&values).filter(|_| worth) {
+                        Some(&(record, row)) => RowForm::Cited { record, row },
+                        None => {
+                            if worth {
+                                if !self.rows_started && !new.contains(&NewText::ForgetRows) {
+                                    new.push(NewText::ForgetRows);
+                                }
+                                self.unappended_rows.push((values.clone(), inline_rows));
+                            }
+                            inline_rows += 1;
+                            RowForm::of(&values, last_params)
                         }
-                        self.unappended_rows.push((values.clone(), inline_rows));
+                    };
+                    if let Some(done) = row.replace(Held { at: out.len(), values, form: (ops, form) }) {
+                        done.put(&mut out, row_op);
                     }
-                    inline_rows += 1;
-                    packed_row(ops, values, &last_params)
+                    HELD_PLACE
                 }
-            })
-            .collect();
+            };
+            out.push(compact);
+        }
+        if let Some(done) = run {
+            done.put(&mut out, run_op);
+        }
+        if let Some(done) = row {
+            done.put(&mut out, row_op);
+        }
+        let ops = out;
         CompactOps { ops, statements, namespaces }
     }
 
