@@ -18,25 +18,37 @@ impl Cursor {
     }
 
     fn take(&mut self, n: usize) -> Result<Bytes, ProtocolError> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-        let end = end.ok_or(ProtocolError::Truncated(self.message))?;
-        let out = self.buf.slice(self.pos..end);
-        self.pos = end;
+        let (start, end) = self.advance(n)?;
+        Ok(self.buf.slice(start..end))
+    }
+
+    /// The next `N` bytes, copied: a fixed-size field is read without a shared slice of the body (each
+    /// [`Bytes`] slice counts a reference up and down again, per integer field of every message).
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], ProtocolError> {
+        let (start, end) = self.advance(N)?;
+        let mut out = [0; N];
+        out.copy_from_slice(&self.buf[start..end]);
         Ok(out)
     }
 
+    /// Moves past the next `n` bytes; returns where they start and end.
+    fn advance(&mut self, n: usize) -> Result<(usize, usize), ProtocolError> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
+        let end = end.ok_or(ProtocolError::Truncated(self.message))?;
+        let start = std::mem::replace(&mut self.pos, end);
+        Ok((start, end))
+    }
+
     pub(crate) fn u8(&mut self) -> Result<u8, ProtocolError> {
-        Ok(self.take(1)?[0])
+        Ok(self.array::<1>()?[0])
     }
 
     pub(crate) fn i16(&mut self) -> Result<i16, ProtocolError> {
-        let b = self.take(2)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
+        Ok(i16::from_be_bytes(self.array()?))
     }
 
     pub(crate) fn i32(&mut self) -> Result<i32, ProtocolError> {
-        let b = self.take(4)?;
-        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        Ok(i32::from_be_bytes(self.array()?))
     }
 
     pub(crate) fn u32(&mut self) -> Result<u32, ProtocolError> {
