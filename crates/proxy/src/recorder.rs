@@ -146,12 +146,13 @@ pub struct SessionRecorder {
 }
 
 impl SessionRecorder {
-    /// Logs the intent of a transaction about to (maybe) commit, and returns its id. The ticket is not
+    /// Logs the intent of a transaction about to (maybe) commit, and returns its id with the database ids
+    /// it owns so far, for the caller to name their owner once the intent is in the log. The ticket is not
     /// waited on: the outcome's fsync covers the intent too.
-    pub fn intent(&mut self, snap: TxnSnapshot) -> Result<TxnId, LogError> {
+    pub fn intent(&mut self, mut snap: TxnSnapshot) -> Result<(TxnId, Vec<u32>), LogError> {
         let id = TxnId(self.rec.next_txn.fetch_add(1, Ordering::Relaxed));
         let seq = snap.seq;
-        let (top, xids) = (snap.top_xid, snap.xids.clone());
+        let (top, xids) = (snap.top_xid, std::mem::take(&mut snap.xids));
         self.isolation(snap.isolation)?;
         let txn = self.rec.logged(self.id, id, snap);
         let may_have_written = !reads_only(&txn.ops);
@@ -164,7 +165,7 @@ impl SessionRecorder {
         let _ticket = self.xids(id, top, &xids)?;
         self.intents.insert(seq, LoggedIntent { id, may_have_written, xids_logged: (top, xids.len()) });
         self.saw(seq);
-        Ok(id)
+        Ok((id, xids))
     }
 
     /// Logs the isolation level of the transaction whose first record comes next, unless the log already

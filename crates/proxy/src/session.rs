@@ -418,8 +418,7 @@ async fn client_to_server(
                     if let FrontendStep::Forward { intent, frame } = &mut step {
                         // Moved into the log, not copied: it holds every op of the transaction so far.
                         if let Some(snap) = intent.take() {
-                            let xids = snap.xids.clone();
-                            let id =
+                            let (id, xids) =
                                 recorder.intent(snap).map_err(|e| Failure::Other(SessionError::Log(e)))?;
                             // Only now that the intent is in the log may a reader name it as a writer.
                             machine.own_xids(&xids, id);
