@@ -11,9 +11,10 @@ mod cmd;
 /// live transaction, and glibc spent its time consolidating and kept freed memory: on the same machine,
 /// runs alternated, `krait bench rounds` on TPC-C ran at 15.5k txn/s under glibc and 25.5k under mimalloc,
 /// `krait serve` held 458 MB after 83k pgbench transactions under glibc and 299 MB after 88k under mimalloc,
-/// and pgbench select-only through `krait proxy` gained 6–8% (docs/benchmarks.md, "Allocator").
+/// and pgbench select-only through `krait proxy` gained 6–8% (docs/benchmarks.md, "Allocator"). Plain
+/// blocks where their alignment is enough (the `allocator` crate).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::MiMalloc = allocator::MiMalloc;
 
 /// Krait checks whether your database really gives you the serializable transactions it promises.
 ///

@@ -33,7 +33,7 @@ use std::time::Duration;
 /// The allocator the `krait` binary runs the proxy under (`crates/krait/src/main.rs`): the proxy runs in
 /// this process, so the bench measures what users run only with the same one.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::MiMalloc = allocator::MiMalloc;
 
 const DB: &str = "krait_bench";
 const CLIENTS: &str = "8";
